@@ -1,0 +1,83 @@
+"""The broker: wires configuration, storage, cluster services and the network server."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+from kbroker.cluster.configs import ConfigService
+from kbroker.cluster.producer_ids import ProducerIdManager
+from kbroker.cluster.replica_manager import ReplicaManager
+from kbroker.cluster.topics import TopicManager
+from kbroker.config import BrokerConfig, load_or_create_meta
+from kbroker.metadata.local_store import LocalMetadataStore
+from kbroker.server.server import Server
+from kbroker.storage.log_manager import LogManager
+
+log = logging.getLogger("kbroker")
+
+TICK_SECONDS = 1.0
+
+
+class Broker:
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        log_dirs = [Path(d) for d in config.log_dirs]
+        for directory in log_dirs:
+            directory.mkdir(parents=True, exist_ok=True)
+        self.cluster_id = load_or_create_meta(log_dirs, config.broker_id, config.cluster_id)
+        self.store = LocalMetadataStore(log_dirs[0])
+        self.log_manager = LogManager(log_dirs, retention_check_interval_ms=config.log_retention_check_interval_ms)
+        self.replicas = ReplicaManager(config.broker_id, self.log_manager)
+        self.topics = TopicManager(
+            self.store,
+            self.replicas,
+            config.broker_id,
+            config.topic_defaults(),
+            config.num_partitions,
+            config.default_replication_factor,
+        )
+        self.configs = ConfigService(self)
+        self.producer_ids = ProducerIdManager(log_dirs[0])
+        self.server = Server(self)
+        self.bound: list[tuple[str, str, int]] = []  # (listener name, host, port)
+        self._ticker: asyncio.Task[None] | None = None
+        self._stopped = asyncio.Event()
+
+    async def start(self) -> None:
+        self.topics.start()
+        for listener in self.config.listeners_parsed():
+            port = await self.server.start(listener.host, listener.port)
+            self.bound.append((listener.name, listener.host, port))
+        self._ticker = asyncio.create_task(self._tick_forever())
+
+    def broker_endpoints(self) -> list[dict[str, Any]]:
+        """This broker as Metadata describes it: the first advertised listener."""
+        advertised = self.config.advertised_listeners_parsed()[0]
+        port = advertised.port or self.bound[0][2]
+        return [{"node_id": self.config.broker_id, "host": advertised.host, "port": port, "rack": None}]
+
+    async def _tick_forever(self) -> None:
+        while True:
+            await asyncio.sleep(TICK_SECONDS)
+            try:
+                self.log_manager.tick(int(time.time() * 1000))
+            except Exception:
+                log.exception("periodic storage work failed")
+
+    async def stop(self) -> None:
+        """Clean shutdown: stop serving, flush logs, write checkpoints."""
+        if self._ticker is not None:
+            self._ticker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._ticker
+        await self.server.stop()
+        self.log_manager.shutdown()
+        self._stopped.set()
+
+    async def wait_stopped(self) -> None:
+        await self._stopped.wait()

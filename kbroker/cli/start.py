@@ -1,0 +1,48 @@
+"""`kbroker start [server.properties] [--override key=value ...]`."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+
+from kbroker.config import BrokerConfig, ConfigError
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("config", nargs="?", help="server.properties file")
+    parser.add_argument(
+        "--override", action="append", default=[], metavar="KEY=VALUE", help="override a property"
+    )
+    parser.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
+    )
+    try:
+        config = BrokerConfig.load(args.config, args.override)
+    except (ConfigError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    return asyncio.run(_serve(config))
+
+
+async def _serve(config: BrokerConfig) -> int:
+    from kbroker.broker import Broker
+
+    broker = Broker(config)
+    await broker.start()
+    loop = asyncio.get_running_loop()
+    stopping = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stopping.set)
+    endpoints = ", ".join(f"{name}://{host}:{port}" for name, host, port in broker.bound)
+    print(f"kbroker {config.broker_id} started (cluster {broker.cluster_id}) on {endpoints}", flush=True)
+    await stopping.wait()
+    logging.getLogger("kbroker").info("shutting down")
+    await broker.stop()
+    return 0

@@ -1,0 +1,74 @@
+"""A partition replica hosted by this broker, and the waiters woken when it grows."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from dataclasses import dataclass, field
+
+from protocol.errors import ErrorCode, KafkaError
+
+from kbroker.storage.log import Log
+
+
+@dataclass(eq=False)
+class Partition:
+    topic: str
+    index: int
+    topic_id: uuid.UUID
+    log: Log
+    leader_id: int
+    leader_epoch: int = 0
+    replicas: list[int] = field(default_factory=list)
+    isr: list[int] = field(default_factory=list)
+    _waiters: set[asyncio.Future[None]] = field(default_factory=set)
+
+    @property
+    def name(self) -> str:
+        return f"{self.topic}-{self.index}"
+
+    @property
+    def high_watermark(self) -> int:
+        return self.log.high_watermark
+
+    @property
+    def last_stable_offset(self) -> int:
+        # Transactions come later; until then every offset below the HW is stable.
+        return self.log.high_watermark
+
+    @property
+    def log_start_offset(self) -> int:
+        return self.log.log_start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        return self.log.log_end_offset
+
+    def append_as_leader(self, records: bytes, now_ms: int):
+        info = self.log.append_as_leader(records, self.leader_epoch, now_ms)
+        # One replica: everything appended is replicated, so the HW follows the log end.
+        self.log.high_watermark = self.log.log_end_offset
+        self.wake_waiters()
+        return info
+
+    def check_leader_epoch(self, current_leader_epoch: int) -> None:
+        """Validate a client's view of the leader epoch (-1 means it does not know)."""
+        if current_leader_epoch < 0 or current_leader_epoch == self.leader_epoch:
+            return
+        if current_leader_epoch < self.leader_epoch:
+            raise KafkaError(ErrorCode.FENCED_LEADER_EPOCH)
+        raise KafkaError(ErrorCode.UNKNOWN_LEADER_EPOCH)
+
+    def add_waiter(self, waiter: asyncio.Future[None]) -> None:
+        self._waiters.add(waiter)
+
+    def remove_waiter(self, waiter: asyncio.Future[None]) -> None:
+        self._waiters.discard(waiter)
+
+    def wake_waiters(self) -> None:
+        if not self._waiters:
+            return
+        for waiter in self._waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+        self._waiters.clear()

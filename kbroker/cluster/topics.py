@@ -1,0 +1,150 @@
+"""Topic lifecycle over the metadata store: create, delete, grow, reconfigure.
+
+This is the controller's job; on the embedded single node it runs in-process over the
+local store, and every partition is hosted here.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from protocol.errors import ErrorCode, KafkaError
+
+from kbroker.cluster.replica_manager import ReplicaManager
+from kbroker.metadata.store import MetadataStore, TopicRecord
+from kbroker.storage.log_config import LogConfig
+
+log = logging.getLogger("kbroker.topics")
+
+MAX_TOPIC_NAME_LENGTH = 249
+_LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]+")
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+
+
+def validate_topic_name(name: str) -> None:
+    if not name or name in (".", ".."):
+        raise KafkaError(ErrorCode.INVALID_TOPIC, f"topic name {name!r} is illegal")
+    if len(name) > MAX_TOPIC_NAME_LENGTH:
+        raise KafkaError(ErrorCode.INVALID_TOPIC, f"topic name is longer than {MAX_TOPIC_NAME_LENGTH}")
+    if not _LEGAL_TOPIC.fullmatch(name):
+        raise KafkaError(ErrorCode.INVALID_TOPIC, f"topic name {name!r} has characters other than [a-zA-Z0-9._-]")
+
+
+@dataclass(frozen=True, slots=True)
+class TopicSpec:
+    name: str
+    num_partitions: int = -1
+    replication_factor: int = -1
+    assignment: dict[int, list[int]] | None = None
+    configs: Mapping[str, str] | None = None
+
+
+class TopicManager:
+    def __init__(
+        self,
+        store: MetadataStore,
+        replicas: ReplicaManager,
+        broker_id: int,
+        topic_defaults: Mapping[str, str],
+        default_partitions: int,
+        default_replication_factor: int,
+    ) -> None:
+        self.store = store
+        self.replicas = replicas
+        self.broker_id = broker_id
+        self.topic_defaults = dict(topic_defaults)
+        self.default_partitions = default_partitions
+        self.default_replication_factor = default_replication_factor
+
+    def live_brokers(self) -> list[int]:
+        return [self.broker_id]
+
+    def log_config(self, topic_configs: Mapping[str, str]) -> LogConfig:
+        return LogConfig.from_properties({**self.topic_defaults, **topic_configs})
+
+    def start(self) -> None:
+        """Open the logs of every known topic (after a restart)."""
+        for record in self.store.list_topics():
+            self._host(record)
+
+    def _host(self, record: TopicRecord) -> None:
+        config = self.log_config(record.configs)
+        for index, replicas in sorted(record.assignment.items()):
+            if self.broker_id in replicas:
+                self.replicas.host(record.name, index, record.topic_id, config, replicas)
+
+    def create(self, spec: TopicSpec, validate_only: bool = False) -> TopicRecord:
+        validate_topic_name(spec.name)
+        if self.store.get_topic(spec.name) is not None:
+            raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{spec.name}' already exists.")
+        configs = dict(spec.configs or {})
+        self.log_config(configs)  # raises INVALID_CONFIG
+        assignment = spec.assignment or self._plan(spec)
+        record = TopicRecord(name=spec.name, topic_id=uuid.uuid4(), assignment=assignment, configs=configs)
+        if validate_only:
+            return record
+        self.store.create_topic(record.name, record.topic_id, record.assignment, record.configs)
+        self._host(record)
+        log.info("created topic %s with %d partitions", spec.name, len(assignment))
+        return record
+
+    def _plan(self, spec: TopicSpec) -> dict[int, list[int]]:
+        partitions = self.default_partitions if spec.num_partitions == -1 else spec.num_partitions
+        factor = self.default_replication_factor if spec.replication_factor == -1 else spec.replication_factor
+        if partitions < 1:
+            raise KafkaError(ErrorCode.INVALID_PARTITIONS, "Number of partitions must be larger than 0.")
+        if factor < 1:
+            raise KafkaError(ErrorCode.INVALID_REPLICATION_FACTOR, "Replication factor must be larger than 0.")
+        brokers = self.live_brokers()
+        if factor > len(brokers):
+            raise KafkaError(
+                ErrorCode.INVALID_REPLICATION_FACTOR,
+                f"Replication factor: {factor} larger than available brokers: {len(brokers)}.",
+            )
+        return {
+            p: [brokers[(p + r) % len(brokers)] for r in range(factor)] for p in range(partitions)
+        }
+
+    def delete(self, name: str) -> TopicRecord:
+        record = self.require(name)
+        self.store.delete_topic(name)
+        self.replicas.remove_topic(name)
+        log.info("deleted topic %s", name)
+        return record
+
+    def require(self, name: str) -> TopicRecord:
+        record = self.store.get_topic(name)
+        if record is None:
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{name}' does not exist.")
+        return record
+
+    def find_by_id(self, topic_id: uuid.UUID) -> TopicRecord | None:
+        return next((t for t in self.store.list_topics() if t.topic_id == topic_id), None)
+
+    def add_partitions(self, name: str, count: int, validate_only: bool = False) -> None:
+        record = self.require(name)
+        current = len(record.assignment)
+        if count <= current:
+            raise KafkaError(
+                ErrorCode.INVALID_PARTITIONS,
+                f"Topic currently has {current} partitions, which is higher than the requested {count}.",
+            )
+        brokers = self.live_brokers()
+        factor = len(record.assignment[0])
+        new = {p: [brokers[(p + r) % len(brokers)] for r in range(factor)] for p in range(current, count)}
+        if validate_only:
+            return
+        self.store.add_partitions(name, new)
+        self._host(self.require(name))
+
+    def set_configs(self, name: str, configs: Mapping[str, str], validate_only: bool = False) -> None:
+        self.require(name)
+        config = self.log_config(configs)
+        if validate_only:
+            return
+        self.store.set_topic_configs(name, dict(configs))
+        self.replicas.update_config(name, config)

@@ -1,0 +1,132 @@
+"""Request handlers: one module per API, each a thin function from request to response.
+
+A handler module defines `API_KEY`, the version range it serves (`MIN_VERSION`,
+`MAX_VERSION`), optionally `ADVERTISED_MIN` when ApiVersions must advertise older
+versions than it serves (as Kafka 3.9 does), and `async def handle(ctx, request)`
+returning the response body (a mapping), or None for no response (acks=0).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+from protocol.connection import Request, RequestHeader
+
+if TYPE_CHECKING:
+    from kbroker.broker import Broker
+
+
+@dataclass(slots=True)
+class RequestContext:
+    broker: Broker
+    header: RequestHeader
+    peer: str
+
+    @property
+    def version(self) -> int:
+        return self.header.api_version
+
+    @staticmethod
+    def now_ms() -> int:
+        return int(time.time() * 1000)
+
+
+@dataclass(slots=True)
+class HandlerResult:
+    body: Any = None
+    version: int | None = None  # answer at another version than asked (ApiVersions fallback)
+    close: bool = False
+    reason: str = ""
+
+
+class CloseConnection(Exception):
+    """Raised by a handler when Kafka would drop the connection instead of answering."""
+
+
+def _registry() -> dict[int, ModuleType]:
+    from kbroker.handlers import (
+        api_versions,
+        create_partitions,
+        create_topics,
+        delete_records,
+        delete_topics,
+        describe_cluster,
+        describe_configs,
+        fetch,
+        list_offsets,
+        metadata,
+        offset_for_leader_epoch,
+        produce,
+    )
+
+    modules = [
+        api_versions,
+        create_partitions,
+        create_topics,
+        delete_records,
+        delete_topics,
+        describe_cluster,
+        describe_configs,
+        fetch,
+        list_offsets,
+        metadata,
+        offset_for_leader_epoch,
+        produce,
+    ]
+    modules += _optional_modules()
+    return {m.API_KEY: m for m in modules}
+
+
+def _optional_modules() -> list[ModuleType]:
+    """Handler modules that may not exist yet in a partial checkout of the tree."""
+    import importlib
+
+    found = []
+    for name in (
+        "alter_configs",
+        "incremental_alter_configs",
+        "describe_log_dirs",
+        "describe_topic_partitions",
+    ):
+        try:
+            found.append(importlib.import_module(f"kbroker.handlers.{name}"))
+        except ModuleNotFoundError:
+            continue
+    return found
+
+
+HANDLERS: dict[int, ModuleType] = {}
+
+
+def handlers() -> dict[int, ModuleType]:
+    if not HANDLERS:
+        HANDLERS.update(_registry())
+    return HANDLERS
+
+
+def advertised_versions() -> list[tuple[int, int, int]]:
+    """(api key, min, max) for ApiVersions, sorted by key."""
+    return sorted(
+        (key, getattr(m, "ADVERTISED_MIN", m.MIN_VERSION), m.MAX_VERSION) for key, m in handlers().items()
+    )
+
+
+async def dispatch(ctx: RequestContext, request: Request) -> HandlerResult:
+    header = request.header
+    module = handlers().get(header.api_key)
+    if module is None or not module.MIN_VERSION <= header.api_version <= module.MAX_VERSION:
+        if header.api_key == 18:
+            from kbroker.handlers import api_versions
+
+            return api_versions.unsupported_version_response()
+        return HandlerResult(close=True, reason=f"unsupported api {header.api_key} v{header.api_version}")
+    if request.body is None:
+        return HandlerResult(close=True, reason=f"no schema for api {header.api_key} v{header.api_version}")
+    try:
+        body = await module.handle(ctx, request.body)
+    except CloseConnection as e:
+        return HandlerResult(close=True, reason=str(e))
+    return HandlerResult(body=body)

@@ -1,0 +1,37 @@
+"""DeleteTopics: by name (v0-v5) or by name or id (v6+)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from protocol.errors import ErrorCode, KafkaError
+
+from kbroker.handlers import RequestContext
+
+API_KEY = 20
+MIN_VERSION = 0
+MAX_VERSION = 6
+
+
+async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    if ctx.version >= 6:
+        targets = [(t.name, t.topic_id) for t in request.topics]
+    else:
+        targets = [(name, None) for name in request.topic_names]
+    return {"throttle_time_ms": 0, "responses": [_delete(ctx, name, topic_id) for name, topic_id in targets]}
+
+
+def _delete(ctx: RequestContext, name: str | None, topic_id: Any) -> dict[str, Any]:
+    topics = ctx.broker.topics
+    try:
+        if not ctx.broker.config.delete_topic_enable:
+            raise KafkaError(ErrorCode.TOPIC_DELETION_DISABLED)
+        if name is None:
+            record = topics.find_by_id(topic_id)
+            if record is None:
+                raise KafkaError(ErrorCode.UNKNOWN_TOPIC_ID)
+            name = record.name
+        record = topics.delete(name)
+    except KafkaError as e:
+        return {"name": name, "topic_id": topic_id, "error_code": e.code, "error_message": e.message}
+    return {"name": name, "topic_id": record.topic_id, "error_code": ErrorCode.NO_ERROR, "error_message": None}

@@ -1,0 +1,66 @@
+"""Produce: append record batches to partition logs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from protocol.errors import ErrorCode, KafkaError
+
+from kbroker.handlers import CloseConnection, RequestContext
+
+API_KEY = 0
+# v0-v2 carry legacy message sets only; Kafka 3.9 still advertises them, Kafka 4 drops
+# the connection. We advertise like the former and answer like the latter.
+ADVERTISED_MIN = 0
+MIN_VERSION = 3
+MAX_VERSION = 11
+VALID_ACKS = (-1, 0, 1)
+
+
+async def handle(ctx: RequestContext, request: Any) -> dict[str, Any] | None:
+    now_ms = ctx.now_ms()
+    failed = False
+    topics = []
+    for topic in request.topic_data:
+        partitions = []
+        for data in topic.partition_data:
+            result = _append(ctx, request.acks, topic.name, data, now_ms)
+            failed = failed or result["error_code"] != ErrorCode.NO_ERROR
+            partitions.append(result)
+        topics.append({"name": topic.name, "partition_responses": partitions})
+    if request.acks == 0:
+        if failed:
+            # The client expects no answer; closing is how it learns to refresh metadata.
+            raise CloseConnection("produce with acks=0 failed")
+        return None
+    return {"responses": topics, "throttle_time_ms": 0}
+
+
+def _append(ctx: RequestContext, acks: int, topic: str, data: Any, now_ms: int) -> dict[str, Any]:
+    try:
+        if acks not in VALID_ACKS:
+            raise KafkaError(ErrorCode.INVALID_REQUIRED_ACKS)
+        if data.records is None:
+            raise KafkaError(ErrorCode.INVALID_RECORD, "null records")
+        partition = ctx.broker.replicas.get(topic, data.index)
+        info = partition.append_as_leader(data.records, now_ms)
+    except KafkaError as e:
+        return _error(data.index, e)
+    return {
+        "index": data.index,
+        "error_code": ErrorCode.NO_ERROR,
+        "base_offset": info.first_offset,
+        "log_append_time_ms": info.log_append_time,
+        "log_start_offset": info.log_start_offset,
+    }
+
+
+def _error(index: int, error: KafkaError) -> dict[str, Any]:
+    return {
+        "index": index,
+        "error_code": error.code,
+        "base_offset": -1,
+        "log_append_time_ms": -1,
+        "log_start_offset": -1,
+        "error_message": error.message,
+    }
