@@ -6,9 +6,8 @@ import asyncio
 import uuid
 from dataclasses import dataclass, field
 
-from protocol.errors import ErrorCode, KafkaError
-
 from kbroker.storage.log import Log
+from protocol.errors import ErrorCode, KafkaError
 
 
 @dataclass(eq=False)

@@ -6,11 +6,10 @@ import asyncio
 import uuid
 from collections.abc import Iterable
 
-from protocol.errors import ErrorCode, KafkaError
-
 from kbroker.cluster.partition import Partition
 from kbroker.storage.log_config import LogConfig
 from kbroker.storage.log_manager import LogManager
+from protocol.errors import ErrorCode, KafkaError
 
 
 class ReplicaManager:

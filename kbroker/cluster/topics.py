@@ -12,11 +12,10 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from protocol.errors import ErrorCode, KafkaError
-
 from kbroker.cluster.replica_manager import ReplicaManager
 from kbroker.metadata.store import MetadataStore, TopicRecord
 from kbroker.storage.log_config import LogConfig
+from protocol.errors import ErrorCode, KafkaError
 
 log = logging.getLogger("kbroker.topics")
 

@@ -8,6 +8,7 @@ returning the response body (a mapping), or None for no response (acks=0).
 
 from __future__ import annotations
 
+import importlib
 import time
 from dataclasses import dataclass
 from types import ModuleType
@@ -46,56 +47,22 @@ class CloseConnection(Exception):
     """Raised by a handler when Kafka would drop the connection instead of answering."""
 
 
+# Every API this broker answers; a module per API, named after it.
+HANDLER_MODULES = (
+    "api_versions",
+    "create_topics",
+    "delete_topics",
+    "fetch",
+    "init_producer_id",
+    "list_offsets",
+    "metadata",
+    "produce",
+)
+
+
 def _registry() -> dict[int, ModuleType]:
-    from kbroker.handlers import (
-        api_versions,
-        create_partitions,
-        create_topics,
-        delete_records,
-        delete_topics,
-        describe_cluster,
-        describe_configs,
-        fetch,
-        list_offsets,
-        metadata,
-        offset_for_leader_epoch,
-        produce,
-    )
-
-    modules = [
-        api_versions,
-        create_partitions,
-        create_topics,
-        delete_records,
-        delete_topics,
-        describe_cluster,
-        describe_configs,
-        fetch,
-        list_offsets,
-        metadata,
-        offset_for_leader_epoch,
-        produce,
-    ]
-    modules += _optional_modules()
+    modules = [importlib.import_module(f"kbroker.handlers.{name}") for name in HANDLER_MODULES]
     return {m.API_KEY: m for m in modules}
-
-
-def _optional_modules() -> list[ModuleType]:
-    """Handler modules that may not exist yet in a partial checkout of the tree."""
-    import importlib
-
-    found = []
-    for name in (
-        "alter_configs",
-        "incremental_alter_configs",
-        "describe_log_dirs",
-        "describe_topic_partitions",
-    ):
-        try:
-            found.append(importlib.import_module(f"kbroker.handlers.{name}"))
-        except ModuleNotFoundError:
-            continue
-    return found
 
 
 HANDLERS: dict[int, ModuleType] = {}

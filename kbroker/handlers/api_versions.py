@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from protocol.errors import ErrorCode
-
 from kbroker.handlers import HandlerResult, RequestContext, advertised_versions
+from protocol.errors import ErrorCode
 
 API_KEY = 18
 MIN_VERSION = 0

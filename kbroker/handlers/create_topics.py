@@ -5,10 +5,9 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from protocol.errors import ErrorCode, KafkaError
-
 from kbroker.cluster.topics import TopicSpec
 from kbroker.handlers import RequestContext
+from protocol.errors import ErrorCode, KafkaError
 
 API_KEY = 19
 MIN_VERSION = 0

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from protocol.errors import ErrorCode, KafkaError
-
 from kbroker.handlers import RequestContext
+from protocol.errors import ErrorCode, KafkaError
 
 API_KEY = 20
 MIN_VERSION = 0

@@ -10,10 +10,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from protocol.errors import ErrorCode, KafkaError
-
 from kbroker.cluster.partition import Partition
 from kbroker.handlers import RequestContext
+from protocol.errors import ErrorCode, KafkaError
 
 API_KEY = 1
 MIN_VERSION = 4

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from protocol.errors import ErrorCode
-
 from kbroker.handlers import RequestContext
+from protocol.errors import ErrorCode
 
 API_KEY = 22
 MIN_VERSION = 0

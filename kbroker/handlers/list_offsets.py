@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from protocol.errors import ErrorCode, KafkaError
-
 from kbroker.cluster.partition import Partition
 from kbroker.handlers import RequestContext
+from protocol.errors import ErrorCode, KafkaError
 
 API_KEY = 2
 ADVERTISED_MIN = 0

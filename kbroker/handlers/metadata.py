@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from protocol.errors import ErrorCode, KafkaError
-
 from kbroker.cluster.topics import INTERNAL_TOPICS, TopicSpec
 from kbroker.handlers import RequestContext
+from protocol.errors import ErrorCode, KafkaError
 
 API_KEY = 3
 MIN_VERSION = 0

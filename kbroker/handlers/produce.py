@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from protocol.errors import ErrorCode, KafkaError
-
 from kbroker.handlers import CloseConnection, RequestContext
+from protocol.errors import ErrorCode, KafkaError
 
 API_KEY = 0
 # v0-v2 carry legacy message sets only; Kafka 3.9 still advertises them, Kafka 4 drops

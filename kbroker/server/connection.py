@@ -12,10 +12,8 @@ import logging
 import os
 from typing import TYPE_CHECKING
 
-from protocol.connection import FrameTooLarge, MalformedRequest, Request, ServerConnection
-from protocol.errors import ErrorCode
-
 from kbroker.handlers import RequestContext, dispatch
+from protocol.connection import FrameTooLarge, MalformedRequest, Request, ServerConnection
 
 if TYPE_CHECKING:
     from kbroker.broker import Broker

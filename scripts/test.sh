@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Set up everything the test suite needs on a fresh Debian machine, then run it.
+# Usage: scripts/test.sh [pytest args...]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_apt=()
+command -v kcat >/dev/null || need_apt+=(kcat)
+if [ ${#need_apt[@]} -gt 0 ]; then
+    sudo_cmd=""
+    [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
+    $sudo_cmd apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+
+scripts/setup.sh test
+.venv/bin/ruff check .
+exec .venv/bin/python -m pytest "$@"

@@ -1,0 +1,58 @@
+"""Shared fixtures: real broker processes and topics created through a real admin client."""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.brokers import BrokerProcess
+
+_topic_counter = itertools.count()
+
+
+@pytest.fixture(scope="session")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """One broker shared by the session's tests; tests use their own topics."""
+    process = BrokerProcess(tmp_path_factory.mktemp("broker")).start()
+    yield process
+    if process.alive:
+        assert process.stop() == 0, process.log_text()
+
+
+@pytest.fixture
+def make_broker(tmp_path: Path) -> Iterator[Callable[..., BrokerProcess]]:
+    """Brokers a test owns (for restarts and kills); all are stopped afterwards."""
+    started: list[BrokerProcess] = []
+
+    def make(**overrides: str) -> BrokerProcess:
+        process = BrokerProcess(tmp_path / f"broker{len(started)}", overrides=overrides)
+        started.append(process)
+        return process.start()
+
+    yield make
+    for process in started:
+        process.kill()
+
+
+def create_topic(bootstrap: str, name: str, partitions: int = 1, configs: dict[str, str] | None = None) -> str:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics([NewTopic(name, partitions, 1, config=configs or {})], operation_timeout=10)
+    futures[name].result(timeout=30)
+    return name
+
+
+@pytest.fixture
+def new_topic(broker: BrokerProcess, request: pytest.FixtureRequest) -> Callable[..., str]:
+    """Create a uniquely named topic on the session broker."""
+
+    def make(partitions: int = 1, configs: dict[str, str] | None = None) -> str:
+        base = re.sub(r"[^a-zA-Z0-9._-]", "-", request.node.name)[:180]
+        return create_topic(broker.bootstrap, f"{base}-{next(_topic_counter)}", partitions, configs)
+
+    return make
