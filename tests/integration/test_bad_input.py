@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import random
 import socket
 import struct
@@ -117,10 +118,8 @@ def test_fuzzed_frames_never_kill_the_broker(broker, new_topic) -> None:
     while sent < FUZZ_FRAMES:  # the rest pipelined, many frames per connection
         with socket.create_connection(("127.0.0.1", broker.port), timeout=5) as sock:
             burst = [mutate(rng.choice(seeds), rng) for _ in range(50)]
-            try:
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
                 sock.sendall(b"".join(struct.pack(">i", len(f)) + f for f in burst))
-            except (BrokenPipeError, ConnectionResetError):
-                pass
             sent += len(burst)
         bystander.request(18, 3, {})
     assert broker.alive, broker.log_text()

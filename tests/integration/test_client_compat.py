@@ -134,10 +134,8 @@ def kafka_python_round_trip(bootstrap: str, topic: str, codec: str, messages: li
     consumer.assign(partitions)
     consumer.seek_to_beginning(*partitions)
     received: dict[int, list[Message]] = defaultdict(list)
-    total = 0
-    for record in consumer:
+    for total, record in enumerate(consumer, start=1):
         received[record.partition].append((record.key, record.value, list(record.headers), record.timestamp))
-        total += 1
         if total == len(messages):
             break
     consumer.close()
