@@ -31,17 +31,22 @@ class Broker:
             directory.mkdir(parents=True, exist_ok=True)
         self.cluster_id = load_or_create_meta(log_dirs, config.broker_id, config.cluster_id)
         self.store = LocalMetadataStore(log_dirs[0])
-        self.log_manager = LogManager(log_dirs, retention_check_interval_ms=config.log_retention_check_interval_ms)
+        self.configs = ConfigService(self)
+        self.log_manager = LogManager(
+            log_dirs,
+            retention_check_interval_ms=config.log_retention_check_interval_ms,
+            cleaner_backoff_ms=config.log_cleaner_backoff_ms,
+            checkpoint_interval_ms=config.checkpoint_interval_ms,
+        )
         self.replicas = ReplicaManager(config.broker_id, self.log_manager)
         self.topics = TopicManager(
             self.store,
             self.replicas,
             config.broker_id,
-            config.topic_defaults(),
+            self.configs.topic_defaults(),
             config.num_partitions,
             config.default_replication_factor,
         )
-        self.configs = ConfigService(self)
         self.producer_ids = ProducerIdManager(log_dirs[0])
         self.server = Server(self)
         self.bound: list[tuple[str, str, int]] = []  # (listener name, host, port)

@@ -140,6 +140,12 @@ class TopicManager:
         self.store.add_partitions(name, new)
         self._host(self.require(name))
 
+    def set_defaults(self, topic_defaults: Mapping[str, str]) -> None:
+        """New broker-level defaults: every topic without its own override follows them."""
+        self.topic_defaults = dict(topic_defaults)
+        for record in self.store.list_topics():
+            self.replicas.update_config(record.name, self.log_config(record.configs))
+
     def set_configs(self, name: str, configs: Mapping[str, str], validate_only: bool = False) -> None:
         self.require(name)
         config = self.log_config(configs)

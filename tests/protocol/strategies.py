@@ -91,7 +91,7 @@ def _derive(con: Construct) -> st.SearchStrategy[Any]:
     if isinstance(con, KStruct):
         required = {f.name: value_strategy(f.con) for f in con.fields}
         optional = {f.name: value_strategy(f.con) for f in con.tagged.values()}
-        return st.fixed_dictionaries(required, optional=optional)
+        return _nullable(con, st.fixed_dictionaries(required, optional=optional))
     if isinstance(con, KArray):
         return _nullable(con, st.lists(value_strategy(con.element), max_size=MAX_ARRAY))
     if isinstance(con, KString):
@@ -115,7 +115,7 @@ def normalise(value: Any) -> Any:
 
 def expected_parse(con: Construct, value: Any) -> Any:
     """What parsing `build(con, value)` must return, normalised."""
-    if isinstance(con, KStruct):
+    if isinstance(con, KStruct) and not (value is None and getattr(con, "nullable", False)):
         out: dict[str, Any] = {}
         for f in con.fields:
             out[f.name] = expected_parse(f.con, value[f.name] if f.name in value else f.default_value())

@@ -1,0 +1,373 @@
+"""Broker configuration: Kafka's `server.properties` names, defaults and synonyms.
+
+Topic-level settings have broker-level defaults under other names (`log.retention.ms` is the
+default of `retention.ms`); `TOPIC_CONFIG_SYNONYMS` maps one to the other, in Kafka's order of
+precedence. Unknown properties are logged and ignored, as Kafka does.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import socket
+import tempfile
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kbroker.storage.log_config import TOPIC_CONFIG_DEFAULTS, LogConfig
+from protocol.errors import KafkaError
+
+log = logging.getLogger("kbroker.config")
+
+META_FILE = "meta.properties"
+
+
+class ConfigError(Exception):
+    """A configuration the broker cannot start with."""
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigDef:
+    name: str
+    parse: Callable[[str], Any]
+    default: str | None
+    doc: str
+    dynamic: bool = False  # changeable at runtime through AlterConfigs
+
+
+def _int(text: str) -> int:
+    return int(text.strip())
+
+
+def _bool(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered not in ("true", "false"):
+        raise ValueError(f"expected true or false, got {text!r}")
+    return lowered == "true"
+
+
+def _str(text: str) -> str:
+    return text.strip()
+
+
+def _list(text: str) -> list[str]:
+    return [item.strip() for item in text.split(",") if item.strip()]
+
+
+_DEFS = [
+    ConfigDef("broker.id", _int, "0", "The id of this broker (node.id is a synonym)."),
+    ConfigDef("node.id", _int, None, "Synonym of broker.id."),
+    ConfigDef("listeners", _str, "PLAINTEXT://127.0.0.1:9092", "Addresses to listen on."),
+    ConfigDef("advertised.listeners", _str, None, "Addresses clients are told to use (default: listeners)."),
+    ConfigDef("log.dirs", _str, None, "Directories holding partition logs (comma separated)."),
+    ConfigDef("log.dir", _str, os.path.join(tempfile.gettempdir(), "kbroker-logs"), "Used when log.dirs is unset."),
+    ConfigDef("cluster.id", _str, None, "Cluster id to use when log dirs are new (default: random)."),
+    ConfigDef("zookeeper.connect", _str, None, "ZooKeeper connect string; unset runs the embedded single node."),
+    ConfigDef("num.partitions", _int, "1", "Partitions of auto-created topics and topics created without a count."),
+    ConfigDef("default.replication.factor", _int, "1", "Replication factor of auto-created topics."),
+    ConfigDef("auto.create.topics.enable", _bool, "true", "Create a topic when Metadata asks for an unknown one."),
+    ConfigDef("delete.topic.enable", _bool, "true", "Allow DeleteTopics."),
+    ConfigDef("socket.request.max.bytes", _int, "104857600", "Largest request frame accepted."),
+    ConfigDef("log.retention.check.interval.ms", _int, "300000", "How often retention runs."),
+    ConfigDef("log.cleaner.enable", _bool, "true", "Run compaction for cleanup.policy=compact topics."),
+    ConfigDef("log.cleaner.backoff.ms", _int, "15000", "Pause between compaction passes."),
+    ConfigDef("log.flush.offset.checkpoint.interval.ms", _int, "60000", "How often recovery points are saved."),
+    ConfigDef("log.flush.scheduler.interval.ms", _int, "9223372036854775807", "Kept for compatibility."),
+    # Broker-level defaults of topic configs (see TOPIC_CONFIG_SYNONYMS).
+    ConfigDef("log.segment.bytes", _int, "1073741824", "Default segment.bytes.", True),
+    ConfigDef("log.roll.ms", _int, None, "Default segment.ms.", True),
+    ConfigDef("log.roll.hours", _int, "168", "Default segment.ms, in hours."),
+    ConfigDef("log.roll.jitter.ms", _int, None, "Default segment.jitter.ms.", True),
+    ConfigDef("log.roll.jitter.hours", _int, "0", "Default segment.jitter.ms, in hours."),
+    ConfigDef("log.retention.ms", _int, None, "Default retention.ms.", True),
+    ConfigDef("log.retention.minutes", _int, None, "Default retention.ms, in minutes."),
+    ConfigDef("log.retention.hours", _int, "336", "Default retention.ms, in hours (two weeks)."),
+    ConfigDef("log.retention.bytes", _int, "-1", "Default retention.bytes.", True),
+    ConfigDef("log.cleanup.policy", _str, "delete", "Default cleanup.policy.", True),
+    ConfigDef("log.cleaner.delete.retention.ms", _int, "86400000", "Default delete.retention.ms.", True),
+    ConfigDef("log.cleaner.min.compaction.lag.ms", _int, "0", "Default min.compaction.lag.ms.", True),
+    ConfigDef("log.cleaner.max.compaction.lag.ms", _int, "9223372036854775807", "Default max.compaction.lag.ms.", True),
+    ConfigDef("log.cleaner.min.cleanable.ratio", _str, "0.5", "Default min.cleanable.dirty.ratio.", True),
+    ConfigDef("message.max.bytes", _int, "1048588", "Default max.message.bytes.", True),
+    ConfigDef("log.message.timestamp.type", _str, "CreateTime", "Default message.timestamp.type.", True),
+    ConfigDef("log.message.timestamp.before.max.ms", _int, "9223372036854775807", "Default.", True),
+    ConfigDef("log.message.timestamp.after.max.ms", _int, "3600000", "Default.", True),
+    ConfigDef("log.message.timestamp.difference.max.ms", _int, "9223372036854775807", "Default.", True),
+    ConfigDef("log.flush.interval.messages", _int, "9223372036854775807", "Default flush.messages.", True),
+    ConfigDef("log.flush.interval.ms", _int, None, "Default flush.ms.", True),
+    ConfigDef("log.index.size.max.bytes", _int, "10485760", "Default segment.index.bytes.", True),
+    ConfigDef("log.index.interval.bytes", _int, "4096", "Default index.interval.bytes.", True),
+    ConfigDef("log.segment.delete.delay.ms", _int, "60000", "Default file.delete.delay.ms.", True),
+    ConfigDef("log.preallocate", _bool, "false", "Default preallocate.", True),
+    ConfigDef("compression.type", _str, "producer", "Default compression.type.", True),
+    ConfigDef("min.insync.replicas", _int, "1", "Default min.insync.replicas.", True),
+    ConfigDef("unclean.leader.election.enable", _bool, "false", "Default unclean.leader.election.enable.", True),
+]
+BROKER_CONFIG_DEFS: dict[str, ConfigDef] = {d.name: d for d in _DEFS}
+
+HOUR_MS = 3_600_000
+MINUTE_MS = 60_000
+
+# topic config -> broker configs that set its default, highest precedence first, with the
+# factor that turns the broker value into the topic's unit.
+TOPIC_CONFIG_SYNONYMS: dict[str, list[tuple[str, int]]] = {
+    "segment.bytes": [("log.segment.bytes", 1)],
+    "segment.ms": [("log.roll.ms", 1), ("log.roll.hours", HOUR_MS)],
+    "segment.jitter.ms": [("log.roll.jitter.ms", 1), ("log.roll.jitter.hours", HOUR_MS)],
+    "retention.ms": [("log.retention.ms", 1), ("log.retention.minutes", MINUTE_MS), ("log.retention.hours", HOUR_MS)],
+    "retention.bytes": [("log.retention.bytes", 1)],
+    "cleanup.policy": [("log.cleanup.policy", 1)],
+    "delete.retention.ms": [("log.cleaner.delete.retention.ms", 1)],
+    "min.compaction.lag.ms": [("log.cleaner.min.compaction.lag.ms", 1)],
+    "max.compaction.lag.ms": [("log.cleaner.max.compaction.lag.ms", 1)],
+    "min.cleanable.dirty.ratio": [("log.cleaner.min.cleanable.ratio", 1)],
+    "max.message.bytes": [("message.max.bytes", 1)],
+    "message.timestamp.type": [("log.message.timestamp.type", 1)],
+    "message.timestamp.before.max.ms": [("log.message.timestamp.before.max.ms", 1)],
+    "message.timestamp.after.max.ms": [("log.message.timestamp.after.max.ms", 1)],
+    "message.timestamp.difference.max.ms": [("log.message.timestamp.difference.max.ms", 1)],
+    "flush.messages": [("log.flush.interval.messages", 1)],
+    "flush.ms": [("log.flush.interval.ms", 1)],
+    "segment.index.bytes": [("log.index.size.max.bytes", 1)],
+    "index.interval.bytes": [("log.index.interval.bytes", 1)],
+    "file.delete.delay.ms": [("log.segment.delete.delay.ms", 1)],
+    "preallocate": [("log.preallocate", 1)],
+    "compression.type": [("compression.type", 1)],
+    "min.insync.replicas": [("min.insync.replicas", 1)],
+    "unclean.leader.election.enable": [("unclean.leader.election.enable", 1)],
+}
+
+
+# -- properties files -----------------------------------------------------------------------------
+
+_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """Java `.properties` syntax: `key=value`, `key:value` or `key value`; `#`/`!` comments;
+    a trailing backslash continues the line."""
+    result: dict[str, str] = {}
+    logical = ""
+    for raw in text.splitlines():
+        line = raw.lstrip()
+        if not logical and (not line or line[0] in "#!"):
+            continue
+        if _continues(line):
+            logical += line[:-1]
+            continue
+        logical += line
+        key, value = _split_property(logical)
+        result[key] = value
+        logical = ""
+    if logical:
+        key, value = _split_property(logical)
+        result[key] = value
+    return result
+
+
+def _continues(line: str) -> bool:
+    trailing = len(line) - len(line.rstrip("\\"))
+    return trailing % 2 == 1
+
+
+def _split_property(line: str) -> tuple[str, str]:
+    match = re.match(r"((?:\\.|[^=:\s\\])*)\s*[=:]?\s*(.*)$", line, re.DOTALL)
+    assert match is not None  # the pattern matches any string
+    return _unescape(match.group(1)), _unescape(match.group(2).rstrip())
+
+
+def _unescape(text: str) -> str:
+    return re.sub(r"\\(.)", lambda m: _ESCAPES.get(m.group(1), m.group(1)), text)
+
+
+# -- listeners ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Listener:
+    name: str
+    host: str
+    port: int
+
+
+def parse_listeners(text: str, what: str) -> list[Listener]:
+    listeners = []
+    for item in _list(text):
+        match = re.fullmatch(r"([A-Za-z0-9_]+)://(\[[^\]]*\]|[^:]*):(\d+)", item)
+        if match is None:
+            raise ConfigError(f"{what}: {item!r} is not NAME://host:port")
+        host = match.group(2).strip("[]")
+        listeners.append(Listener(match.group(1).upper(), host, int(match.group(3))))
+    if not listeners:
+        raise ConfigError(f"{what} is empty")
+    names = [listener.name for listener in listeners]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"{what}: each listener needs its own name")
+    return listeners
+
+
+# -- the broker's configuration -------------------------------------------------------------------
+
+
+class BrokerConfig:
+    """Parsed static configuration of one broker."""
+
+    def __init__(self, props: Mapping[str, str]) -> None:
+        self.raw = dict(props)
+        for name in sorted(set(props) - set(BROKER_CONFIG_DEFS)):
+            log.warning("ignoring unknown property %s", name)
+        self.values: dict[str, Any] = {}
+        for definition in _DEFS:
+            text = props.get(definition.name, definition.default)
+            if text is None:
+                self.values[definition.name] = None
+                continue
+            try:
+                self.values[definition.name] = definition.parse(text)
+            except ValueError as e:
+                raise ConfigError(f"invalid value {text!r} for {definition.name}: {e}") from None
+        node_id = self.values["node.id"]
+        self.broker_id: int = node_id if node_id is not None and "broker.id" not in props else self.values["broker.id"]
+        if self.broker_id < 0:
+            raise ConfigError("broker.id must be 0 or more")
+        self.log_dirs: list[str] = _list(self.values["log.dirs"] or self.values["log.dir"])
+        if not self.log_dirs:
+            raise ConfigError("log.dirs is empty")
+        self.cluster_id: str | None = self.values["cluster.id"]
+        self.zookeeper_connect: str | None = self.values["zookeeper.connect"]
+        self.num_partitions: int = self.values["num.partitions"]
+        self.default_replication_factor: int = self.values["default.replication.factor"]
+        self.auto_create_topics_enable: bool = self.values["auto.create.topics.enable"]
+        self.delete_topic_enable: bool = self.values["delete.topic.enable"]
+        self.socket_request_max_bytes: int = self.values["socket.request.max.bytes"]
+        self.log_retention_check_interval_ms: int = self.values["log.retention.check.interval.ms"]
+        self.log_cleaner_enable: bool = self.values["log.cleaner.enable"]
+        self.log_cleaner_backoff_ms: int = self.values["log.cleaner.backoff.ms"]
+        self.checkpoint_interval_ms: int = self.values["log.flush.offset.checkpoint.interval.ms"]
+        self._listeners = parse_listeners(self.values["listeners"], "listeners")
+        advertised = self.values["advertised.listeners"]
+        self._advertised = parse_listeners(advertised, "advertised.listeners") if advertised else None
+        if self.num_partitions < 1:
+            raise ConfigError("num.partitions must be at least 1")
+        try:
+            LogConfig.from_properties(self.topic_defaults())
+        except KafkaError as e:
+            raise ConfigError(e.message) from None
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str] | None, overrides: Iterable[str] = ()) -> BrokerConfig:
+        props = parse_properties(Path(path).read_text()) if path else {}
+        for override in overrides:
+            key, sep, value = override.partition("=")
+            if not sep or not key.strip():
+                raise ConfigError(f"--override {override!r} is not key=value")
+            props[key.strip()] = value.strip()
+        return cls(props)
+
+    def get(self, name: str) -> Any:
+        return self.values.get(name)
+
+    def listeners_parsed(self) -> list[Listener]:
+        return list(self._listeners)
+
+    def advertised_listeners_parsed(self) -> list[Listener]:
+        """What clients are told; a wildcard or empty host becomes this machine's name."""
+        chosen = self._advertised or self._listeners
+        result = []
+        for listener in chosen:
+            host = listener.host
+            if host in ("", "0.0.0.0", "::"):
+                host = socket.getfqdn()
+            result.append(Listener(listener.name, host, listener.port))
+        return result
+
+    def topic_defaults(self, dynamic: Mapping[str, tuple[str, str]] | None = None) -> dict[str, str]:
+        """Topic config values implied by broker configs (see `topic_default_entries`)."""
+        return {name: value for name, (value, _, _) in self.topic_default_entries(dynamic).items()}
+
+    def topic_default_entries(
+        self, dynamic: Mapping[str, tuple[str, str]] | None = None
+    ) -> dict[str, tuple[str, str, str]]:
+        """topic config -> (value, config that set it, source) for every topic config.
+
+        `dynamic` maps broker config names to (value, 'dynamic' | 'dynamic-default'). Sources
+        rank dynamic per-broker, dynamic cluster default, server.properties, built-in default;
+        within a source the synonyms rank as listed in TOPIC_CONFIG_SYNONYMS.
+        """
+        dynamic = dynamic or {}
+        layers: list[tuple[str, Mapping[str, str | None]]] = [
+            ("dynamic", {k: v for k, (v, s) in dynamic.items() if s == "dynamic"}),
+            ("dynamic-default", {k: v for k, (v, s) in dynamic.items() if s == "dynamic-default"}),
+            ("static", self.raw),
+            ("default", {name: d.default for name, d in BROKER_CONFIG_DEFS.items()}),
+        ]
+        result: dict[str, tuple[str, str, str]] = {}
+        for topic_name, default in TOPIC_CONFIG_DEFAULTS.items():
+            result[topic_name] = _first_set(TOPIC_CONFIG_SYNONYMS.get(topic_name, []), layers) or (
+                default, topic_name, "default"
+            )
+        return result
+
+
+def _first_set(
+    synonyms: list[tuple[str, int]], layers: list[tuple[str, Mapping[str, str | None]]]
+) -> tuple[str, str, str] | None:
+    for source, values in layers:
+        for broker_name, factor in synonyms:
+            text = values.get(broker_name)
+            if text is not None:
+                value = str(int(text) * factor) if factor != 1 else text.strip()
+                return value, broker_name, source
+    return None
+
+
+# -- meta.properties ------------------------------------------------------------------------------
+
+
+def new_cluster_id() -> str:
+    """Kafka's form: a random UUID in URL-safe base64 without padding."""
+    import base64
+
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+def load_or_create_meta(log_dirs: Iterable[Path], broker_id: int, cluster_id: str | None) -> str:
+    """Check every log dir's meta.properties against this broker; write it where missing.
+
+    Returns the cluster id, which is fixed by the first log dir that has one.
+    """
+    dirs = list(log_dirs)
+    found: dict[Path, dict[str, str]] = {}
+    for directory in dirs:
+        meta = directory / META_FILE
+        if meta.exists():
+            found[directory] = parse_properties(meta.read_text())
+    for directory, props in found.items():
+        stored_id = int(props.get("broker.id", props.get("node.id", "-1")))
+        if stored_id != broker_id:
+            raise ConfigError(
+                f"{directory / META_FILE} belongs to broker {stored_id}, but this is broker.id {broker_id}"
+            )
+        stored_cluster = props.get("cluster.id")
+        if stored_cluster:
+            if cluster_id and cluster_id != stored_cluster:
+                raise ConfigError(f"{directory / META_FILE} has cluster.id {stored_cluster}, not {cluster_id}")
+            cluster_id = stored_cluster
+    cluster_id = cluster_id or new_cluster_id()
+    for directory in dirs:
+        if directory not in found:
+            _write_atomically(directory / META_FILE, f"version=0\nbroker.id={broker_id}\ncluster.id={cluster_id}\n")
+    return cluster_id
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)

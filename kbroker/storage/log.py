@@ -1,0 +1,713 @@
+"""One partition's log: an ordered run of segments in `<topic>-<partition>/`.
+
+Appends validate batch headers (framing, magic, CRC, sizes), patch base offsets and leader
+epochs in place and write the bytes: O(batches), records are never decoded except for the
+null-key check of compacted topics. Reads return file slices. Recovery after an unclean stop
+verifies batches from the recovery point, cuts at the first bad byte and rebuilds indexes.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import shutil
+import struct
+import time
+from bisect import bisect_right
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from kbroker.storage.batch_records import records_of
+from kbroker.storage.batch_scan import MIN_BATCH_LENGTH, CorruptBatch, scan_batches
+from kbroker.storage.index import CorruptIndex, segment_file_name
+from kbroker.storage.leader_epoch import LeaderEpochCache
+from kbroker.storage.log_config import LONG_MAX, LogConfig
+from kbroker.storage.segment import DELETED_SUFFIX, LogSegment, ReadResult
+from protocol.errors import ErrorCode, KafkaError
+from protocol.records import (
+    CURRENT_MAGIC,
+    LOG_OVERHEAD,
+    MAGIC_OFFSET,
+    NO_TIMESTAMP,
+    TIMESTAMP_TYPE_BIT,
+    BatchHeader,
+    crc_ok,
+    read_header,
+    set_base_offset,
+    set_log_append_time,
+    set_partition_leader_epoch,
+)
+
+log = logging.getLogger("kbroker.storage")
+
+Clock = Callable[[], int]
+CLEANED_SUFFIX = ".cleaned"
+SWAP_SUFFIX = ".swap"
+HIGH_WATERMARK = -1  # DeleteRecords' "up to the high watermark"
+LEGACY_RECORD_OVERHEAD = 14  # the smallest message of any format (v0), as Kafka's framing check uses
+_INT32 = struct.Struct(">i")
+
+
+def wall_clock_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def parse_log_dir_name(name: str) -> tuple[str, int] | None:
+    """`<topic>-<partition>` -> (topic, partition); None for anything else."""
+    topic, sep, partition = name.rpartition("-")
+    if not sep or not topic or not partition.isdigit():
+        return None
+    return topic, int(partition)
+
+
+class UnexpectedAppendOffset(KafkaError):
+    """A follower append whose offsets do not continue the log (Kafka's UnexpectedAppendOffsetException)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(ErrorCode.UNKNOWN_SERVER_ERROR, message)
+
+
+@dataclass(frozen=True, slots=True)
+class AppendInfo:
+    first_offset: int
+    last_offset: int
+    log_append_time: int  # -1 for CreateTime
+    log_start_offset: int
+    max_timestamp: int
+    record_count: int
+
+
+class Log:
+    def __init__(
+        self,
+        directory: Path,
+        config: LogConfig,
+        *,
+        log_start_offset: int = 0,
+        recovery_point: int = 0,
+        high_watermark: int = 0,
+        had_clean_shutdown: bool = False,
+        clock: Clock = wall_clock_ms,
+    ) -> None:
+        parsed = parse_log_dir_name(directory.name)
+        if parsed is None:
+            raise ValueError(f"{directory} is not named <topic>-<partition>")
+        self.topic, self.partition = parsed
+        self.directory = directory
+        self.config = config
+        self.clock = clock
+        self.log_start_offset = log_start_offset
+        self.recovery_point = recovery_point
+        self.cleaner_checkpoint = 0  # first offset the cleaner has not compacted yet
+        self.earliest_delete_horizon = LONG_MAX  # when retained tombstones become removable
+        self.last_flush_ms = clock()
+        self._segments: list[LogSegment] = []
+        self._bases: list[int] = []
+        self._doomed: list[tuple[int, LogSegment]] = []  # (delete at ms, renamed segment)
+        self._log_end_offset = 0
+        self._high_watermark = 0
+        directory.mkdir(parents=True, exist_ok=True)
+        self.epochs = LeaderEpochCache(directory)
+        self._load(had_clean_shutdown)
+        self.high_watermark = high_watermark
+
+    @property
+    def name(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+    def __repr__(self) -> str:
+        return f"Log({self.name}, start={self.log_start_offset}, end={self._log_end_offset})"
+
+    # -- state ------------------------------------------------------------------------------------
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._log_end_offset
+
+    @property
+    def high_watermark(self) -> int:
+        return self._high_watermark
+
+    @high_watermark.setter
+    def high_watermark(self, offset: int) -> None:
+        self._high_watermark = min(max(offset, self.log_start_offset), self._log_end_offset)
+
+    @property
+    def segments(self) -> tuple[LogSegment, ...]:
+        return tuple(self._segments)
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self._segments[-1]
+
+    @property
+    def size_in_bytes(self) -> int:
+        return sum(segment.size for segment in self._segments)
+
+    @property
+    def latest_epoch(self) -> int:
+        return self.epochs.latest_epoch
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """OffsetForLeaderEpoch: (epoch, end offset), Kafka's semantics (see LeaderEpochCache)."""
+        return self.epochs.end_offset_for(epoch, self._log_end_offset)
+
+    # -- loading and recovery -------------------------------------------------------------------
+
+    def _load(self, had_clean_shutdown: bool) -> None:
+        self._remove_leftovers()
+        self._complete_swaps()
+        bases = sorted(_segment_bases(self.directory, ".log"))
+        now = self.clock()
+        for base in bases:
+            self._add_segment(self._segment(base, now, fresh=False))
+        recover_from = None if had_clean_shutdown else self._segment_base_for(self.recovery_point)
+        for position, segment in enumerate(list(self._segments)):
+            if recover_from is not None and segment.base_offset >= recover_from:
+                cut = self._recover_segment(segment)
+            else:
+                cut = self._load_segment(segment)
+            if cut:
+                self._drop_segments_after(position)
+                break
+        if not self._segments:
+            self._add_segment(self._segment(self.log_start_offset, now, fresh=True))
+        self._log_end_offset = self.active_segment.next_offset
+        self.log_start_offset = max(self.log_start_offset, self._segments[0].base_offset)
+        if self.log_start_offset > self._log_end_offset:
+            self.truncate_fully_and_start_at(self.log_start_offset)
+        if recover_from is not None:
+            self._flush_segments(self._segments)  # what recovery kept is now known to be on disk
+        self.recovery_point = self._log_end_offset
+        self.cleaner_checkpoint = self.log_start_offset
+        self.epochs.truncate_from_end(self._log_end_offset)
+        self.epochs.truncate_from_start(self.log_start_offset)
+
+    def _remove_leftovers(self) -> None:
+        """Files a previous run left half-done: deletions, unfinished cleanings, orphan indexes."""
+        for path in self.directory.iterdir():
+            name = path.name
+            if name.endswith((DELETED_SUFFIX, CLEANED_SUFFIX, ".tmp")):
+                path.unlink(missing_ok=True)
+        logs = set(_segment_bases(self.directory, ".log")) | set(_segment_bases(self.directory, ".log.swap"))
+        for suffix in (".index", ".timeindex"):
+            for base in set(_segment_bases(self.directory, suffix)) - logs:
+                (self.directory / segment_file_name(base, suffix)).unlink(missing_ok=True)
+
+    def _complete_swaps(self) -> None:
+        """A `.log.swap` is a finished cleaning: it replaces the segments whose offsets it covers."""
+        for base in sorted(_segment_bases(self.directory, ".log.swap")):
+            swap = self.directory / segment_file_name(base, ".log.swap")
+            last = _last_offset_in_file(swap, base)
+            for old in _segment_bases(self.directory, ".log"):
+                if base <= old <= last:
+                    for suffix in (".log", ".index", ".timeindex"):
+                        (self.directory / segment_file_name(old, suffix)).unlink(missing_ok=True)
+            for suffix in (".index", ".timeindex"):
+                (self.directory / segment_file_name(base, suffix)).unlink(missing_ok=True)
+            os.replace(swap, self.directory / segment_file_name(base, ".log"))
+            log.info("%s: completed an interrupted compaction swap of segment %d", self.name, base)
+
+    def _load_segment(self, segment: LogSegment) -> int:
+        try:
+            segment.load()
+            return 0
+        except (CorruptIndex, CorruptBatch) as e:
+            log.info("%s: rebuilding the indexes of segment %s: %s", self.name, segment.name, e)
+            return self._recover_segment(segment)
+
+    def _recover_segment(self, segment: LogSegment) -> int:
+        size = segment.size
+        cut, position, reason = segment.recover()
+        if cut:
+            log.warning(
+                "%s: recovery truncated segment %s at position %d (of %d bytes), cutting %d bytes: %s",
+                self.name, segment.name, position, size, cut, reason,
+            )
+        return cut
+
+    def _drop_segments_after(self, position: int) -> None:
+        later = self._segments[position + 1 :]
+        for segment in later:
+            log.warning("%s: deleting segment %s, which follows a corrupted one", self.name, segment.name)
+            segment.delete_files()
+        del self._segments[position + 1 :]
+        del self._bases[position + 1 :]
+
+    # -- segments ---------------------------------------------------------------------------------
+
+    def _segment(self, base_offset: int, now_ms: int, *, fresh: bool) -> LogSegment:
+        jitter = self.config.segment_jitter_ms
+        return LogSegment(
+            self.directory,
+            base_offset,
+            index_interval_bytes=self.config.index_interval_bytes,
+            max_index_bytes=self.config.segment_index_bytes,
+            now_ms=now_ms,
+            roll_jitter_ms=random.randrange(jitter) if jitter > 0 else 0,
+            fresh=fresh,
+        )
+
+    def _add_segment(self, segment: LogSegment) -> None:
+        slot = bisect_right(self._bases, segment.base_offset)
+        self._segments.insert(slot, segment)
+        self._bases.insert(slot, segment.base_offset)
+
+    def _segment_base_for(self, offset: int) -> int:
+        slot = max(bisect_right(self._bases, offset) - 1, 0)
+        return self._bases[slot] if self._bases else 0
+
+    def _segment_slot(self, offset: int) -> int:
+        return max(bisect_right(self._bases, offset) - 1, 0)
+
+    def _schedule_deletion(self, segments: Sequence[LogSegment], now_ms: int) -> None:
+        """Take segments out of the log; their files go after file.delete.delay.ms (reads in flight)."""
+        doomed = {id(segment) for segment in segments}
+        kept = [segment for segment in self._segments if id(segment) not in doomed]
+        self._segments = kept
+        self._bases = [segment.base_offset for segment in kept]
+        due = now_ms + self.config.file_delete_delay_ms
+        for segment in segments:
+            segment.rename_to_deleted()
+            self._doomed.append((due, segment))
+
+    def delete_expired_files(self, now_ms: int) -> int:
+        """Close and unlink segments whose deletion delay has passed."""
+        due = [segment for at, segment in self._doomed if at <= now_ms]
+        self._doomed = [(at, segment) for at, segment in self._doomed if at > now_ms]
+        for segment in due:
+            segment.delete_files()
+        return len(due)
+
+    def replace_segments(self, old: Sequence[LogSegment], swap: Path, now_ms: int) -> LogSegment:
+        """Put the cleaner's `swap` file (`<base>.log.swap`) in place of the segments `old`.
+
+        Kafka's order, so a crash at any point recovers (see `_complete_swaps`): the old files
+        are renamed `.deleted`, then the swap file takes the first one's name.
+        """
+        base = old[0].base_offset
+        self._schedule_deletion(old, now_ms)
+        os.replace(swap, self.directory / segment_file_name(base, ".log"))
+        segment = self._segment(base, now_ms, fresh=False)
+        segment.recover()  # builds its indexes
+        segment.on_become_inactive()
+        self._add_segment(segment)
+        return segment
+
+    def roll(self, now_ms: int | None = None, base_offset: int | None = None) -> LogSegment:
+        """Start a new active segment at the log end (or at `base_offset` if that is later)."""
+        now = self.clock() if now_ms is None else now_ms
+        new_base = max(self._log_end_offset, base_offset or 0)
+        active = self.active_segment
+        if active.is_empty:
+            if active.base_offset == new_base:
+                return active
+            self._segments.pop()
+            self._bases.pop()
+            active.delete_files()
+        else:
+            active.on_become_inactive()
+        segment = self._segment(new_base, now, fresh=True)
+        self._add_segment(segment)
+        return segment
+
+    def _maybe_roll(self, size: int, headers: Sequence[BatchHeader], now_ms: int) -> LogSegment:
+        segment = self.active_segment
+        max_timestamp = max(header.max_timestamp for header in headers)
+        config = self.config
+        if (
+            segment.size > config.segment_bytes - size
+            or (not segment.is_empty
+                and segment.time_waited_for_roll(now_ms, max_timestamp) > config.segment_ms - segment.roll_jitter_ms)
+            or segment.offset_index.is_full
+            or segment.time_index.is_full
+            or not segment.can_hold_offset(headers[-1].last_offset)
+        ):
+            return self.roll(now_ms, headers[0].base_offset)
+        return segment
+
+    # -- appending --------------------------------------------------------------------------------
+
+    def append_as_leader(
+        self, batches: bytes | bytearray | memoryview, leader_epoch: int, now_ms: int
+    ) -> AppendInfo:
+        """Validate client batches, assign offsets from the log end, and append them.
+
+        Raises KafkaError: CORRUPT_MESSAGE (framing, CRC), UNSUPPORTED_FOR_MESSAGE_FORMAT
+        (magic 0/1), MESSAGE_TOO_LARGE (a batch above max.message.bytes), RECORD_LIST_TOO_LARGE
+        (more than segment.bytes), INVALID_RECORD (bad counts, control batches, non-zero base
+        offset, null keys on a compacted topic), INVALID_TIMESTAMP.
+        """
+        buf = bytearray(batches)  # the one copy: offsets, epochs and append times are patched in place
+        headers = self._validate(buf, from_client=True)
+        append_time = now_ms if self.config.log_append_time else NO_TIMESTAMP
+        if append_time == NO_TIMESTAMP:
+            for header in headers:
+                self._check_timestamps(header, now_ms)
+        if self.config.compact:
+            self._check_keys(buf, headers)
+        offset = self._log_end_offset
+        patched = []
+        position = 0
+        for header in headers:
+            set_base_offset(buf, position, offset)
+            set_partition_leader_epoch(buf, position, leader_epoch)
+            changes = {"base_offset": offset, "partition_leader_epoch": leader_epoch}
+            if append_time != NO_TIMESTAMP:
+                set_log_append_time(buf, position, header.size, append_time)
+                changes.update(max_timestamp=append_time, attributes=header.attributes | TIMESTAMP_TYPE_BIT)
+            patched.append(header._replace(**changes))
+            offset += header.last_offset_delta + 1
+            position += header.size
+        self.epochs.assign(leader_epoch, self._log_end_offset)
+        self._append(buf, patched, now_ms)
+        return AppendInfo(
+            first_offset=patched[0].base_offset,
+            last_offset=patched[-1].last_offset,
+            log_append_time=append_time,
+            log_start_offset=self.log_start_offset,
+            max_timestamp=max(header.max_timestamp for header in patched),
+            record_count=sum(header.record_count for header in patched),
+        )
+
+    def append_as_follower(self, batches: bytes | bytearray | memoryview, now_ms: int | None = None) -> AppendInfo:
+        """Append batches whose offsets and epochs the leader assigned, as they are."""
+        headers = self._validate(batches, from_client=False)
+        previous = self._log_end_offset - 1
+        for header in headers:
+            if header.base_offset <= previous or header.last_offset < header.base_offset:
+                raise UnexpectedAppendOffset(
+                    f"{self.name}: batch at offset {header.base_offset} does not follow offset {previous}"
+                )
+            previous = header.last_offset
+        for header in headers:
+            if header.partition_leader_epoch > self.epochs.latest_epoch:
+                self.epochs.assign(header.partition_leader_epoch, header.base_offset)
+        self._append(batches, headers, self.clock() if now_ms is None else now_ms)
+        return AppendInfo(
+            first_offset=headers[0].base_offset,
+            last_offset=headers[-1].last_offset,
+            log_append_time=NO_TIMESTAMP,
+            log_start_offset=self.log_start_offset,
+            max_timestamp=max(header.max_timestamp for header in headers),
+            record_count=sum(header.record_count for header in headers),
+        )
+
+    def _append(self, data: bytes | bytearray | memoryview, headers: Sequence[BatchHeader], now_ms: int) -> None:
+        segment = self._maybe_roll(len(data), headers, now_ms)
+        segment.append(data, headers)
+        self._log_end_offset = headers[-1].last_offset + 1
+        if self._log_end_offset - self.recovery_point >= self.config.flush_messages:
+            self.flush()
+
+    def _validate(self, buf: bytes | bytearray | memoryview, *, from_client: bool) -> list[BatchHeader]:
+        """Header-level checks of every batch in `buf`; returns the headers."""
+        total = len(buf)
+        if total > self.config.segment_bytes:
+            raise KafkaError(
+                ErrorCode.RECORD_LIST_TOO_LARGE,
+                f"{total} bytes of batches exceed the segment size {self.config.segment_bytes} of {self.name}",
+            )
+        headers = []
+        position = 0
+        while position < total:
+            header = self._validate_batch(buf, position, total, from_client)
+            headers.append(header)
+            position += header.size
+        if not headers:
+            raise KafkaError(ErrorCode.INVALID_RECORD, "no record batches")
+        return headers
+
+    def _validate_batch(
+        self, buf: bytes | bytearray | memoryview, position: int, total: int, from_client: bool
+    ) -> BatchHeader:
+        left = total - position
+        if left < LOG_OVERHEAD:
+            raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"{left} trailing bytes are not a record batch")
+        (length,) = _INT32.unpack_from(buf, position + LOG_OVERHEAD - 4)
+        if length < LEGACY_RECORD_OVERHEAD or LOG_OVERHEAD + length > left:
+            raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"batch length {length} does not fit the {left} bytes left")
+        magic = buf[position + MAGIC_OFFSET]
+        if magic in (0, 1):
+            raise KafkaError(ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT, f"message format v{magic} is not supported")
+        if magic != CURRENT_MAGIC:
+            raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"unknown magic {magic}")
+        if length < MIN_BATCH_LENGTH:
+            raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"batch length {length} is below the v2 minimum")
+        header = read_header(buf, position)
+        if from_client and header.size > self.config.max_message_bytes:
+            raise KafkaError(
+                ErrorCode.MESSAGE_TOO_LARGE,
+                f"batch of {header.size} bytes exceeds max.message.bytes {self.config.max_message_bytes}",
+            )
+        if not crc_ok(buf, position, header):
+            raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"CRC mismatch in batch at byte {position}")
+        if from_client:
+            _check_client_batch(header)
+        return header
+
+    def _check_timestamps(self, header: BatchHeader, now_ms: int) -> None:
+        # From the header only: the max timestamp bounds the future; the first record's
+        # timestamp stands in for the earliest (Kafka checks every record).
+        config = self.config
+        if header.max_timestamp != NO_TIMESTAMP and header.max_timestamp - now_ms > config.message_timestamp_after_max_ms:
+            raise KafkaError(ErrorCode.INVALID_TIMESTAMP,
+                             f"timestamp {header.max_timestamp} is more than "
+                             f"message.timestamp.after.max.ms={config.message_timestamp_after_max_ms} ahead")
+        if header.base_timestamp != NO_TIMESTAMP and now_ms - header.base_timestamp > config.message_timestamp_before_max_ms:
+            raise KafkaError(ErrorCode.INVALID_TIMESTAMP,
+                             f"timestamp {header.base_timestamp} is more than "
+                             f"message.timestamp.before.max.ms={config.message_timestamp_before_max_ms} old")
+
+    def _check_keys(self, buf: bytearray, headers: Sequence[BatchHeader]) -> None:
+        """Compacted topics need a key on every record: the one place an append decodes records."""
+        view = memoryview(buf)
+        position = 0
+        for header in headers:
+            if any(r.key is None for r in records_of(view[position : position + header.size], header)):
+                raise KafkaError(ErrorCode.INVALID_RECORD,
+                                 f"Compacted topic cannot accept message without key in topic partition {self.name}.")
+            position += header.size
+
+    # -- reading ----------------------------------------------------------------------------------
+
+    def read(
+        self, offset: int, max_bytes: int, max_offset_exclusive: int | None = None, min_one_batch: bool = True
+    ) -> ReadResult | None:
+        """Batches from the one holding `offset`, within one segment; None when there is nothing.
+
+        `max_offset_exclusive` (the high watermark for consumers) excludes batches starting at or
+        after it. Raises OFFSET_OUT_OF_RANGE outside [log start, log end].
+        """
+        end = self._log_end_offset
+        if offset < self.log_start_offset or offset > end:
+            raise KafkaError(
+                ErrorCode.OFFSET_OUT_OF_RANGE,
+                f"offset {offset} is outside [{self.log_start_offset}, {end}] of {self.name}",
+            )
+        upper = end if max_offset_exclusive is None else min(max_offset_exclusive, end)
+        if offset >= upper:
+            return None
+        for segment in self._segments[self._segment_slot(offset) :]:
+            if segment.base_offset >= upper:
+                break
+            max_position = segment.bound_position(upper) if upper < segment.next_offset else None
+            result = segment.read(offset, max_bytes, max_position, min_one_batch)
+            if result is not None:
+                return result
+            # Nothing at or after `offset` in this segment (a compaction gap): the next one has it.
+        return None
+
+    def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        """ListOffsets by time: the first record with timestamp >= `timestamp`, as (offset, timestamp)."""
+        for segment in self._segments:
+            if segment.largest_timestamp >= timestamp:
+                found = segment.find_offset_by_timestamp(timestamp, self.log_start_offset)
+                if found is not None:
+                    return found
+        return None
+
+    def max_timestamp_offset(self) -> tuple[int, int] | None:
+        """ListOffsets MAX_TIMESTAMP: (offset, timestamp) of the first record with the largest timestamp."""
+        best: LogSegment | None = None
+        for segment in self._segments:
+            if segment.max_timestamp >= 0 and (best is None or segment.max_timestamp > best.max_timestamp):
+                best = segment
+        return best.max_timestamp_record() if best is not None else None
+
+    # -- deleting ---------------------------------------------------------------------------------
+
+    def delete_records_before(self, offset: int, now_ms: int | None = None) -> int:
+        """DeleteRecords: move the log start up to `offset` (-1: the high watermark); returns it.
+
+        Raises OFFSET_OUT_OF_RANGE when `offset` is beyond the high watermark.
+        """
+        if offset == HIGH_WATERMARK:
+            offset = self._high_watermark
+        if offset < 0 or offset > self._high_watermark:
+            raise KafkaError(
+                ErrorCode.OFFSET_OUT_OF_RANGE,
+                f"cannot delete records of {self.name} before {offset}: high watermark is {self._high_watermark}",
+            )
+        if offset > self.log_start_offset:
+            self._advance_log_start(offset)
+        self._delete_segments_below_log_start(self.clock() if now_ms is None else now_ms)
+        return self.log_start_offset
+
+    def _advance_log_start(self, offset: int) -> None:
+        self.log_start_offset = offset
+        self.epochs.truncate_from_start(offset)
+        self.cleaner_checkpoint = max(self.cleaner_checkpoint, offset)
+
+    def delete_old_segments(self, now_ms: int) -> int:
+        """Retention: segments below the log start; by retention.bytes and retention.ms when the
+        cleanup policy includes delete. Returns how many segments went."""
+        deleted = self._delete_segments_below_log_start(now_ms)
+        if self.config.delete:
+            deleted += self._delete_by_size(now_ms)
+            deleted += self._delete_by_time(now_ms)
+        return deleted
+
+    def _delete_segments_below_log_start(self, now_ms: int) -> int:
+        return self._delete_prefix(lambda segment, upper: upper <= self.log_start_offset, now_ms, "log start")
+
+    def _delete_by_size(self, now_ms: int) -> int:
+        if self.config.retention_bytes < 0:
+            return 0
+        excess = self.size_in_bytes - self.config.retention_bytes
+
+        def over(segment: LogSegment, upper: int) -> bool:
+            nonlocal excess
+            if excess - segment.size < 0:
+                return False
+            excess -= segment.size
+            return True
+
+        return self._delete_prefix(over, now_ms, "retention.bytes")
+
+    def _delete_by_time(self, now_ms: int) -> int:
+        retention = self.config.retention_ms
+        if retention < 0:
+            return 0
+        return self._delete_prefix(
+            lambda segment, upper: now_ms - segment.largest_timestamp > retention, now_ms, "retention.ms"
+        )
+
+    def _delete_prefix(self, deletable: Callable[[LogSegment, int], bool], now_ms: int, reason: str) -> int:
+        """Delete the oldest segments while `deletable(segment, next offset)` holds.
+
+        Only segments wholly below the high watermark go; the active one only if non-empty,
+        after rolling a new one so the log never runs out of segments.
+        """
+        doomed = []
+        for slot, segment in enumerate(self._segments):
+            is_active = slot == len(self._segments) - 1
+            upper = self._log_end_offset if is_active else self._segments[slot + 1].base_offset
+            if (is_active and segment.is_empty) or upper > self._high_watermark or not deletable(segment, upper):
+                break
+            doomed.append(segment)
+        if not doomed:
+            return 0
+        if doomed[-1] is self.active_segment:
+            self.roll(now_ms)
+        self._schedule_deletion(doomed, now_ms)
+        new_start = self._segments[0].base_offset
+        if new_start > self.log_start_offset:
+            self._advance_log_start(new_start)
+        log.info("%s: deleted %d segment(s) by %s; log start is now %d",
+                 self.name, len(doomed), reason, self.log_start_offset)
+        return len(doomed)
+
+    def truncate_to(self, offset: int) -> bool:
+        """Remove everything from `offset` on (a follower's divergent tail). False if nothing changed."""
+        if offset < 0:
+            raise ValueError(f"cannot truncate {self.name} to {offset}")
+        if offset >= self._log_end_offset:
+            return False
+        if offset < self._segments[0].base_offset:
+            self.truncate_fully_and_start_at(offset)
+            return True
+        now = self.clock()
+        self._schedule_deletion([s for s in self._segments if s.base_offset > offset], now)
+        self.active_segment.truncate_to(offset, now)
+        self._log_end_offset = self.active_segment.next_offset
+        self._after_truncation()
+        return True
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Drop every segment and restart the log, empty, at `offset`."""
+        now = self.clock()
+        self._schedule_deletion(list(self._segments), now)
+        self._add_segment(self._segment(offset, now, fresh=True))
+        self._log_end_offset = self.log_start_offset = offset
+        self._high_watermark = self.recovery_point = self.cleaner_checkpoint = offset
+        self.epochs.clear()
+
+    def _after_truncation(self) -> None:
+        end = self._log_end_offset
+        self.log_start_offset = min(self.log_start_offset, end)
+        self.recovery_point = min(self.recovery_point, end)
+        self.cleaner_checkpoint = min(self.cleaner_checkpoint, end)
+        self._high_watermark = min(self._high_watermark, end)
+        self.epochs.truncate_from_end(end)
+
+    # -- durability and lifecycle -------------------------------------------------------------
+
+    def flush(self, up_to: int | None = None) -> None:
+        """fsync segments holding offsets below `up_to` (default: the log end); moves the recovery point."""
+        target = self._log_end_offset if up_to is None else min(up_to, self._log_end_offset)
+        if target <= self.recovery_point:
+            return
+        first = self._segment_slot(self.recovery_point)
+        self._flush_segments([s for s in self._segments[first:] if s.base_offset < target])
+        self.recovery_point = target
+        self.last_flush_ms = self.clock()
+
+    def _flush_segments(self, segments: Sequence[LogSegment]) -> None:
+        for segment in segments:
+            segment.flush()
+
+    def flush_if_due(self, now_ms: int) -> None:
+        """Periodic: flush rolled segments (Kafka does so right after a roll), and honour flush.ms."""
+        if now_ms - self.last_flush_ms >= self.config.flush_ms:
+            self.flush()
+            self.last_flush_ms = now_ms
+        elif self.recovery_point < self.active_segment.base_offset:
+            self.flush(self.active_segment.base_offset)
+
+    def close(self) -> None:
+        """Finish the active segment's time index and close every file (no flush: see `flush`)."""
+        if self._segments:
+            self.active_segment.on_become_inactive()
+        self.release()
+
+    def release(self) -> None:
+        """Close every file without writing anything (the directory may already be gone)."""
+        for segment in self._segments:
+            segment.close()
+        for _, segment in self._doomed:
+            segment.delete_files()
+        self._doomed = []
+
+    def delete(self) -> None:
+        """Remove the whole partition directory."""
+        self.close()
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def _check_client_batch(header: BatchHeader) -> None:
+    """What Kafka's LogValidator demands of batches from producers."""
+    if header.base_offset != 0:
+        raise KafkaError(ErrorCode.INVALID_RECORD, f"batch base offset must be 0, not {header.base_offset}")
+    if header.record_count < 1 or header.last_offset_delta != header.record_count - 1:
+        raise KafkaError(
+            ErrorCode.INVALID_RECORD,
+            f"batch claims {header.record_count} records and last offset delta {header.last_offset_delta}",
+        )
+    if header.is_control:
+        raise KafkaError(ErrorCode.INVALID_RECORD, "clients may not write control batches")
+
+
+def _segment_bases(directory: Path, suffix: str) -> list[int]:
+    bases = []
+    for path in directory.glob(f"*{suffix}"):
+        stem = path.name[: -len(suffix)]
+        if len(stem) == 20 and stem.isdigit():
+            bases.append(int(stem))
+    return bases
+
+
+def _last_offset_in_file(path: Path, base_offset: int) -> int:
+    """The last offset of the sound batches of a segment file (base_offset - 1 if none)."""
+    last = base_offset - 1
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        for _, header in scan_batches(fd, 0, os.fstat(fd).st_size):
+            last = header.last_offset
+    except CorruptBatch:
+        pass
+    finally:
+        os.close(fd)
+    return last

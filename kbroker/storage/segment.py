@@ -1,0 +1,343 @@
+"""One segment of a partition log: a `.log` file of record batches plus its sparse indexes.
+
+Batches are written exactly as the log hands them over (offsets already assigned). Every
+`index.interval.bytes` of log the segment adds an offset-index entry (the batch's last offset
+-> its file position) and, when the max timestamp grew, a time-index entry, as Kafka does.
+Writes use `pwrite` at the segment's own size, never the file position, because `sendfile`
+users may move the shared file object's position.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+from kbroker.storage.batch_records import record_timestamp, records_of
+from kbroker.storage.batch_scan import RECOVERY_CHUNK, CorruptBatch, pread_exact, scan_batches
+from kbroker.storage.index import INT32_MAX, OffsetIndex, TimeIndex, segment_file_name
+from protocol.records import HEADER_SIZE, NO_TIMESTAMP, BatchHeader, read_header
+
+DELETED_SUFFIX = ".deleted"
+
+
+@dataclass(frozen=True, slots=True)
+class FileSlice:
+    """A byte range of a segment file, for `os.sendfile` or `read_bytes()`.
+
+    `file` belongs to the segment; it stays open for `file.delete.delay.ms` after the
+    segment is deleted, so a slice in flight can still be sent.
+    """
+
+    file: BinaryIO
+    position: int
+    size: int
+
+    def read_bytes(self) -> bytes:
+        data = pread_exact(self.file.fileno(), self.size, self.position)
+        if len(data) != self.size:
+            raise OSError(errno.EIO, f"segment shrank under a read ({len(data)} of {self.size} bytes)")
+        return data
+
+
+@dataclass(frozen=True, slots=True)
+class ReadResult(FileSlice):
+    """What a log read returns: the slice to send, and the base offset of its first batch."""
+
+    first_offset: int
+
+
+class LogSegment:
+    def __init__(
+        self,
+        directory: Path,
+        base_offset: int,
+        *,
+        index_interval_bytes: int,
+        max_index_bytes: int,
+        now_ms: int,
+        roll_jitter_ms: int = 0,
+        fresh: bool = False,
+    ) -> None:
+        self.directory = directory
+        self.base_offset = base_offset
+        self.index_interval_bytes = index_interval_bytes
+        self.roll_jitter_ms = roll_jitter_ms
+        self.created_ms = now_ms
+        self.log_path = directory / segment_file_name(base_offset, ".log")
+        self.file: BinaryIO = open(self.log_path, "w+b" if fresh else "r+b", buffering=0)  # noqa: SIM115
+        self.offset_index = OffsetIndex(directory / segment_file_name(base_offset, ".index"), base_offset,
+                                        max_index_bytes)
+        self.time_index = TimeIndex(directory / segment_file_name(base_offset, ".timeindex"), base_offset,
+                                    max_index_bytes)
+        if fresh:
+            self.offset_index.reset()
+            self.time_index.reset()
+        self._size = os.fstat(self.file.fileno()).st_size
+        self._reset_state()
+
+    def _reset_state(self) -> None:
+        self.next_offset = self.base_offset  # one past the last offset held
+        self.max_timestamp = NO_TIMESTAMP
+        self.offset_of_max_timestamp = -1  # last offset of the batch that holds max_timestamp
+        self._bytes_since_index_entry = 0
+        self._first_batch_timestamp: int | None = None
+
+    def __repr__(self) -> str:
+        return f"LogSegment({self.log_path}, size={self._size})"
+
+    # -- properties ---------------------------------------------------------------------------
+
+    @property
+    def fd(self) -> int:
+        return self.file.fileno()
+
+    @property
+    def size(self) -> int:
+        return self._size
+
+    @property
+    def is_empty(self) -> bool:
+        return self._size == 0
+
+    @property
+    def name(self) -> str:
+        return self.log_path.name
+
+    @property
+    def largest_timestamp(self) -> int:
+        """What retention compares: the max timestamp, or the file's mtime when there is none."""
+        if self.max_timestamp >= 0:
+            return self.max_timestamp
+        return int(os.fstat(self.fd).st_mtime * 1000)
+
+    def first_batch_timestamp(self) -> int:
+        if self._first_batch_timestamp is None and self._size >= HEADER_SIZE:
+            self._first_batch_timestamp = read_header(pread_exact(self.fd, HEADER_SIZE, 0)).max_timestamp
+        return NO_TIMESTAMP if self._first_batch_timestamp is None else self._first_batch_timestamp
+
+    def time_waited_for_roll(self, now_ms: int, message_timestamp: int) -> int:
+        """Kafka's measure for segment.ms: record time since the first batch, else wall time."""
+        first = self.first_batch_timestamp()
+        if first >= 0:
+            return message_timestamp - first
+        return now_ms - self.created_ms
+
+    def can_hold_offset(self, offset: int) -> bool:
+        return 0 <= offset - self.base_offset <= INT32_MAX
+
+    # -- loading --------------------------------------------------------------------------------
+
+    def load(self) -> None:
+        """Open a cleanly closed segment: trust its indexes after sanity checks, scan only the tail.
+
+        Raises CorruptIndex (the caller then calls `recover`).
+        """
+        self.offset_index.check_against(self._size)
+        self._load_tail()
+        self.time_index.check_against(self.next_offset)
+
+    def _load_tail(self) -> None:
+        self._reset_state()
+        timestamp, offset = self.time_index.last_entry()
+        if timestamp >= 0:
+            self.max_timestamp, self.offset_of_max_timestamp = timestamp, offset
+        last_offset, position = self.offset_index.last_entry()
+        if self.offset_index.entries:
+            self.next_offset = last_offset + 1
+        for batch_position, header in scan_batches(self.fd, position, self._size):
+            self._note_batch(batch_position, header)
+        self._bytes_since_index_entry = self._size - position
+
+    def recover(self) -> tuple[int, int, str | None]:
+        """Verify every batch (framing, magic, CRC, offsets), cut at the first bad byte, rebuild indexes.
+
+        Returns (bytes cut, position of the cut, reason).
+        """
+        self.offset_index.reset()
+        self.time_index.reset()
+        self._reset_state()
+        valid_end = 0
+        reason = None
+        try:
+            for position, header in scan_batches(self.fd, 0, self._size, verify=True, chunk_size=RECOVERY_CHUNK):
+                self._check_offsets(position, header)
+                self._index_batch(position, header)
+                valid_end = position + header.size
+        except CorruptBatch as e:
+            reason = e.reason
+        cut = self._size - valid_end
+        if cut:
+            self.file.truncate(valid_end)
+            self._size = valid_end
+        self._add_final_time_entry()
+        return cut, valid_end, reason
+
+    def _check_offsets(self, position: int, header: BatchHeader) -> None:
+        if header.base_offset < self.next_offset or header.last_offset < header.base_offset:
+            raise CorruptBatch(position, f"offsets {header.base_offset}..{header.last_offset} out of order")
+        if not self.can_hold_offset(header.last_offset):
+            raise CorruptBatch(position, f"offset {header.last_offset} does not belong in this segment")
+
+    # -- appending ------------------------------------------------------------------------------
+
+    def append(self, data: bytes | bytearray | memoryview, headers: Sequence[BatchHeader]) -> None:
+        """Write `data`, the batches described by `headers` (offsets assigned), and index them."""
+        position = self._size
+        _pwrite_all(self.fd, data, position)
+        for header in headers:
+            self._index_batch(position, header)
+            position += header.size
+        self._size = position
+
+    def _note_batch(self, position: int, header: BatchHeader) -> None:
+        if header.max_timestamp > self.max_timestamp:
+            self.max_timestamp = header.max_timestamp
+            self.offset_of_max_timestamp = header.last_offset
+        if position == 0:
+            self._first_batch_timestamp = header.max_timestamp
+        self.next_offset = header.last_offset + 1
+
+    def _index_batch(self, position: int, header: BatchHeader) -> None:
+        self._note_batch(position, header)
+        if self._bytes_since_index_entry > self.index_interval_bytes:
+            self.offset_index.append(header.last_offset, position)
+            self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+            self._bytes_since_index_entry = 0
+        self._bytes_since_index_entry += header.size
+
+    def _add_final_time_entry(self) -> None:
+        # Kafka's rule on roll and recovery: the time index ends with the segment's max timestamp.
+        if self.max_timestamp >= 0:
+            self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+
+    def on_become_inactive(self) -> None:
+        self._add_final_time_entry()
+        self.offset_index.close_for_writes()
+        self.time_index.close_for_writes()
+
+    # -- reading --------------------------------------------------------------------------------
+
+    def batches(self, start_position: int = 0) -> Iterator[tuple[int, BatchHeader]]:
+        return scan_batches(self.fd, start_position, self._size)
+
+    def read_at(self, position: int, size: int) -> bytes:
+        return pread_exact(self.fd, size, position)
+
+    def translate_offset(self, offset: int) -> tuple[int, BatchHeader] | None:
+        """The first batch whose last offset is >= `offset`: (position, header)."""
+        _, position = self.offset_index.lookup(offset)
+        for batch_position, header in self.batches(position):
+            if header.last_offset >= offset:
+                return batch_position, header
+        return None
+
+    def bound_position(self, offset: int) -> int:
+        """Where batches with base offset >= `offset` begin, or the end of the segment."""
+        found = self.translate_offset(offset)
+        if found is None:
+            return self._size
+        position, header = found
+        return position if header.base_offset >= offset else position + header.size
+
+    def read(
+        self, start_offset: int, max_size: int, max_position: int | None = None, min_one_batch: bool = True
+    ) -> ReadResult | None:
+        """Bytes from the batch holding `start_offset` (a whole batch, even from its middle).
+
+        At most `max_size` bytes, unless `min_one_batch` and the first batch alone is larger
+        (KIP-74). The slice may end inside a batch, as Kafka's does; clients drop the partial tail.
+        """
+        found = self.translate_offset(start_offset)
+        if found is None:
+            return None
+        position, header = found
+        if max_size < header.size and not min_one_batch:
+            return None  # Kafka sends nothing rather than an incomplete first batch
+        limit = self._size if max_position is None else min(max_position, self._size)
+        size = min(limit - position, max(max_size, header.size))
+        if size <= 0:
+            return None
+        return ReadResult(self.file, position, size, header.base_offset)
+
+    def find_offset_by_timestamp(self, timestamp: int, starting_offset: int) -> tuple[int, int] | None:
+        """The first record at or after `starting_offset` with timestamp >= `timestamp`: (offset, ts)."""
+        _, indexed_offset = self.time_index.lookup(timestamp)
+        _, position = self.offset_index.lookup(max(indexed_offset, starting_offset))
+        for batch_position, header in self.batches(position):
+            if header.max_timestamp < timestamp or header.last_offset < starting_offset:
+                continue
+            for record in records_of(self.read_at(batch_position, header.size), header):
+                offset = header.base_offset + record.offset_delta
+                record_ts = record_timestamp(header, record)
+                if record_ts >= timestamp and offset >= starting_offset:
+                    return offset, record_ts
+        return None
+
+    def max_timestamp_record(self) -> tuple[int, int] | None:
+        """The offset of the (first) record holding the segment's max timestamp, and that timestamp."""
+        if self.max_timestamp < 0:
+            return None
+        found = self.translate_offset(self.offset_of_max_timestamp)
+        if found is None:
+            return None
+        position, header = found
+        if not header.log_append_time:
+            for record in records_of(self.read_at(position, header.size), header):
+                if header.base_timestamp + record.timestamp_delta == self.max_timestamp:
+                    return header.base_offset + record.offset_delta, self.max_timestamp
+        return header.base_offset, self.max_timestamp
+
+    # -- changing -------------------------------------------------------------------------------
+
+    def truncate_to(self, offset: int, now_ms: int) -> int:
+        """Drop every batch whose last offset is >= `offset`; returns the bytes removed."""
+        found = self.translate_offset(offset)
+        if found is None:
+            return 0
+        position, _ = found
+        removed = self._size - position
+        self.offset_index.truncate_to(offset)
+        self.time_index.truncate_to(offset)
+        self.file.truncate(position)
+        self._size = position
+        self._load_tail()
+        if position == 0:
+            self.created_ms = now_ms  # an emptied segment waits for segment.ms afresh
+        return removed
+
+    def flush(self) -> None:
+        os.fsync(self.fd)
+        self.offset_index.flush()
+        self.time_index.flush()
+
+    def rename_to_deleted(self) -> None:
+        """Mark for deletion; the open file keeps serving reads until `delete_files`."""
+        new_log = self.log_path.with_name(self.log_path.name + DELETED_SUFFIX)
+        os.replace(self.log_path, new_log)
+        self.log_path = new_log
+        for index in (self.offset_index, self.time_index):
+            index.rename(index.path.with_name(index.path.name + DELETED_SUFFIX))
+            index.close()
+
+    def close(self) -> None:
+        self.offset_index.close()
+        self.time_index.close()
+        self.file.close()
+
+    def delete_files(self) -> None:
+        self.close()
+        self.log_path.unlink(missing_ok=True)
+        self.offset_index.delete()
+        self.time_index.delete()
+
+
+def _pwrite_all(fd: int, data: bytes | bytearray | memoryview, position: int) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.pwrite(fd, view, position)
+        view = view[written:]
+        position += written
