@@ -142,7 +142,15 @@ def _read_header(frame: memoryview) -> tuple[RequestHeader, ModuleType | None, i
     try:
         raw = parse_all_stream(request_header.SCHEMA[header_version], stream)
     except ConstructError as e:
-        raise MalformedRequest(f"bad request header: {e}", partial) from None
+        if not (api_key == API_VERSIONS_KEY and header_version == 2):
+            raise MalformedRequest(f"bad request header: {e}", partial) from None
+        # A client probing with an ApiVersions version unknown here may not have written the
+        # flexible header's tagged fields; it still deserves the unsupported-version answer.
+        stream.seek(0)
+        try:
+            raw = parse_all_stream(request_header.SCHEMA[1], stream)
+        except ConstructError:
+            raise MalformedRequest(f"bad request header: {e}", partial) from None
     return RequestHeader(api_key, api_version, correlation_id, raw.client_id), api, stream
 
 

@@ -21,6 +21,8 @@ log = logging.getLogger("kbroker.topics")
 
 MAX_TOPIC_NAME_LENGTH = 249
 _LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]+")
+# Kafka's controller refuses to create more partitions than this in one request.
+MAX_PARTITIONS_PER_REQUEST = 10_000
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 
 
@@ -82,7 +84,7 @@ class TopicManager:
             raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{spec.name}' already exists.")
         configs = dict(spec.configs or {})
         self.log_config(configs)  # raises INVALID_CONFIG
-        assignment = spec.assignment or self._plan(spec)
+        assignment = self._check_assignment(spec.assignment) if spec.assignment else self._plan(spec)
         record = TopicRecord(name=spec.name, topic_id=uuid.uuid4(), assignment=assignment, configs=configs)
         if validate_only:
             return record
@@ -91,11 +93,32 @@ class TopicManager:
         log.info("created topic %s with %d partitions", spec.name, len(assignment))
         return record
 
+    def _check_assignment(self, assignment: dict[int, list[int]]) -> dict[int, list[int]]:
+        if len(assignment) > MAX_PARTITIONS_PER_REQUEST:
+            raise KafkaError(ErrorCode.POLICY_VIOLATION, "Excessively large number of partitions per request.")
+        if sorted(assignment) != list(range(len(assignment))):
+            raise KafkaError(ErrorCode.INVALID_REPLICATION_ASSIGNMENT, "Partitions must be numbered 0 to N-1.")
+        live = set(self.live_brokers())
+        factors = {len(replicas) for replicas in assignment.values()}
+        if len(factors) != 1:
+            raise KafkaError(ErrorCode.INVALID_REPLICATION_ASSIGNMENT, "All partitions need the same replication factor.")
+        for index, replicas in assignment.items():
+            if not replicas or len(set(replicas)) != len(replicas):
+                raise KafkaError(ErrorCode.INVALID_REPLICATION_ASSIGNMENT, f"Partition {index} has empty or duplicate replicas.")
+            unknown = set(replicas) - live
+            if unknown:
+                raise KafkaError(
+                    ErrorCode.INVALID_REPLICATION_ASSIGNMENT, f"Partition {index} is assigned to unknown brokers {sorted(unknown)}."
+                )
+        return assignment
+
     def _plan(self, spec: TopicSpec) -> dict[int, list[int]]:
         partitions = self.default_partitions if spec.num_partitions == -1 else spec.num_partitions
         factor = self.default_replication_factor if spec.replication_factor == -1 else spec.replication_factor
         if partitions < 1:
             raise KafkaError(ErrorCode.INVALID_PARTITIONS, "Number of partitions must be larger than 0.")
+        if partitions > MAX_PARTITIONS_PER_REQUEST:
+            raise KafkaError(ErrorCode.POLICY_VIOLATION, "Excessively large number of partitions per request.")
         if factor < 1:
             raise KafkaError(ErrorCode.INVALID_REPLICATION_FACTOR, "Replication factor must be larger than 0.")
         brokers = self.live_brokers()
@@ -132,6 +155,8 @@ class TopicManager:
                 ErrorCode.INVALID_PARTITIONS,
                 f"Topic currently has {current} partitions, which is higher than the requested {count}.",
             )
+        if count - current > MAX_PARTITIONS_PER_REQUEST:
+            raise KafkaError(ErrorCode.POLICY_VIOLATION, "Excessively large number of partitions per request.")
         brokers = self.live_brokers()
         factor = len(record.assignment[0])
         new = {p: [brokers[(p + r) % len(brokers)] for r in range(factor)] for p in range(current, count)}

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from kbroker.cluster.topics import TopicSpec
+from kbroker.cluster.topics import MAX_PARTITIONS_PER_REQUEST, TopicSpec
 from kbroker.handlers import RequestContext
 from protocol.errors import ErrorCode, KafkaError
 
@@ -16,6 +16,10 @@ MAX_VERSION = 7
 
 async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
     counts = Counter(t.name for t in request.topics)
+    if _requested_partitions(request.topics) > MAX_PARTITIONS_PER_REQUEST:
+        # Like Kafka's controller, one oversized request fails as a whole.
+        error = KafkaError(ErrorCode.POLICY_VIOLATION, "Excessively large number of partitions per request.")
+        return {"throttle_time_ms": 0, "topics": [_error(t.name, error) for t in request.topics]}
     results = []
     for topic in request.topics:
         if counts[topic.name] > 1:
@@ -23,6 +27,10 @@ async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
             continue
         results.append(_create(ctx, topic, request.validate_only))
     return {"throttle_time_ms": 0, "topics": results}
+
+
+def _requested_partitions(topics: Any) -> int:
+    return sum(len(t.assignments) if t.assignments else max(t.num_partitions, 0) for t in topics)
 
 
 def _create(ctx: RequestContext, topic: Any, validate_only: bool) -> dict[str, Any]:

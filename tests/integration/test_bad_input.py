@@ -192,7 +192,7 @@ def test_invalid_topic_names(broker, name: str) -> None:
     future = admin.create_topics([NewTopic(name, 1, 1)])[name]
     with pytest.raises(KafkaException) as info:
         future.result(timeout=15)
-    assert info.value.args[0].code() == CKError.INVALID_TOPIC_EXCEPTION
+    assert info.value.args[0].code() == CKError.TOPIC_EXCEPTION
 
 
 def test_oversize_message_is_refused(broker, new_topic) -> None:

@@ -38,10 +38,17 @@ def watermarks(bootstrap: str, topic: str, partition: int = 0) -> tuple[int, int
 
 def produce_all(bootstrap: str, topic: str, records: list[tuple[bytes | None, bytes | None, int | None]]) -> None:
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0, "batch.num.messages": 10})
+    errors = []
+
+    def delivered(error, _message) -> None:
+        if error is not None:
+            errors.append(error)
+
     for key, value, ts in records:
         kwargs = {"timestamp": ts} if ts is not None else {}
-        producer.produce(topic, value, key, partition=0, **kwargs)
+        producer.produce(topic, value, key, partition=0, on_delivery=delivered, **kwargs)
     assert producer.flush(30) == 0
+    assert errors == []
 
 
 def read_from_start(bootstrap: str, topic: str) -> list[tuple[int, bytes | None, bytes | None]]:
@@ -60,7 +67,7 @@ def read_from_start(bootstrap: str, topic: str) -> list[tuple[int, bytes | None,
 
 def test_retention_by_time_deletes_old_segments(fast_broker) -> None:
     bootstrap = fast_broker.bootstrap
-    topic = create_topic(bootstrap, "by-time", 1, {"retention.ms": str(DAY_MS), "segment.bytes": "2000"})
+    topic = create_topic(bootstrap, "by-time", 1, {"retention.ms": str(DAY_MS), "segment.bytes": "3000"})
     old = int(time.time() * 1000) - 30 * DAY_MS
     produce_all(bootstrap, topic, [(None, b"o" * 200, old + i) for i in range(50)])
     now = int(time.time() * 1000)
@@ -73,7 +80,7 @@ def test_retention_by_time_deletes_old_segments(fast_broker) -> None:
 
 def test_retention_by_size_keeps_the_newest_bytes(fast_broker) -> None:
     bootstrap = fast_broker.bootstrap
-    topic = create_topic(bootstrap, "by-size", 1, {"retention.bytes": "6000", "segment.bytes": "1500"})
+    topic = create_topic(bootstrap, "by-size", 1, {"retention.bytes": "6000", "segment.bytes": "2500"})
     produce_all(bootstrap, topic, [(None, b"s" * 200, None) for _ in range(200)])
     wait_until(lambda: watermarks(bootstrap, topic)[0] > 100, what="size retention")
     low, high = watermarks(bootstrap, topic)
