@@ -30,6 +30,8 @@ class BrokerProcess:
     data_dir: Path
     port: int = field(default_factory=free_port)
     overrides: dict[str, str] = field(default_factory=dict)
+    launcher: list[str] | None = None  # another way to run `kbroker start` (e.g. scripts/start.sh)
+    start_timeout_s: float = START_TIMEOUT_S
     proc: subprocess.Popen[str] | None = None
 
     @property
@@ -50,7 +52,7 @@ class BrokerProcess:
             "log.dirs": str(self.log_dir),
             **self.overrides,
         }
-        args = [sys.executable, "-m", "kbroker.cli.main", "start"]
+        args = list(self.launcher) if self.launcher else [sys.executable, "-m", "kbroker.cli.main", "start"]
         for key, value in settings.items():
             args += ["--override", f"{key}={value}"]
         return args
@@ -68,7 +70,7 @@ class BrokerProcess:
 
     def _wait_ready(self) -> None:
         assert self.proc is not None and self.proc.stdout is not None
-        deadline = time.monotonic() + START_TIMEOUT_S
+        deadline = time.monotonic() + self.start_timeout_s
         while time.monotonic() < deadline:
             ready, _, _ = select.select([self.proc.stdout], [], [], 0.2)
             if ready:
@@ -78,7 +80,7 @@ class BrokerProcess:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"broker exited with {self.proc.returncode}:\n{self.log_text()}")
         self.kill()
-        raise RuntimeError(f"broker not ready after {START_TIMEOUT_S}s:\n{self.log_text()}")
+        raise RuntimeError(f"broker not ready after {self.start_timeout_s}s:\n{self.log_text()}")
 
     def log_text(self) -> str:
         return self.stderr_path.read_text() if self.stderr_path.exists() else ""

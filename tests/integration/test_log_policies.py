@@ -90,7 +90,7 @@ def test_retention_by_size_keeps_the_newest_bytes(fast_broker) -> None:
 def test_compaction_keeps_latest_value_per_key(fast_broker) -> None:
     bootstrap = fast_broker.bootstrap
     topic = create_topic(bootstrap, "compacted", 1, {
-        "cleanup.policy": "compact", "segment.bytes": "1000", "min.cleanable.dirty.ratio": "0.01",
+        "cleanup.policy": "compact", "segment.bytes": "2500", "min.cleanable.dirty.ratio": "0.01",
         "delete.retention.ms": "100",
     })
     records = [(f"k{i % 10}".encode(), f"v{i}".encode(), None) for i in range(300)]
