@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 from typing import TYPE_CHECKING
 
 from kbroker.handlers import RequestContext, dispatch
@@ -23,6 +22,9 @@ log = logging.getLogger("kbroker.server")
 # Below this, reading a slice into memory and writing it beats a sendfile system call.
 SENDFILE_THRESHOLD = 64 * 1024
 READ_CHUNK = 256 * 1024
+# Decoded requests waiting for their turn; when full, reading pauses (TCP backpressure) so a
+# client pipelining without limit cannot make the broker buffer without limit.
+MAX_QUEUED_REQUESTS = 64
 
 
 class ClientConnection:
@@ -33,20 +35,20 @@ class ClientConnection:
         self.protocol = ServerConnection(broker.config.socket_request_max_bytes)
         peer = writer.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
-        self._requests: asyncio.Queue[Request | None] = asyncio.Queue()
+        self._requests: asyncio.Queue[Request | None] = asyncio.Queue(MAX_QUEUED_REQUESTS)
 
     async def run(self) -> None:
         processor = asyncio.create_task(self._process())
         try:
-            await self._read_loop()
+            await self._read_loop(processor)
         finally:
-            await self._requests.put(None)
+            await self._enqueue(None, processor)
             try:
                 await processor
             finally:
                 self.writer.close()
 
-    async def _read_loop(self) -> None:
+    async def _read_loop(self, processor: asyncio.Task[None]) -> None:
         while True:
             data = await self.reader.read(READ_CHUNK)
             if not data:
@@ -54,13 +56,30 @@ class ClientConnection:
             self.protocol.receive_data(data)
             try:
                 while (request := self.protocol.next_request()) is not None:
-                    await self._requests.put(request)
+                    if not await self._enqueue(request, processor):
+                        return
             except FrameTooLarge as e:
                 log.warning("closing %s: %s", self.peer, e)
                 return
             except MalformedRequest as e:
                 log.info("closing %s: %s", self.peer, e)
                 return
+
+    async def _enqueue(self, request: Request | None, processor: asyncio.Task[None]) -> bool:
+        """Queue for the processor; False if it has stopped (the connection is closing)."""
+        if processor.done():
+            return False
+        try:
+            self._requests.put_nowait(request)
+            return True
+        except asyncio.QueueFull:
+            pass
+        put = asyncio.ensure_future(self._requests.put(request))
+        await asyncio.wait({put, processor}, return_when=asyncio.FIRST_COMPLETED)
+        if not put.done():
+            put.cancel()
+            return False
+        return True
 
     async def _process(self) -> None:
         while (request := await self._requests.get()) is not None:
@@ -102,7 +121,3 @@ class ClientConnection:
             else:
                 writer.write(part.read_bytes())
         await writer.drain()
-
-
-def pread(fd: int, position: int, size: int) -> bytes:
-    return os.pread(fd, size, position)
