@@ -330,9 +330,11 @@ class KStruct(Construct):
         tagged: Sequence[TaggedField] = (),
         flexible: bool = False,
         absent: Iterable[Field] = (),
+        nullable: bool = False,
     ) -> None:
         super().__init__()
         self.fields = fields
+        self.nullable = nullable
         self.tagged = {t.tag: t for t in tagged}
         self.flexible = flexible
         self.absent = tuple(absent)
@@ -345,6 +347,13 @@ class KStruct(Construct):
         return obj
 
     def _parse(self, stream, context, path):
+        if self.nullable:
+            # A nullable struct field starts with a presence byte: -1 for null, 1 for present.
+            marker = _read_exact(stream, 1, path)[0]
+            if marker == 0xFF:
+                return None
+            if marker != 1:
+                raise ProtocolError(f"bad nullable struct marker {marker} at {path}")
         obj = Container()
         for f in self.fields:
             obj[f.name] = f.con._parsereport(stream, context, path)
@@ -369,6 +378,10 @@ class KStruct(Construct):
             obj[field.name] = field.con._parsereport(sub, context, path)
 
     def _build(self, obj, stream, context, path):
+        if self.nullable:
+            stream.write(b"\x01" if obj is not None else b"\xff")
+            if obj is None:
+                return None
         if obj is None:
             obj = {}
         for f in self.fields:

@@ -72,7 +72,7 @@ class StructEmitter:
         self.flexible = Versions.parse(spec.get("flexibleVersions"))
         self.common = {s["name"]: s["fields"] for s in spec.get("commonStructs", [])}
 
-    def struct(self, fields: list[dict], version: int, indent: int) -> str:
+    def struct(self, fields: list[dict], version: int, indent: int, nullable: bool = False) -> str:
         flexible = version in self.flexible
         pad = " " * (indent + 4)
         members, tagged, absent = [], [], []
@@ -96,6 +96,8 @@ class StructEmitter:
             lines.append(f"{pad}flexible=True,")
         if absent:
             lines.append(f"{pad}absent=[{', '.join(absent)}],")
+        if nullable:
+            lines.append(f"{pad}nullable=True,")
         return "KStruct(\n" + "\n".join(lines) + "\n" + " " * indent + ")"
 
     def con(self, field: dict, version: int, indent: int) -> str:
@@ -117,7 +119,7 @@ class StructEmitter:
             return f"KString({opts})"
         if ftype in ("bytes", "records"):
             return f"KBytes({_options(compact, nullable or ftype == 'records')})"
-        return self.struct(self.struct_fields(field, ftype), version, indent)
+        return self.struct(self.struct_fields(field, ftype), version, indent, nullable)
 
     def struct_fields(self, field: dict, type_name: str) -> list[dict]:
         return field.get("fields") or self.common[type_name]
@@ -128,7 +130,7 @@ class StructEmitter:
         if ftype.startswith("[]"):
             return "[]"
         if ftype not in PRIMITIVES and ftype not in ("string", "bytes", "records"):
-            return "STRUCT_DEFAULT"
+            return "None" if raw == "null" else "STRUCT_DEFAULT"
         if raw == "null" or (raw is None and ftype == "records"):
             return "None"
         if ftype == "bool":

@@ -61,7 +61,8 @@ _response_v0 = KStruct(
             flexible=True,
         ), compact=True), []),
         flexible=True,
-    ), STRUCT_DEFAULT),
+        nullable=True,
+    ), None),
     flexible=True,
 )
 

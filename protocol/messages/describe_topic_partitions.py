@@ -35,7 +35,8 @@ _request_v0 = KStruct(
         Field("topic_name", KString(compact=True), ''),
         Field("partition_index", Int32, 0),
         flexible=True,
-    ), STRUCT_DEFAULT),
+        nullable=True,
+    ), None),
     flexible=True,
 )
 
@@ -69,7 +70,8 @@ _response_v0 = KStruct(
         Field("topic_name", KString(compact=True), ''),
         Field("partition_index", Int32, 0),
         flexible=True,
-    ), STRUCT_DEFAULT),
+        nullable=True,
+    ), None),
     flexible=True,
 )
 

@@ -206,7 +206,6 @@ def kp_reencode(message: ApiMessage) -> bytes:
 
 # Nullable struct fields (KIP-893) carry an int8 presence byte that our generated
 # declarations lack; see test_nullable_struct_field_has_presence_byte.
-KNOWN_BUGS = {(75, "request"), (75, "response")}
 
 
 def _pairs() -> list:
@@ -225,8 +224,6 @@ def _pairs() -> list:
                 elif our_shape(con) != kp_struct_shape(cls._struct, version):
                     reason = f"kafka-python's {api.NAME} v{version} {direction} spec differs from ours"
                 marks = [pytest.mark.skip(reason=reason)] if reason else []
-                if (key, direction) in KNOWN_BUGS:
-                    marks.append(pytest.mark.xfail(strict=True, reason="nullable struct presence byte missing"))
                 params.append(pytest.param(key, direction, version, id=pid, marks=marks))
     return params
 
@@ -614,15 +611,14 @@ def test_response_agrees_with_kafka_python(api_key: int, version: int) -> None:
     assert decoded.encode() == kp_body
 
 
-# --- a known disagreement ------------------------------------------------------------
+# --- nullable structs ------------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="nullable struct fields lack the int8 presence byte (KIP-893)")
 def test_nullable_struct_field_has_presence_byte() -> None:
     """DescribeTopicPartitions' Cursor is a nullable struct: -1 for null, 1 then the struct.
 
-    kafka-python (and Kafka's own generated code) write that presence byte; our generator
-    emits a plain struct, so a null cursor from a real client fails to parse.
+    kafka-python (and Kafka's own generated code) write that presence byte, so a null cursor
+    from a real client only parses if our declarations expect it too.
     """
     from kafka.protocol.admin import DescribeTopicPartitionsRequest as Req
 
