@@ -8,6 +8,7 @@ else the built-in default (DEFAULT_CONFIG) — Kafka's order. Values are strings
 from __future__ import annotations
 
 import enum
+import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +32,7 @@ class ConfigSource(enum.IntEnum):
     DYNAMIC_DEFAULT_BROKER_CONFIG = 3
     STATIC_BROKER_CONFIG = 4
     DEFAULT_CONFIG = 5
+    DYNAMIC_BROKER_LOGGER_CONFIG = 6
 
 
 class ConfigType(enum.IntEnum):
@@ -202,6 +204,54 @@ class ConfigService:
 
     def broker_overrides(self, broker_id: int | None) -> dict[str, str]:
         return self.store.get_broker_configs(broker_id)
+
+
+# Log4j level names, as Kafka's tools show and set them, and the Python levels they mean.
+LOG_LEVELS = {
+    "OFF": logging.CRITICAL + 10,
+    "FATAL": logging.CRITICAL,
+    "ERROR": logging.ERROR,
+    "WARN": logging.WARNING,
+    "INFO": logging.INFO,
+    "DEBUG": logging.DEBUG,
+    "TRACE": 5,
+}
+ROOT_LOGGER = "root"
+
+
+def _logger(name: str) -> logging.Logger:
+    return logging.getLogger() if name == ROOT_LOGGER else logging.getLogger(name)
+
+
+def _level_name(level: int) -> str:
+    return min(LOG_LEVELS, key=lambda name: (abs(LOG_LEVELS[name] - level), name))
+
+
+def logger_names() -> list[str]:
+    """The root logger and every broker logger created so far."""
+    known = [n for n in logging.root.manager.loggerDict if n == "kbroker" or n.startswith("kbroker.")]
+    return [ROOT_LOGGER, *sorted(known)]
+
+
+def describe_loggers(keys: list[str] | None) -> list[dict[str, Any]]:
+    names = [n for n in logger_names() if keys is None or n in keys]
+    return [
+        config_entry(n, _level_name(_logger(n).getEffectiveLevel()), ConfigSource.DYNAMIC_BROKER_LOGGER_CONFIG)
+        for n in names
+    ]
+
+
+def set_logger_level(name: str, level: str | None, validate_only: bool) -> None:
+    """Set a logger's level (None: inherit from its parent again, as Kafka's DELETE does)."""
+    if name not in logger_names():
+        raise KafkaError(ErrorCode.INVALID_CONFIG, f"Logger {name} does not exist!")
+    if level is not None and level.upper() not in LOG_LEVELS:
+        raise KafkaError(ErrorCode.INVALID_CONFIG, f"Cannot set the log level of {name} to {level}")
+    if level is None and name == ROOT_LOGGER:
+        raise KafkaError(ErrorCode.INVALID_REQUEST, "Removing the log level of the root logger is not allowed")
+    if validate_only:
+        return
+    _logger(name).setLevel(LOG_LEVELS[level.upper()] if level is not None else logging.NOTSET)
 
 
 def _dynamic(name: str) -> bool:

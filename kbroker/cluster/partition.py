@@ -50,6 +50,14 @@ class Partition:
         self.wake_waiters()
         return info
 
+    def delete_records(self, before_offset: int) -> int:
+        """DeleteRecords: move the log start offset up (-1: to the high watermark); returns it."""
+        return self.log.delete_records_before(before_offset)
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """OffsetForLeaderEpoch: the largest epoch <= `epoch` this log knows, and where it ends."""
+        return self.log.end_offset_for_epoch(epoch)
+
     def check_leader_epoch(self, current_leader_epoch: int) -> None:
         """Validate a client's view of the leader epoch (-1 means it does not know)."""
         if current_leader_epoch < 0 or current_leader_epoch == self.leader_epoch:

@@ -34,6 +34,9 @@ class ReplicaManager:
             log = self.log_manager.get_or_create_log(topic, index, config)
             # A single replica's whole log is committed: the HW is the log end.
             log.high_watermark = log.log_end_offset
+            # As a new leader does in Kafka: its epoch starts at the log end, so OffsetForLeaderEpoch
+            # answers for the current epoch even before anything is written in it.
+            log.epochs.assign(leader_epoch, log.log_end_offset)
             partition = Partition(topic, index, topic_id, log, self.broker_id, leader_epoch, replicas, list(replicas))
             self._partitions[key] = partition
         return partition

@@ -98,10 +98,14 @@ class TopicManager:
             raise KafkaError(ErrorCode.POLICY_VIOLATION, "Excessively large number of partitions per request.")
         if sorted(assignment) != list(range(len(assignment))):
             raise KafkaError(ErrorCode.INVALID_REPLICATION_ASSIGNMENT, "Partitions must be numbered 0 to N-1.")
-        live = set(self.live_brokers())
         factors = {len(replicas) for replicas in assignment.values()}
         if len(factors) != 1:
             raise KafkaError(ErrorCode.INVALID_REPLICATION_ASSIGNMENT, "All partitions need the same replication factor.")
+        self._check_replicas(assignment)
+        return assignment
+
+    def _check_replicas(self, assignment: Mapping[int, list[int]]) -> None:
+        live = set(self.live_brokers())
         for index, replicas in assignment.items():
             if not replicas or len(set(replicas)) != len(replicas):
                 raise KafkaError(ErrorCode.INVALID_REPLICATION_ASSIGNMENT, f"Partition {index} has empty or duplicate replicas.")
@@ -110,7 +114,6 @@ class TopicManager:
                 raise KafkaError(
                     ErrorCode.INVALID_REPLICATION_ASSIGNMENT, f"Partition {index} is assigned to unknown brokers {sorted(unknown)}."
                 )
-        return assignment
 
     def _plan(self, spec: TopicSpec) -> dict[int, list[int]]:
         partitions = self.default_partitions if spec.num_partitions == -1 else spec.num_partitions
@@ -147,23 +150,52 @@ class TopicManager:
     def find_by_id(self, topic_id: uuid.UUID) -> TopicRecord | None:
         return next((t for t in self.store.list_topics() if t.topic_id == topic_id), None)
 
-    def add_partitions(self, name: str, count: int, validate_only: bool = False) -> None:
+    def add_partitions(
+        self, name: str, count: int, assignment: list[list[int]] | None = None, validate_only: bool = False
+    ) -> None:
+        """Grow a topic to `count` partitions, on the given replicas or spread like creation does."""
         record = self.require(name)
         current = len(record.assignment)
-        if count <= current:
+        if count < current:
             raise KafkaError(
                 ErrorCode.INVALID_PARTITIONS,
                 f"Topic currently has {current} partitions, which is higher than the requested {count}.",
             )
+        if count == current:
+            raise KafkaError(ErrorCode.INVALID_PARTITIONS, f"Topic already has {current} partitions.")
         if count - current > MAX_PARTITIONS_PER_REQUEST:
             raise KafkaError(ErrorCode.POLICY_VIOLATION, "Excessively large number of partitions per request.")
-        brokers = self.live_brokers()
         factor = len(record.assignment[0])
-        new = {p: [brokers[(p + r) % len(brokers)] for r in range(factor)] for p in range(current, count)}
+        if assignment is None:
+            brokers = self.live_brokers()
+            new = {p: [brokers[(p + r) % len(brokers)] for r in range(factor)] for p in range(current, count)}
+        else:
+            new = self._check_new_assignment(assignment, current, count, factor)
         if validate_only:
             return
         self.store.add_partitions(name, new)
         self._host(self.require(name))
+        log.info("topic %s grew from %d to %d partitions", name, current, count)
+
+    def _check_new_assignment(
+        self, assignment: list[list[int]], current: int, count: int, factor: int
+    ) -> dict[int, list[int]]:
+        if len(assignment) != count - current:
+            raise KafkaError(
+                ErrorCode.INVALID_REPLICATION_ASSIGNMENT,
+                f"Attempted to add {count - current} additional partition(s), "
+                f"but only {len(assignment)} assignment(s) were specified.",
+            )
+        new = {current + i: list(replicas) for i, replicas in enumerate(assignment)}
+        for index, replicas in new.items():
+            if len(replicas) != factor:
+                raise KafkaError(
+                    ErrorCode.INVALID_REPLICATION_ASSIGNMENT,
+                    f"Inconsistent replication factor between partitions, partition 0 has {factor} "
+                    f"while partition {index} has replication factor {len(replicas)}.",
+                )
+        self._check_replicas(new)
+        return new
 
     def set_defaults(self, topic_defaults: Mapping[str, str]) -> None:
         """New broker-level defaults: every topic without its own override follows them."""

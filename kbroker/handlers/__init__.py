@@ -49,13 +49,22 @@ class CloseConnection(Exception):
 
 # Every API this broker answers; a module per API, named after it.
 HANDLER_MODULES = (
+    "alter_configs",
     "api_versions",
+    "create_partitions",
     "create_topics",
+    "delete_records",
     "delete_topics",
+    "describe_cluster",
+    "describe_configs",
+    "describe_log_dirs",
+    "describe_topic_partitions",
     "fetch",
+    "incremental_alter_configs",
     "init_producer_id",
     "list_offsets",
     "metadata",
+    "offset_for_leader_epoch",
     "produce",
 )
 

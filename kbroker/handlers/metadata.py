@@ -56,7 +56,7 @@ def _describe_topic(ctx: RequestContext, name: str | None, auto_create: bool) ->
         "name": name,
         "topic_id": record.topic_id,
         "is_internal": name in INTERNAL_TOPICS,
-        "partitions": [_describe_partition(ctx, name, i, r) for i, r in sorted(record.assignment.items())],
+        "partitions": [describe_partition(ctx, name, i, r) for i, r in sorted(record.assignment.items())],
         "topic_authorized_operations": -2147483648,
     }
 
@@ -69,7 +69,7 @@ def _auto_create(ctx: RequestContext, name: str) -> ErrorCode | None:
     return None
 
 
-def _describe_partition(ctx: RequestContext, topic: str, index: int, replicas: list[int]) -> dict[str, Any]:
+def describe_partition(ctx: RequestContext, topic: str, index: int, replicas: list[int]) -> dict[str, Any]:
     partition = ctx.broker.replicas.find(topic, index)
     if partition is None:
         return {

@@ -1,0 +1,66 @@
+"""AlterConfigs (legacy): replace the whole set of overrides of a topic or broker."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from kbroker.cluster.configs import ResourceType
+from kbroker.handlers import RequestContext
+from protocol.errors import ErrorCode, KafkaError
+
+API_KEY = 33
+MIN_VERSION = 0
+MAX_VERSION = 2
+
+
+async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    responses = [
+        _alter(ctx, resource, request.validate_only, repeated)
+        for resource, repeated in with_repeats(request.resources)
+    ]
+    return {"throttle_time_ms": 0, "responses": responses}
+
+
+def with_repeats(resources: Any) -> list[tuple[Any, bool]]:
+    """Each resource with whether it appears more than once (Kafka refuses all copies then)."""
+    counts = Counter((r.resource_type, r.resource_name) for r in resources)
+    return [(r, counts[(r.resource_type, r.resource_name)] > 1) for r in resources]
+
+
+def resource_result(resource: Any, error: KafkaError | None = None) -> dict[str, Any]:
+    return {
+        "resource_type": resource.resource_type,
+        "resource_name": resource.resource_name,
+        "error_code": error.code if error else ErrorCode.NO_ERROR,
+        "error_message": error.message if error else None,
+    }
+
+
+def _alter(ctx: RequestContext, resource: Any, validate_only: bool, repeated: bool) -> dict[str, Any]:
+    try:
+        if repeated:
+            raise KafkaError(ErrorCode.INVALID_REQUEST, "Each resource must appear at most once.")
+        _apply(ctx, resource, validate_only)
+    except KafkaError as e:
+        return resource_result(resource, e)
+    return resource_result(resource)
+
+
+def _apply(ctx: RequestContext, resource: Any, validate_only: bool) -> None:
+    names = [c.name for c in resource.configs]
+    if len(set(names)) != len(names):
+        raise KafkaError(ErrorCode.INVALID_REQUEST, "Error due to duplicate config keys")
+    nulls = [c.name for c in resource.configs if c.value is None]
+    if nulls:
+        raise KafkaError(ErrorCode.INVALID_REQUEST, f"Null value not supported for : {', '.join(nulls)}")
+    configs = {c.name: c.value for c in resource.configs}
+    service = ctx.broker.configs
+    if resource.resource_type == ResourceType.TOPIC:
+        service.alter_topic(resource.resource_name, configs, validate_only)
+    elif resource.resource_type == ResourceType.BROKER:
+        service.alter_broker(service.check_broker_resource(resource.resource_name), configs, validate_only)
+    elif resource.resource_type == ResourceType.BROKER_LOGGER:
+        raise KafkaError(ErrorCode.INVALID_REQUEST, "AlterConfigs does not support the BROKER_LOGGER resource type")
+    else:
+        raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unsupported resource type: {resource.resource_type}")

@@ -1,0 +1,38 @@
+"""CreatePartitions: grow topics, optionally on chosen replicas (or only validate)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from kbroker.handlers import RequestContext
+from protocol.errors import ErrorCode, KafkaError
+
+API_KEY = 37
+MIN_VERSION = 0
+MAX_VERSION = 3
+
+
+async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    counts = Counter(t.name for t in request.topics)
+    results = []
+    for topic in request.topics:
+        if counts[topic.name] > 1:
+            results.append(_result(topic.name, KafkaError(ErrorCode.INVALID_REQUEST, "Duplicate topic in request.")))
+            continue
+        assignment = [list(a.broker_ids) for a in topic.assignments] if topic.assignments is not None else None
+        try:
+            ctx.broker.topics.add_partitions(topic.name, topic.count, assignment, validate_only=request.validate_only)
+        except KafkaError as e:
+            results.append(_result(topic.name, e))
+            continue
+        results.append(_result(topic.name))
+    return {"throttle_time_ms": 0, "results": results}
+
+
+def _result(name: str, error: KafkaError | None = None) -> dict[str, Any]:
+    return {
+        "name": name,
+        "error_code": error.code if error else ErrorCode.NO_ERROR,
+        "error_message": error.message if error else None,
+    }

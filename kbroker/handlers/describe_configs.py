@@ -1,0 +1,57 @@
+"""DescribeConfigs: the effective configs of topics and brokers, with their sources."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kbroker.cluster.configs import ResourceType, describe_loggers
+from kbroker.cluster.topics import validate_topic_name
+from kbroker.config import BROKER_CONFIG_DEFS
+from kbroker.handlers import RequestContext
+from protocol.errors import ErrorCode, KafkaError
+
+API_KEY = 32
+MIN_VERSION = 0
+MAX_VERSION = 4
+
+
+async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    synonyms = ctx.version >= 1 and request.include_synonyms
+    documentation = ctx.version >= 3 and request.include_documentation
+    results = [_describe(ctx, resource, synonyms, documentation) for resource in request.resources]
+    return {"throttle_time_ms": 0, "results": results}
+
+
+def _describe(ctx: RequestContext, resource: Any, synonyms: bool, documentation: bool) -> dict[str, Any]:
+    result = {
+        "resource_type": resource.resource_type,
+        "resource_name": resource.resource_name,
+        "error_code": ErrorCode.NO_ERROR,
+        "error_message": None,
+        "configs": [],
+    }
+    keys = list(resource.configuration_keys) if resource.configuration_keys is not None else None
+    try:
+        configs = _configs(ctx, resource.resource_type, resource.resource_name, keys, synonyms)
+    except KafkaError as e:
+        return {**result, "error_code": e.code, "error_message": e.message}
+    if documentation:
+        for entry in configs:
+            definition = BROKER_CONFIG_DEFS.get(entry["name"])
+            entry["documentation"] = definition.doc if definition is not None else None
+    return {**result, "configs": configs}
+
+
+def _configs(
+    ctx: RequestContext, resource_type: int, name: str, keys: list[str] | None, synonyms: bool
+) -> list[dict[str, Any]]:
+    service = ctx.broker.configs
+    if resource_type == ResourceType.TOPIC:
+        validate_topic_name(name)
+        return service.describe_topic(name, service.topic_overrides(name), keys, synonyms)
+    if resource_type == ResourceType.BROKER:
+        return service.describe_broker(service.check_broker_resource(name), keys, synonyms)
+    if resource_type == ResourceType.BROKER_LOGGER:
+        service.check_broker_resource(name)
+        return describe_loggers(keys)
+    raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unsupported resource type: {resource_type}")

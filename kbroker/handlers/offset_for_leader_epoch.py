@@ -1,0 +1,33 @@
+"""OffsetForLeaderEpoch: where a leader epoch ends in the log, so clients can detect truncation."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kbroker.handlers import RequestContext
+from protocol.errors import ErrorCode, KafkaError
+
+API_KEY = 23
+MIN_VERSION = 0
+MAX_VERSION = 4
+
+UNDEFINED = -1
+
+
+async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    topics = [
+        {"topic": t.topic, "partitions": [_lookup(ctx, t.topic, p) for p in t.partitions]}
+        for t in request.topics
+    ]
+    return {"throttle_time_ms": 0, "topics": topics}
+
+
+def _lookup(ctx: RequestContext, topic: str, request: Any) -> dict[str, Any]:
+    result = {"partition": request.partition, "leader_epoch": UNDEFINED, "end_offset": UNDEFINED}
+    try:
+        partition = ctx.broker.replicas.get(topic, request.partition)
+        partition.check_leader_epoch(request.current_leader_epoch)
+        epoch, end_offset = partition.end_offset_for_epoch(request.leader_epoch)
+    except KafkaError as e:
+        return {**result, "error_code": e.code}
+    return {**result, "error_code": ErrorCode.NO_ERROR, "leader_epoch": epoch, "end_offset": end_offset}
