@@ -117,12 +117,18 @@ class ConfigService:
         self, name: str, overrides: Mapping[str, str], keys: list[str] | None = None, synonyms: bool = False
     ) -> list[dict[str, Any]]:
         defaults = self._topic_default_entries()
+        dynamic = self.dynamic_broker_configs()
         entries = []
         for config_name in sorted(defaults):
             if keys is not None and config_name not in keys:
                 continue
             value, broker_name, source = defaults[config_name]
-            chain = [self._synonym(broker_name, value, _SOURCE_OF[source])] if source != "default" else []
+            # The broker config behind the default, in its own units (log.retention.hours=336).
+            chain = [
+                self._synonym(broker_name, raw, _SOURCE_OF[raw_source])
+                for raw, raw_source in self._broker_value(broker_name, dynamic)
+                if broker_name != config_name
+            ]
             if config_name in overrides:
                 chain.insert(0, self._synonym(config_name, overrides[config_name], ConfigSource.DYNAMIC_TOPIC_CONFIG))
                 entry = config_entry(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kbroker.cluster.authorization import cluster_operations
 from kbroker.handlers import RequestContext
 from protocol.errors import ErrorCode
 
@@ -13,14 +14,6 @@ MAX_VERSION = 1
 
 BROKERS_ENDPOINT = 1
 CONTROLLERS_ENDPOINT = 2
-# Operations a cluster resource supports; without an authorizer every one is allowed.
-CLUSTER_OPERATIONS = (5, 7, 8, 9, 10, 11, 12)  # CREATE ALTER DESCRIBE CLUSTER_ACTION DESCRIBE/ALTER_CONFIGS IDEMPOTENT_WRITE
-OPERATIONS_NOT_REQUESTED = -2147483648
-
-
-def authorized_operations(operations: tuple[int, ...]) -> int:
-    return sum(1 << op for op in operations)
-
 
 async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
     broker = ctx.broker
@@ -35,11 +28,7 @@ async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
             {"broker_id": b["node_id"], "host": b["host"], "port": b["port"], "rack": b["rack"]}
             for b in broker.broker_endpoints()
         ],
-        "cluster_authorized_operations": (
-            authorized_operations(CLUSTER_OPERATIONS)
-            if request.include_cluster_authorized_operations
-            else OPERATIONS_NOT_REQUESTED
-        ),
+        "cluster_authorized_operations": cluster_operations(request.include_cluster_authorized_operations),
     }
     if ctx.version >= 1 and request.endpoint_type != BROKERS_ENDPOINT:
         return {**response, **_endpoint_error(request.endpoint_type), "brokers": []}

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from kbroker.cluster.authorization import topic_operations
 from kbroker.cluster.topics import INTERNAL_TOPICS, validate_topic_name
 from kbroker.handlers import RequestContext
-from kbroker.handlers.describe_cluster import authorized_operations
 from kbroker.handlers.metadata import describe_partition
 from protocol.errors import ErrorCode, KafkaError
 
@@ -14,9 +14,6 @@ API_KEY = 75
 MIN_VERSION = 0
 MAX_VERSION = 0
 
-# READ WRITE CREATE DELETE ALTER DESCRIBE DESCRIBE_CONFIGS ALTER_CONFIGS: all a topic supports,
-# every one allowed since there is no authorizer.
-TOPIC_OPERATIONS = (3, 4, 5, 6, 7, 8, 10, 11)
 # Kafka's max.request.partition.size.limit: the most partitions one response carries.
 MAX_PARTITIONS_PER_RESPONSE = 2000
 
@@ -59,7 +56,7 @@ def _page(ctx: RequestContext, names: list[str], first_partition: int, limit: in
             "topic_id": record.topic_id,
             "is_internal": name in INTERNAL_TOPICS,
             "partitions": [describe_partition(ctx, name, i, record.assignment[i]) for i in shown],
-            "topic_authorized_operations": authorized_operations(TOPIC_OPERATIONS),
+            "topic_authorized_operations": topic_operations(True),  # always reported by this API
         })
         if len(shown) < len(indexes):
             return _response(topics, {"topic_name": name, "partition_index": indexes[len(shown)]})

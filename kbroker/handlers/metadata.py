@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kbroker.cluster.authorization import cluster_operations, topic_operations
 from kbroker.cluster.topics import INTERNAL_TOPICS, TopicSpec
 from kbroker.handlers import RequestContext
 from protocol.errors import ErrorCode, KafkaError
@@ -27,8 +28,9 @@ async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
         "brokers": broker.broker_endpoints(),
         "cluster_id": broker.cluster_id,
         "controller_id": broker.config.broker_id,
-        "topics": [_describe_topic(ctx, name, auto_create) for name in names],
-        "cluster_authorized_operations": -2147483648,
+        "topics": [_describe_topic(ctx, name, auto_create, request.include_topic_authorized_operations)
+                   for name in names],
+        "cluster_authorized_operations": cluster_operations(request.include_cluster_authorized_operations),
     }
 
 
@@ -39,7 +41,7 @@ def _topic_name(ctx: RequestContext, topic: Any) -> str | None:
     return topic.name
 
 
-def _describe_topic(ctx: RequestContext, name: str | None, auto_create: bool) -> dict[str, Any]:
+def _describe_topic(ctx: RequestContext, name: str | None, auto_create: bool, operations: bool) -> dict[str, Any]:
     broker = ctx.broker
     if name is None:
         return {"error_code": ErrorCode.UNKNOWN_TOPIC_ID, "name": None}
@@ -57,7 +59,7 @@ def _describe_topic(ctx: RequestContext, name: str | None, auto_create: bool) ->
         "topic_id": record.topic_id,
         "is_internal": name in INTERNAL_TOPICS,
         "partitions": [describe_partition(ctx, name, i, r) for i, r in sorted(record.assignment.items())],
-        "topic_authorized_operations": -2147483648,
+        "topic_authorized_operations": topic_operations(operations),
     }
 
 
