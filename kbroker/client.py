@@ -8,6 +8,7 @@ client (no pipelining, no retries beyond what a tool needs, no consumer groups).
 from __future__ import annotations
 
 import socket
+import time
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -16,6 +17,7 @@ from typing import Any
 
 from construct import ConstructError, Container
 
+from protocol import record_batch
 from protocol.connection import ClientConnection
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages import BY_KEY
@@ -26,9 +28,26 @@ METADATA = 3
 PRODUCE = 0
 FETCH = 1
 LIST_OFFSETS = 2
+CREATE_TOPICS = 19
+DELETE_TOPICS = 20
+DESCRIBE_CONFIGS = 32
+CREATE_PARTITIONS = 37
+INCREMENTAL_ALTER_CONFIGS = 44
 EARLIEST = -2
 LATEST = -1
 ZERO_UUID = uuid.UUID(int=0)
+
+
+COMPRESSION_CODECS = {c.name.lower(): int(c) for c in record_batch.Compression}
+CREATE_TIME, LOG_APPEND_TIME = record_batch.TimestampType
+# Config resource types and IncrementalAlterConfigs operations, as numbered on the wire.
+TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
+SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+CONFIG_SOURCES = {
+    0: "UNKNOWN", 1: "DYNAMIC_TOPIC_CONFIG", 2: "DYNAMIC_BROKER_CONFIG", 3: "DYNAMIC_DEFAULT_BROKER_CONFIG",
+    4: "STATIC_BROKER_CONFIG", 5: "DEFAULT_CONFIG", 6: "DYNAMIC_BROKER_LOGGER_CONFIG",
+    7: "CLIENT_METRICS_CONFIG", 8: "GROUP_CONFIG",
+}
 
 
 class BrokerUnreachable(ConnectionError):
@@ -163,6 +182,29 @@ class ClusterMetadata:
         return meta
 
 
+@dataclass
+class ConfigEntry:
+    name: str
+    value: str | None
+    source: int
+    read_only: bool = False
+    is_sensitive: bool = False
+    synonyms: list[tuple[str, str | None, int]] = field(default_factory=list)  # (name, value, source)
+
+
+@dataclass
+class Record:
+    """A record as a client sees it: what to produce, or what a fetch returned."""
+
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes | None]] = field(default_factory=list)
+    timestamp: int = -1  # -1 when producing: stamped with the current time
+    timestamp_type: int = CREATE_TIME
+    partition: int = -1
+    offset: int = -1
+
+
 class Client:
     """Blocking client for a cluster reached through `bootstrap` ("host:port[,host:port]")."""
 
@@ -173,6 +215,7 @@ class Client:
         self._bootstrap = self._connect_any()
         self._nodes: dict[int, BrokerConnection] = {}
         self._metadata: ClusterMetadata | None = None
+        self._topics: dict[str, TopicMetadata] = {}
 
     def _connect_any(self) -> BrokerConnection:
         failures = []
@@ -215,8 +258,12 @@ class Client:
 
     # -- metadata ----------------------------------------------------------------------------
 
-    def metadata(self, topics: Iterable[str] | None = None, refresh: bool = False) -> ClusterMetadata:
-        """Cluster metadata for `topics` (all topics when None); cached until `refresh`."""
+    def metadata(self, topics: Iterable[str] | None = None, refresh: bool = False,
+                 auto_create: bool = False) -> ClusterMetadata:
+        """Cluster metadata for `topics` (all topics when None); cached until `refresh`.
+
+        `auto_create` lets the broker create unknown topics, as a Kafka producer's requests do.
+        """
         if topics is None and self._metadata is not None and not refresh:
             return self._metadata
         version = self.version(METADATA)
@@ -225,15 +272,34 @@ class Client:
             names = []  # v0 has no null array: empty means all topics
         body = {
             "topics": None if names is None else [{"name": n, "topic_id": ZERO_UUID} for n in names],
-            "allow_auto_topic_creation": False,
+            "allow_auto_topic_creation": auto_create,
         }
         meta = _cluster_metadata(self.request(METADATA, body, version))
         if topics is None:
             self._metadata = meta
+        self._topics.update((t.name, t) for t in meta.topics.values() if t.error_code == ErrorCode.NO_ERROR)
         return meta
 
+    def wait_for_topic(self, topic: str, auto_create: bool = False) -> TopicMetadata:
+        """The topic once every partition has a leader (a new topic may briefly have none)."""
+        deadline = time.monotonic() + self.timeout
+        backoff = 0.01
+        while True:
+            try:
+                meta = self.metadata([topic], auto_create=auto_create).topic(topic)
+                if meta.partitions and all(p.leader >= 0 for p in meta.partitions.values()):
+                    return meta
+            except KafkaError as e:
+                if e.code != ErrorCode.LEADER_NOT_AVAILABLE:
+                    raise
+            if time.monotonic() + backoff > deadline:
+                raise KafkaError(ErrorCode.LEADER_NOT_AVAILABLE, f"topic '{topic}' has partitions without a leader")
+            time.sleep(backoff)  # retry backoff, as Kafka clients have: the broker pushes nothing
+            backoff = min(backoff * 2, 0.5)
+
     def leader(self, topic: str, partition: int) -> int:
-        meta = self.metadata([topic]).topic(topic)
+        """The partition's leader, from the last metadata seen for the topic (fetched if none)."""
+        meta = self._topics.get(topic) or self.metadata([topic]).topic(topic)
         info = meta.partitions.get(partition)
         if info is None:
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
@@ -243,23 +309,96 @@ class Client:
             raise KafkaError(ErrorCode.LEADER_NOT_AVAILABLE, f"{topic}-{partition} has no leader")
         return info.leader
 
+
+    # -- admin -------------------------------------------------------------------------------
+
+    def controller(self) -> int | None:
+        """The controller's node id, where Kafka's admin client sends topic changes."""
+        controller = self.metadata(refresh=True).controller_id
+        return controller if controller >= 0 else None
+
+    def create_topic(self, name: str, partitions: int = -1, replication_factor: int = -1,
+                     configs: dict[str, str] | None = None, timeout_ms: int = 30000) -> None:
+        """Create one topic (-1 takes the broker's default); raises the topic's KafkaError."""
+        body = {
+            "topics": [{
+                "name": name, "num_partitions": partitions, "replication_factor": replication_factor,
+                "assignments": [],
+                "configs": [{"name": k, "value": v} for k, v in (configs or {}).items()],
+            }],
+            "timeout_ms": timeout_ms,
+            "validate_only": False,
+        }
+        result = self.request(CREATE_TOPICS, body, node=self.controller()).topics[0]
+        check(result.error_code, result.error_message)
+
+    def delete_topics(self, names: list[str], timeout_ms: int = 30000) -> dict[str, KafkaError | None]:
+        """Delete topics by name; the error (or None) of each."""
+        body = {"topic_names": names, "topics": [{"name": n, "topic_id": ZERO_UUID} for n in names],
+                "timeout_ms": timeout_ms}
+        response = self.request(DELETE_TOPICS, body, node=self.controller())
+        return {r.name: error_for(r.error_code, r.error_message) if r.error_code else None
+                for r in response.responses}
+
+    def create_partitions(self, topic: str, count: int, timeout_ms: int = 30000) -> None:
+        """Grow `topic` to `count` partitions in total."""
+        body = {"topics": [{"name": topic, "count": count, "assignments": None}],
+                "timeout_ms": timeout_ms, "validate_only": False}
+        result = self.request(CREATE_PARTITIONS, body, node=self.controller()).results[0]
+        check(result.error_code, result.error_message)
+
+    def describe_configs(self, resource_type: int, name: str) -> list[ConfigEntry]:
+        """Every config of a topic or broker ("" for the broker defaults), with synonyms."""
+        body = {"resources": [{"resource_type": resource_type, "resource_name": name,
+                               "configuration_keys": None}],
+                "include_synonyms": True, "include_documentation": False}
+        result = self.request(DESCRIBE_CONFIGS, body, node=_broker_node(resource_type, name)).results[0]
+        check(result.error_code, result.error_message)
+        return [
+            ConfigEntry(c.name, c.value, _config_source(c), c.read_only, c.is_sensitive,
+                        [(s.name, s.value, s.source) for s in c.synonyms])
+            for c in result.configs
+        ]
+
+    def incremental_alter_configs(self, resource_type: int, name: str,
+                                  operations: list[tuple[str, int, str | None]]) -> None:
+        """Apply (config name, SET/DELETE/APPEND/SUBTRACT, value) operations to one resource."""
+        body = {"resources": [{"resource_type": resource_type, "resource_name": name,
+                               "configs": [{"name": k, "config_operation": op, "value": v}
+                                           for k, op, v in operations]}],
+                "validate_only": False}
+        node = _broker_node(resource_type, name)
+        result = self.request(INCREMENTAL_ALTER_CONFIGS, body, node=node).responses[0]
+        check(result.error_code, result.error_message)
+
     # -- data --------------------------------------------------------------------------------
 
     def produce(self, topic: str, partition: int, batch: bytes, acks: int = -1, timeout_ms: int = 30000) -> int:
-        """Append one encoded record batch; returns its base offset."""
-        node = self.leader(topic, partition)
-        body = {
-            "transactional_id": None,
-            "acks": acks,
-            "timeout_ms": timeout_ms,
-            "topic_data": [{"name": topic, "partition_data": [{"index": partition, "records": batch}]}],
-        }
-        response = self.request(PRODUCE, body, node=node)
-        if acks == 0:
-            return -1
-        result = response.responses[0].partition_responses[0]
-        check(result.error_code, result.error_message, f"produce to {topic}-{partition}")
-        return result.base_offset
+        """Append one encoded record batch; returns its base offset (-1 with acks=0)."""
+        return self.produce_batches(topic, {partition: batch}, acks, timeout_ms).get(partition, -1)
+
+    def produce_batches(self, topic: str, batches: dict[int, bytes], acks: int = -1,
+                        timeout_ms: int = 30000) -> dict[int, int]:
+        """Append one encoded batch to each partition, one request per leader; base offsets."""
+        by_leader: dict[int, list[int]] = {}
+        for partition in batches:
+            by_leader.setdefault(self.leader(topic, partition), []).append(partition)
+        offsets = {}
+        for node, partitions in by_leader.items():
+            body = {
+                "transactional_id": None,
+                "acks": acks,
+                "timeout_ms": timeout_ms,
+                "topic_data": [{"name": topic, "partition_data": [
+                    {"index": p, "records": batches[p]} for p in partitions]}],
+            }
+            response = self.request(PRODUCE, body, node=node)
+            if acks == 0:
+                continue
+            for result in response.responses[0].partition_responses:
+                check(result.error_code, result.error_message, f"produce to {topic}-{result.index}")
+                offsets[result.index] = result.base_offset
+        return offsets
 
     def list_offsets(self, topic: str, partitions: Iterable[int], timestamp: int,
                      isolation_level: int = 0) -> dict[int, int]:
@@ -337,3 +476,52 @@ def _cluster_metadata(response: Container) -> ClusterMetadata:
         }
         topics[t.name] = TopicMetadata(t.name, t.topic_id, t.is_internal, partitions, t.error_code)
     return ClusterMetadata(response.cluster_id, response.controller_id, brokers, topics)
+
+
+def _broker_node(resource_type: int, name: str) -> int | None:
+    """A broker's own configs are described and altered on that broker, as Kafka requires."""
+    if resource_type == BROKER_RESOURCE and name.isdigit():
+        return int(name)
+    return None
+
+
+def _config_source(entry: Container) -> int:
+    # DescribeConfigs v0 has no config_source, only is_default.
+    if entry.config_source == -1:
+        return 5 if entry.is_default else 0
+    return entry.config_source
+
+
+# -- record batches ------------------------------------------------------------------------------
+
+
+def encode_batch(records: list[Record], compression: int = record_batch.NONE) -> bytes:
+    """One RecordBatch v2 holding `records`, stamped now where they carry no timestamp.
+
+    No producer id: the tools' producer is not idempotent, as Kafka's console producer was not.
+    """
+    if not records:
+        raise ValueError("a batch holds at least one record")
+    now = int(time.time() * 1000)
+    return record_batch.encode_batch(
+        [record_batch.Record(delta, r.timestamp if r.timestamp >= 0 else now, r.key, r.value, list(r.headers))
+         for delta, r in enumerate(records)],
+        compression=compression,
+    )
+
+
+def decode_batches(data: bytes | memoryview | None, partition: int = -1) -> tuple[list[Record], int | None]:
+    """The data records in a fetched record set, and the offset after its last whole batch.
+
+    A fetch may end with a partial batch (cut at the size limit); it is left for the next fetch.
+    Control batches (transaction markers) are skipped but still advance the offset.
+    """
+    records: list[Record] = []
+    next_offset = None
+    for batch in record_batch.decode_batches(data or b""):
+        next_offset = batch.next_offset
+        if batch.is_control:
+            continue
+        records += [Record(r.key, r.value, r.headers, r.timestamp, batch.timestamp_type, partition, r.offset)
+                    for r in batch.records]
+    return records, next_offset

@@ -3,13 +3,27 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable
 
-from kbroker.cli import start
+from kbroker.cli import configs, console_consumer, console_producer, start, topics
+from kbroker.cli.common import CommandError, describe_error
+from kbroker.client import BrokerUnreachable
+from protocol.errors import KafkaError
+
+__all__ = ["COMMANDS", "CommandError", "build_parser", "main"]
 
 COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]] = {
     "start": ("start a broker (like kafka-server-start.sh)", start.add_arguments, start.run),
+    "topics": ("create, list, describe, alter and delete topics (like kafka-topics.sh)",
+               topics.add_arguments, topics.run),
+    "configs": ("describe and alter topic and broker configs (like kafka-configs.sh)",
+                configs.add_arguments, configs.run),
+    "console-producer": ("produce lines from stdin (like kafka-console-producer.sh)",
+                         console_producer.add_arguments, console_producer.run),
+    "console-consumer": ("print records to stdout (like kafka-console-consumer.sh)",
+                         console_consumer.add_arguments, console_consumer.run),
 }
 
 
@@ -23,10 +37,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-class CommandError(Exception):
-    """A user-facing failure: printed as one line, exit status 1."""
-
-
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -34,6 +44,17 @@ def main(argv: list[str] | None = None) -> int:
     except CommandError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
+    # Commands translate these themselves; this is the backstop against a traceback.
+    except BrokerUnreachable as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    except KafkaError as e:
+        print(f"error: {describe_error(e)}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:
+        # The reader went away (`| head`): stop quietly, and keep Python from complaining at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except KeyboardInterrupt:
         return 130
 

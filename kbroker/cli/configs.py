@@ -1,0 +1,176 @@
+"""`kbroker configs`: describe and alter topic and broker configs, like kafka-configs.sh."""
+
+from __future__ import annotations
+
+import argparse
+import re
+
+from kbroker.cli.common import CommandError, add_bootstrap_argument, connect
+from kbroker.client import (
+    APPEND,
+    BROKER_RESOURCE,
+    CONFIG_SOURCES,
+    DELETE,
+    SET,
+    SUBTRACT,
+    TOPIC_RESOURCE,
+    Client,
+    ConfigEntry,
+)
+
+ENTITY_TYPES = {"topics": TOPIC_RESOURCE, "brokers": BROKER_RESOURCE}
+BROKER_DEFAULT = ""  # the entity name of the cluster-wide broker defaults
+# Without --all, describe shows only what was set on the entity itself.
+_DYNAMIC_SOURCE = {TOPIC_RESOURCE: 1, BROKER_RESOURCE: 2}
+_DYNAMIC_DEFAULT_BROKER_SOURCE = 3
+# Commas separate configs, except inside [ ] (list values such as cleanup.policy=[compact,delete]).
+_OUTSIDE_BRACKETS = r"(?=[^\]]*(?:\[|$))"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_bootstrap_argument(parser)
+    actions = parser.add_mutually_exclusive_group(required=True)
+    actions.add_argument("--describe", action="store_true", help="show the entity's configs")
+    actions.add_argument("--alter", action="store_true", help="change the entity's configs")
+    parser.add_argument("--entity-type", choices=sorted(ENTITY_TYPES), help="topics or brokers")
+    parser.add_argument("--entity-name", help="topic name or broker id")
+    parser.add_argument("--entity-default", action="store_true", help="the default config of all brokers")
+    parser.add_argument("--topic", help="shorthand for --entity-type topics --entity-name TOPIC")
+    parser.add_argument("--broker", help="shorthand for --entity-type brokers --entity-name BROKER")
+    parser.add_argument("--broker-defaults", action="store_true",
+                        help="shorthand for --entity-type brokers --entity-default")
+    parser.add_argument("--all", action="store_true", help="describe every config, not only overrides")
+    parser.add_argument("--add-config", metavar="K1=V1,K2=[V1,V2]", help="configs to set")
+    parser.add_argument("--delete-config", metavar="K1,K2", help="overrides to remove")
+    parser.add_argument("--append-config", metavar="K1=V1", help="values to append to list configs")
+    parser.add_argument("--subtract-config", metavar="K1=V1", help="values to remove from list configs")
+
+
+def run(args: argparse.Namespace) -> int:
+    resource_type, name = _entity(args)
+    with connect(args.bootstrap_server) as client:
+        if args.describe:
+            _describe(client, resource_type, name, args.all)
+        else:
+            _alter(client, resource_type, name, args)
+    return 0
+
+
+# -- entity -----------------------------------------------------------------------------------
+
+
+def _entity(args: argparse.Namespace) -> tuple[int, str | None]:
+    """The resource type and name (None: every entity of the type) the options designate."""
+    entity_type, name = args.entity_type, args.entity_name
+    shorthands = [(args.topic, "topics", args.topic), (args.broker, "brokers", args.broker),
+                  (args.broker_defaults, "brokers", BROKER_DEFAULT)]
+    for given, shorthand_type, shorthand_name in shorthands:
+        if given:
+            if entity_type and entity_type != shorthand_type:
+                raise CommandError("--topic/--broker/--broker-defaults conflict with --entity-type")
+            entity_type, name = shorthand_type, shorthand_name
+    if entity_type is None:
+        raise CommandError("--entity-type is required (topics or brokers)")
+    if args.entity_default:
+        if entity_type != "brokers":
+            raise CommandError("--entity-default is only valid with --entity-type brokers")
+        if name:
+            raise CommandError("--entity-name and --entity-default are mutually exclusive")
+        name = BROKER_DEFAULT
+    if name is not None and entity_type == "brokers" and name != BROKER_DEFAULT and not name.isdigit():
+        raise CommandError(f"the entity name for brokers must be a broker id, not {name!r}")
+    if args.alter and name is None:
+        raise CommandError("--alter needs --entity-name or --entity-default")
+    return ENTITY_TYPES[entity_type], name
+
+
+def _entities(client: Client, resource_type: int, name: str | None) -> list[str]:
+    if name is not None:
+        return [name]
+    metadata = client.metadata(refresh=True)
+    if resource_type == TOPIC_RESOURCE:
+        return sorted(metadata.topics)
+    return [str(b) for b in sorted(metadata.brokers)] + [BROKER_DEFAULT]
+
+
+# -- describe ---------------------------------------------------------------------------------
+
+
+def _describe(client: Client, resource_type: int, name: str | None, show_all: bool) -> None:
+    for entity in _entities(client, resource_type, name):
+        print(_heading(resource_type, entity, show_all))
+        wanted = _source_shown(resource_type, entity)
+        entries = client.describe_configs(resource_type, entity)
+        for entry in sorted(entries, key=lambda e: e.name):
+            if show_all or entry.source == wanted:
+                print(f"  {entry.name}={_text(entry.value)} sensitive={str(entry.is_sensitive).lower()} "
+                      f"synonyms={{{_synonyms(entry)}}}")
+
+
+def _heading(resource_type: int, entity: str, show_all: bool) -> str:
+    if resource_type == BROKER_RESOURCE and entity == BROKER_DEFAULT:
+        return "Default configs for brokers in the cluster are:"
+    kind = "topic" if resource_type == TOPIC_RESOURCE else "broker"
+    return f"{'All' if show_all else 'Dynamic'} configs for {kind} {entity} are:"
+
+
+def _source_shown(resource_type: int, entity: str) -> int:
+    if resource_type == BROKER_RESOURCE and entity == BROKER_DEFAULT:
+        return _DYNAMIC_DEFAULT_BROKER_SOURCE
+    return _DYNAMIC_SOURCE[resource_type]
+
+
+def _synonyms(entry: ConfigEntry) -> str:
+    return ", ".join(f"{CONFIG_SOURCES.get(source, 'UNKNOWN')}:{name}={_text(value)}"
+                     for name, value, source in entry.synonyms)
+
+
+def _text(value: str | None) -> str:
+    return "null" if value is None else value  # as Kafka prints a null (e.g. sensitive) value
+
+
+# -- alter ------------------------------------------------------------------------------------
+
+
+def _alter(client: Client, resource_type: int, name: str, args: argparse.Namespace) -> None:
+    operations = _operations(args)
+    if not operations:
+        raise CommandError("--alter needs --add-config, --delete-config, --append-config or --subtract-config")
+    deleted = [key for key, op, _ in operations if op == DELETE]
+    if deleted:
+        known = {entry.name for entry in client.describe_configs(resource_type, name)}
+        unknown = [key for key in deleted if key not in known]
+        if unknown:
+            raise CommandError(f"INVALID_CONFIG: Invalid config(s): {','.join(unknown)}")
+    client.incremental_alter_configs(resource_type, name, operations)
+    if resource_type == BROKER_RESOURCE and name == BROKER_DEFAULT:
+        print("Completed updating default config for brokers in the cluster.")
+    else:
+        print(f"Completed updating config for {'topic' if resource_type == TOPIC_RESOURCE else 'broker'} {name}.")
+
+
+def _operations(args: argparse.Namespace) -> list[tuple[str, int, str | None]]:
+    operations: list[tuple[str, int, str | None]] = []
+    for option, op in ((args.add_config, SET), (args.append_config, APPEND), (args.subtract_config, SUBTRACT)):
+        if option:
+            operations += [(key, op, value) for key, value in parse_config_pairs(option).items()]
+    if args.delete_config:
+        operations += [(key.strip(), DELETE, None) for key in args.delete_config.split(",") if key.strip()]
+    names = [key for key, _, _ in operations]
+    if len(names) != len(set(names)):
+        raise CommandError("a config may be changed only once per command")
+    return operations
+
+
+def parse_config_pairs(text: str) -> dict[str, str]:
+    """`k1=v1,k2=[a,b]` as kafka-configs.sh reads it: brackets group a list value and are dropped."""
+    pairs = {}
+    for item in re.split("," + _OUTSIDE_BRACKETS, text):
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise CommandError(f"invalid config {item!r}: configs must be in the format key=value")
+        value = value.strip()
+        if value.startswith("[") and value.endswith("]"):
+            value = value[1:-1]
+        pairs[key.strip()] = value
+    return pairs

@@ -1,0 +1,162 @@
+"""`kbroker topics`: create, list, describe, alter and delete topics, like kafka-topics.sh."""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import re
+import uuid
+
+from kbroker.cli.common import CommandError, add_bootstrap_argument, connect, describe_error, parse_properties
+from kbroker.client import TOPIC_RESOURCE, Client, ConfigEntry, TopicMetadata
+from protocol.errors import ErrorCode, KafkaError
+
+_ACTIONS = ("create", "list", "describe", "alter", "delete")
+_DEFAULT_CONFIG = 5
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_bootstrap_argument(parser)
+    actions = parser.add_mutually_exclusive_group(required=True)
+    actions.add_argument("--create", action="store_true", help="create a topic")
+    actions.add_argument("--list", action="store_true", help="list the topics")
+    actions.add_argument("--describe", action="store_true", help="describe topics")
+    actions.add_argument("--alter", action="store_true", help="change a topic's number of partitions")
+    actions.add_argument("--delete", action="store_true", help="delete topics")
+    parser.add_argument("--topic", help="the topic; a regular expression except with --create")
+    parser.add_argument("--partitions", type=int, help="number of partitions (create, alter)")
+    parser.add_argument("--replication-factor", type=int, help="replicas of each partition (create)")
+    parser.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
+                        help="a topic config override (create); repeatable")
+    parser.add_argument("--if-not-exists", action="store_true", help="create only if the topic is new")
+    parser.add_argument("--if-exists", action="store_true", help="alter or delete only if the topic exists")
+    parser.add_argument("--exclude-internal", action="store_true", help="leave internal topics out")
+    parser.add_argument("--under-replicated-partitions", action="store_true",
+                        help="describe only partitions whose ISR is smaller than their replica set")
+    parser.add_argument("--unavailable-partitions", action="store_true",
+                        help="describe only partitions without a leader")
+
+
+def run(args: argparse.Namespace) -> int:
+    action = next(a for a in _ACTIONS if getattr(args, a))
+    if action in ("create", "alter", "delete") and not args.topic:
+        raise CommandError(f"--{action} needs --topic")
+    with connect(args.bootstrap_server) as client:
+        {"create": _create, "list": _list, "describe": _describe, "alter": _alter, "delete": _delete}[action](
+            client, args)
+    return 0
+
+
+# -- actions ----------------------------------------------------------------------------------
+
+
+def _create(client: Client, args: argparse.Namespace) -> None:
+    configs = parse_properties(args.config, "--config")
+    try:
+        client.create_topic(args.topic, _or_default(args.partitions), _or_default(args.replication_factor), configs)
+    except KafkaError as e:
+        if e.code == ErrorCode.TOPIC_ALREADY_EXISTS and args.if_not_exists:
+            return
+        raise CommandError(describe_error(e)) from None
+    print(f"Created topic {args.topic}.")
+
+
+def _list(client: Client, args: argparse.Namespace) -> None:
+    for name in _matching_topics(client, args.topic, args.exclude_internal):
+        print(name)
+
+
+def _describe(client: Client, args: argparse.Namespace) -> None:
+    names = _existing_topics(client, args, "describe")
+    metadata = client.metadata(names)
+    partition_filter = args.under_replicated_partitions or args.unavailable_partitions
+    for name in names:
+        topic = metadata.topic(name)
+        if not partition_filter:
+            print(_topic_line(topic, _overrides(client, name)))
+        for index in sorted(topic.partitions):
+            p = topic.partitions[index]
+            if args.under_replicated_partitions and len(p.isr) >= len(p.replicas):
+                continue
+            if args.unavailable_partitions and p.leader >= 0:
+                continue
+            print(f"\tTopic: {name}\tPartition: {index}\tLeader: {_node(p.leader)}\t"
+                  f"Replicas: {_ids(p.replicas)}\tIsr: {_ids(p.isr)}")
+
+
+def _alter(client: Client, args: argparse.Namespace) -> None:
+    if args.partitions is None:
+        raise CommandError("--alter needs --partitions (use `kbroker configs` to change topic configs)")
+    for name in _existing_topics(client, args, "alter"):
+        try:
+            client.create_partitions(name, args.partitions)
+        except KafkaError as e:
+            raise CommandError(f"{name}: {describe_error(e)}") from None
+
+
+def _delete(client: Client, args: argparse.Namespace) -> None:
+    names = _existing_topics(client, args, "delete")
+    failures = [f"{name}: {describe_error(error)}"
+                for name, error in client.delete_topics(names).items() if error is not None]
+    if failures:
+        raise CommandError("; ".join(failures))
+
+
+# -- helpers ----------------------------------------------------------------------------------
+
+
+def _or_default(value: int | None) -> int:
+    return -1 if value is None else value  # -1 asks the broker for its default
+
+
+def _matching_topics(client: Client, pattern: str | None, exclude_internal: bool) -> list[str]:
+    """Topic names matching `pattern` as Kafka's tools match --topic: a whole-name regex, commas as |."""
+    topics = client.metadata(refresh=True).topics.values()
+    names = sorted(t.name for t in topics if not (exclude_internal and t.is_internal))
+    if pattern is None:
+        return names
+    try:
+        regex = re.compile(pattern.strip().strip("\"'").replace(",", "|"))
+    except re.error as e:
+        raise CommandError(f"invalid --topic pattern {pattern!r}: {e}") from None
+    return [n for n in names if n == pattern or regex.fullmatch(n)]
+
+
+def _existing_topics(client: Client, args: argparse.Namespace, action: str) -> list[str]:
+    names = _matching_topics(client, args.topic, args.exclude_internal)
+    if not names and args.topic is not None and not args.if_exists:
+        raise CommandError(f"UNKNOWN_TOPIC_OR_PARTITION: Topic '{args.topic}' does not exist as expected")
+    return names
+
+
+def _overrides(client: Client, topic: str) -> list[ConfigEntry]:
+    """Configs that differ from the defaults, as kafka-topics.sh shows them; [] if the broker can't say."""
+    try:
+        entries = client.describe_configs(TOPIC_RESOURCE, topic)
+    except KafkaError as e:
+        if e.code == ErrorCode.UNSUPPORTED_VERSION:
+            return []
+        raise
+    return sorted((e for e in entries if e.source != _DEFAULT_CONFIG and not e.is_sensitive), key=lambda e: e.name)
+
+
+def _topic_line(topic: TopicMetadata, configs: list[ConfigEntry]) -> str:
+    replication = max((len(p.replicas) for p in topic.partitions.values()), default=0)
+    line = f"Topic: {topic.name}"
+    if topic.topic_id != uuid.UUID(int=0):
+        line += f"\tTopicId: {kafka_uuid(topic.topic_id)}"
+    configs_text = ",".join(f"{e.name}={e.value}" for e in configs)
+    return line + f"\tPartitionCount: {len(topic.partitions)}\tReplicationFactor: {replication}\tConfigs: {configs_text}"
+
+
+def kafka_uuid(value: uuid.UUID) -> str:
+    """Kafka's `Uuid.toString()`: URL-safe base64 of the 16 bytes, without padding."""
+    return base64.urlsafe_b64encode(value.bytes).decode().rstrip("=")
+
+
+def _ids(nodes: list[int]) -> str:
+    return ",".join(str(n) for n in nodes)
+
+
+def _node(node: int) -> str:
+    return "none" if node < 0 else str(node)
