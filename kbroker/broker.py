@@ -14,6 +14,8 @@ from kbroker.cluster.producer_ids import ProducerIdManager
 from kbroker.cluster.replica_manager import ReplicaManager
 from kbroker.cluster.topics import TopicManager
 from kbroker.config import BrokerConfig, load_or_create_meta
+from kbroker.coordinator.group_coordinator import GroupConfig, GroupCoordinator
+from kbroker.coordinator.offsets_topic import OffsetsTopic
 from kbroker.metadata.local_store import LocalMetadataStore
 from kbroker.server.server import Server
 from kbroker.storage.log_manager import LogManager
@@ -48,6 +50,25 @@ class Broker:
             config.default_replication_factor,
         )
         self.producer_ids = ProducerIdManager(log_dirs[0])
+        self.groups = GroupCoordinator(
+            OffsetsTopic(
+                self.topics,
+                self.replicas,
+                config.get("offsets.topic.num.partitions"),
+                config.get("offsets.topic.replication.factor"),
+                config.get("offsets.topic.segment.bytes"),
+            ),
+            GroupConfig(
+                initial_rebalance_delay_ms=config.get("group.initial.rebalance.delay.ms"),
+                min_session_timeout_ms=config.get("group.min.session.timeout.ms"),
+                max_session_timeout_ms=config.get("group.max.session.timeout.ms"),
+                max_size=config.get("group.max.size"),
+                offset_metadata_max_bytes=config.get("offset.metadata.max.bytes"),
+                offsets_retention_ms=config.get("offsets.retention.minutes") * 60_000,
+            ),
+            self.topics.partition_exists,
+        )
+        self._next_offset_expiry_ms = 0
         self.server = Server(self)
         self.bound: list[tuple[str, str, int]] = []  # (listener name, host, port)
         self._ticker: asyncio.Task[None] | None = None
@@ -55,6 +76,8 @@ class Broker:
 
     async def start(self) -> None:
         self.topics.start()
+        self.groups.load()
+        self.groups.start_timers()
         for listener in self.config.listeners_parsed():
             port = await self.server.start(listener.host, listener.port)
             self.bound.append((listener.name, listener.host, port))
@@ -69,10 +92,17 @@ class Broker:
     async def _tick_forever(self) -> None:
         while True:
             await asyncio.sleep(TICK_SECONDS)
+            now_ms = int(time.time() * 1000)
             try:
-                self.log_manager.tick(int(time.time() * 1000))
+                self.log_manager.tick(now_ms)
             except Exception:
                 log.exception("periodic storage work failed")
+            if now_ms >= self._next_offset_expiry_ms:
+                self._next_offset_expiry_ms = now_ms + self.config.get("offsets.retention.check.interval.ms")
+                try:
+                    self.groups.expire_offsets(now_ms)
+                except Exception:
+                    log.exception("expiring committed offsets failed")
 
     async def stop(self) -> None:
         """Clean shutdown: stop serving, flush logs, write checkpoints."""

@@ -77,6 +77,18 @@ _DEFS = [
     ConfigDef("log.cleaner.backoff.ms", _int, "15000", "Pause between compaction passes."),
     ConfigDef("log.flush.offset.checkpoint.interval.ms", _int, "60000", "How often recovery points are saved."),
     ConfigDef("log.flush.scheduler.interval.ms", _int, "9223372036854775807", "Kept for compatibility."),
+    # Consumer groups and committed offsets.
+    ConfigDef("group.initial.rebalance.delay.ms", _int, "3000", "How long a new group waits for more members."),
+    ConfigDef("group.min.session.timeout.ms", _int, "6000", "Smallest session timeout a member may ask for."),
+    ConfigDef("group.max.session.timeout.ms", _int, "1800000", "Largest session timeout a member may ask for."),
+    ConfigDef("group.max.size", _int, "2147483647", "Most members one group may have."),
+    ConfigDef("offsets.topic.num.partitions", _int, "50", "Partitions of __consumer_offsets (set before first use)."),
+    ConfigDef("offsets.topic.replication.factor", _int, "3",
+              "Replication factor of __consumer_offsets (at most the number of brokers alive)."),
+    ConfigDef("offsets.topic.segment.bytes", _int, "104857600", "Segment size of __consumer_offsets."),
+    ConfigDef("offsets.retention.minutes", _int, "10080", "How long offsets of an empty group are kept."),
+    ConfigDef("offsets.retention.check.interval.ms", _int, "600000", "How often expired offsets are removed."),
+    ConfigDef("offset.metadata.max.bytes", _int, "4096", "Largest metadata string of a committed offset."),
     # Broker-level defaults of topic configs (see TOPIC_CONFIG_SYNONYMS).
     ConfigDef("log.segment.bytes", _int, "1073741824", "Default segment.bytes.", True),
     ConfigDef("log.roll.ms", _int, None, "Default segment.ms.", True),

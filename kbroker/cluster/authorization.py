@@ -42,3 +42,10 @@ def cluster_operations(requested: bool) -> int:
 
 def topic_operations(requested: bool) -> int:
     return bitfield(TOPIC_OPERATIONS) if requested else NOT_REQUESTED
+
+
+GROUP_OPERATIONS = (_OPS.READ, _OPS.DELETE, _OPS.DESCRIBE)
+
+
+def group_operations(requested: bool) -> int:
+    return bitfield(GROUP_OPERATIONS) if requested else NOT_REQUESTED

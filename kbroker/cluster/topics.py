@@ -147,6 +147,10 @@ class TopicManager:
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{name}' does not exist.")
         return record
 
+    def partition_exists(self, name: str, index: int) -> bool:
+        record = self.store.get_topic(name)
+        return record is not None and index in record.assignment
+
     def find_by_id(self, topic_id: uuid.UUID) -> TopicRecord | None:
         return next((t for t in self.store.list_topics() if t.topic_id == topic_id), None)
 

@@ -1,0 +1,1 @@
+"""Coordinators: consumer groups (and, later, transactions)."""

@@ -1,0 +1,44 @@
+"""FindCoordinator: which broker coordinates a group (or, later, a transactional id)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kbroker.handlers import RequestContext
+from protocol.errors import ErrorCode, KafkaError
+
+API_KEY = 10
+MIN_VERSION = 0
+MAX_VERSION = 5  # as Kafka 3.9; v6 adds share-group keys
+
+GROUP, TRANSACTION = 0, 1
+
+
+async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    key_type = request.key_type if ctx.version >= 1 else GROUP
+    if ctx.version >= 4:
+        return {"throttle_time_ms": 0, "coordinators": [_find(ctx, key, key_type) for key in request.coordinator_keys]}
+    found = _find(ctx, request.key, key_type)
+    del found["key"]
+    return {"throttle_time_ms": 0, **found}
+
+
+def _find(ctx: RequestContext, key: str, key_type: int) -> dict[str, Any]:
+    try:
+        node = _coordinator(ctx, key, key_type)
+    except KafkaError as e:
+        return {"key": key, "node_id": -1, "host": "", "port": -1, "error_code": e.code, "error_message": e.message}
+    return {"key": key, **node, "error_code": ErrorCode.NO_ERROR, "error_message": None}
+
+
+def _coordinator(ctx: RequestContext, key: str, key_type: int) -> dict[str, Any]:
+    if key_type == TRANSACTION:
+        raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, "transactions are not supported yet")
+    if key_type != GROUP:
+        raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unknown coordinator type {key_type}")
+    coordinator = ctx.broker.groups
+    coordinator.topic.ensure()
+    if coordinator.topic.hosted(key) is None:
+        raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+    endpoint = ctx.broker.broker_endpoints()[0]
+    return {"node_id": endpoint["node_id"], "host": endpoint["host"], "port": endpoint["port"]}

@@ -1,0 +1,26 @@
+"""ListGroups: every group this coordinator knows, filtered by state (v4+) and type (v5+)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kbroker.handlers import RequestContext
+from protocol.errors import ErrorCode
+
+API_KEY = 16
+MIN_VERSION = 0
+MAX_VERSION = 5
+
+CLASSIC = "classic"
+
+
+async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    states = {s.lower() for s in request.states_filter} if ctx.version >= 4 else set()
+    types = {t.lower() for t in request.types_filter} if ctx.version >= 5 else set()
+    groups = [
+        {"group_id": g.group_id, "protocol_type": g.protocol_type or "", "group_state": g.state.value,
+         "group_type": CLASSIC}
+        for g in ctx.broker.groups.list_groups()
+        if (not states or g.state.value.lower() in states) and (not types or CLASSIC in types)
+    ]
+    return {"throttle_time_ms": 0, "error_code": ErrorCode.NO_ERROR, "groups": groups}

@@ -1,0 +1,30 @@
+"""OffsetCommit: store a group's consumed positions (with metadata and leader epochs)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kbroker.coordinator.group_coordinator import OffsetCommit
+from kbroker.handlers import RequestContext
+
+API_KEY = 8
+MIN_VERSION = 0
+MAX_VERSION = 9
+
+
+async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    commits = [
+        OffsetCommit(t.name, p.partition_index, p.committed_offset, p.committed_leader_epoch, p.committed_metadata)
+        for t in request.topics
+        for p in t.partitions
+    ]
+    # v0 commits carry no generation: they are offsets-only commits.
+    generation = request.generation_id_or_member_epoch if ctx.version >= 1 else -1
+    member_id = request.member_id if ctx.version >= 1 else ""
+    errors = iter(ctx.broker.groups.commit(request.group_id, generation, member_id, request.group_instance_id, commits))
+    topics = [
+        {"name": t.name, "partitions": [{"partition_index": p.partition_index, "error_code": next(errors)}
+                                        for p in t.partitions]}
+        for t in request.topics
+    ]
+    return {"throttle_time_ms": 0, "topics": topics}

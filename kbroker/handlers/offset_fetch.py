@@ -1,0 +1,47 @@
+"""OffsetFetch: a group's committed offsets (one group before v8, several since)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from kbroker.handlers import RequestContext
+from protocol.coordinator_records import OffsetValue
+from protocol.errors import ErrorCode, KafkaError
+
+API_KEY = 9
+MIN_VERSION = 0
+MAX_VERSION = 9
+
+
+async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    if ctx.version >= 8:
+        groups = [_fetch_group(ctx, g.group_id, g.topics) for g in request.groups]
+        return {"throttle_time_ms": 0, "groups": groups}
+    topics = request.topics if ctx.version >= 2 else (request.topics or [])
+    result = _fetch_group(ctx, request.group_id, topics)
+    return {"throttle_time_ms": 0, "topics": result["topics"], "error_code": result["error_code"]}
+
+
+def _fetch_group(ctx: RequestContext, group_id: str, topics: Any) -> dict[str, Any]:
+    wanted = None if topics is None else [(t.name, p) for t in topics for p in t.partition_indexes]
+    try:
+        offsets = ctx.broker.groups.fetch_offsets(group_id, wanted)
+    except KafkaError as e:
+        return {"group_id": group_id, "error_code": e.code, "topics": []}
+    by_topic: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for (topic, partition), value in offsets.items():
+        by_topic[topic].append(_partition(partition, value))
+    return {
+        "group_id": group_id,
+        "error_code": ErrorCode.NO_ERROR,
+        "topics": [{"name": name, "partitions": partitions} for name, partitions in by_topic.items()],
+    }
+
+
+def _partition(index: int, value: OffsetValue | None) -> dict[str, Any]:
+    if value is None:
+        return {"partition_index": index, "committed_offset": -1, "committed_leader_epoch": -1, "metadata": "",
+                "error_code": ErrorCode.NO_ERROR}
+    return {"partition_index": index, "committed_offset": value.offset, "committed_leader_epoch": value.leader_epoch,
+            "metadata": value.metadata, "error_code": ErrorCode.NO_ERROR}
