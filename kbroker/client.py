@@ -98,6 +98,7 @@ class BrokerConnection:
         """The highest version of each API that this module and the broker both know."""
         response = self.send(API_VERSIONS, 3, {"client_software_name": "kbroker-client",
                                                 "client_software_version": "0.1.0"})
+        assert response is not None
         check(response.error_code, context="ApiVersions")
         versions = {}
         for entry in response.api_keys:
@@ -116,11 +117,12 @@ class BrokerConnection:
                              f"broker {self.address} does not support {api.NAME}")
         return version
 
-    def send(self, api_key: int, version: int, body: Any) -> Container:
+    def send(self, api_key: int, version: int, body: Any, expect_response: bool = True) -> Container | None:
+        """Send one request and wait for its response (None without one: a produce with acks=0)."""
         _, data = self._conn.encode_request(api_key, version, body)
         try:
             self._sock.sendall(data)
-            return self._receive()
+            return self._receive() if expect_response else None
         except TimeoutError:
             raise KafkaError(ErrorCode.REQUEST_TIMED_OUT,
                              f"no response from broker {self.address} in time") from None
@@ -232,10 +234,16 @@ class Client:
 
     def request(self, api_key: int, body: Any, version: int | None = None, node: int | None = None) -> Container:
         """Send one request (to `node`, else the bootstrap broker) and return the response body."""
+        response = self._send(api_key, body, version, node, expect_response=True)
+        assert response is not None
+        return response
+
+    def _send(self, api_key: int, body: Any, version: int | None, node: int | None,
+              expect_response: bool) -> Container | None:
         conn = self._bootstrap if node is None else self.connection(node)
         if version is None:
             version = conn.version_for(BY_KEY[api_key])
-        return conn.send(api_key, version, body)
+        return conn.send(api_key, version, body, expect_response)
 
     def version(self, api_key: int, node: int | None = None) -> int:
         conn = self._bootstrap if node is None else self.connection(node)
@@ -392,9 +400,9 @@ class Client:
                 "topic_data": [{"name": topic, "partition_data": [
                     {"index": p, "records": batches[p]} for p in partitions]}],
             }
-            response = self.request(PRODUCE, body, node=node)
-            if acks == 0:
-                continue
+            response = self._send(PRODUCE, body, None, node, expect_response=acks != 0)
+            if response is None:
+                continue  # acks=0: the broker sends no response
             for result in response.responses[0].partition_responses:
                 check(result.error_code, result.error_message, f"produce to {topic}-{result.index}")
                 offsets[result.index] = result.base_offset

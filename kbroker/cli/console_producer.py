@@ -144,11 +144,8 @@ class LineReader:
         return line[start:end]
 
     def _headers(self, text: bytes, number: int) -> list[tuple[str, bytes | None]]:
-        pairs = text.split(self.headers_separator)
-        while pairs and not pairs[-1]:
-            pairs.pop()  # Java's String.split drops trailing empty strings
         headers = []
-        for pair in pairs:
+        for pair in _java_split(text, self.headers_separator):
             key, sep, value = pair.partition(self.headers_key_separator)
             if not sep:
                 if not self.ignore_error:
@@ -164,6 +161,17 @@ class LineReader:
 
     def _nullable(self, data: bytes | None) -> bytes | None:
         return None if data is None or data == self.null_marker else data
+
+
+def _java_split(text: bytes, separator: bytes) -> list[bytes]:
+    """Java's `String.split`, as Kafka splits headers: no match gives [text] (even when empty),
+    otherwise trailing empty strings are dropped."""
+    if separator not in text:
+        return [text]
+    parts = text.split(separator)
+    while parts and not parts[-1]:
+        parts.pop()
+    return parts
 
 
 def _text(data: bytes) -> str:
