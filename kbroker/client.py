@@ -98,7 +98,6 @@ class BrokerConnection:
         """The highest version of each API that this module and the broker both know."""
         response = self.send(API_VERSIONS, 3, {"client_software_name": "kbroker-client",
                                                 "client_software_version": "0.1.0"})
-        assert response is not None
         check(response.error_code, context="ApiVersions")
         versions = {}
         for entry in response.api_keys:
@@ -117,12 +116,19 @@ class BrokerConnection:
                              f"broker {self.address} does not support {api.NAME}")
         return version
 
-    def send(self, api_key: int, version: int, body: Any, expect_response: bool = True) -> Container | None:
-        """Send one request and wait for its response (None without one: a produce with acks=0)."""
+    def send(self, api_key: int, version: int, body: Any) -> Container:
+        """Send one request and wait for its response."""
+        return self._exchange(api_key, version, body, expect_response=True)
+
+    def send_only(self, api_key: int, version: int, body: Any) -> None:
+        """Send a request the broker does not answer (a produce with acks=0)."""
+        self._exchange(api_key, version, body, expect_response=False)
+
+    def _exchange(self, api_key: int, version: int, body: Any, expect_response: bool) -> Container:
         _, data = self._conn.encode_request(api_key, version, body)
         try:
             self._sock.sendall(data)
-            return self._receive() if expect_response else None
+            return self._receive() if expect_response else Container()
         except TimeoutError:
             raise KafkaError(ErrorCode.REQUEST_TIMED_OUT,
                              f"no response from broker {self.address} in time") from None
@@ -234,16 +240,12 @@ class Client:
 
     def request(self, api_key: int, body: Any, version: int | None = None, node: int | None = None) -> Container:
         """Send one request (to `node`, else the bootstrap broker) and return the response body."""
-        response = self._send(api_key, body, version, node, expect_response=True)
-        assert response is not None
-        return response
+        conn, version = self._route(api_key, version, node)
+        return conn.send(api_key, version, body)
 
-    def _send(self, api_key: int, body: Any, version: int | None, node: int | None,
-              expect_response: bool) -> Container | None:
+    def _route(self, api_key: int, version: int | None, node: int | None) -> tuple[BrokerConnection, int]:
         conn = self._bootstrap if node is None else self.connection(node)
-        if version is None:
-            version = conn.version_for(BY_KEY[api_key])
-        return conn.send(api_key, version, body, expect_response)
+        return conn, conn.version_for(BY_KEY[api_key]) if version is None else version
 
     def version(self, api_key: int, node: int | None = None) -> int:
         conn = self._bootstrap if node is None else self.connection(node)
@@ -400,9 +402,11 @@ class Client:
                 "topic_data": [{"name": topic, "partition_data": [
                     {"index": p, "records": batches[p]} for p in partitions]}],
             }
-            response = self._send(PRODUCE, body, None, node, expect_response=acks != 0)
-            if response is None:
-                continue  # acks=0: the broker sends no response
+            conn, version = self._route(PRODUCE, None, node)
+            if acks == 0:
+                conn.send_only(PRODUCE, version, body)  # the broker sends no response
+                continue
+            response = conn.send(PRODUCE, version, body)
             for result in response.responses[0].partition_responses:
                 check(result.error_code, result.error_message, f"produce to {topic}-{result.index}")
                 offsets[result.index] = result.base_offset

@@ -50,23 +50,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     _check_options(args)
     formatter = Formatter.from_properties(parse_properties(args.property))
-    out = sys.stdout.buffer
-    count = 0
+    printer = Printer(formatter, args.max_messages)
     with connect(args.bootstrap_server, client_id="console-consumer") as client:
         reader = PartitionReader(client, args)
-        deadline = _deadline(args.timeout_ms)
-        while args.max_messages is None or count < args.max_messages:
-            if deadline is not None and time.monotonic() >= deadline:
-                break
-            records = reader.poll(_wait_ms(deadline))
-            if records:
-                deadline = _deadline(args.timeout_ms)
-            for record in records[: None if args.max_messages is None else args.max_messages - count]:
-                out.write(formatter.format(record))
-                count += 1
-            out.flush()
-    print(f"Processed a total of {count} messages", file=sys.stderr)
+        try:
+            _consume(reader, printer, args.timeout_ms)
+        except KeyboardInterrupt:
+            printer.report()  # as Kafka's tool does on Ctrl-C; not after an error, whose line stands alone
+            raise
+    printer.report()
     return 0
+
+
+def _consume(reader: PartitionReader, printer: Printer, timeout_ms: int | None) -> None:
+    """Print records until --max-messages is reached or none comes for --timeout-ms."""
+    deadline = _deadline(timeout_ms)
+    while not printer.done:
+        if deadline is not None and time.monotonic() >= deadline:
+            return
+        records = reader.poll(_wait_ms(deadline))
+        if records:
+            deadline = _deadline(timeout_ms)
+        printer.print(records)
 
 
 def _check_options(args: argparse.Namespace) -> None:
@@ -208,3 +213,28 @@ class Formatter:
 
     def _nullable(self, data: bytes | None) -> bytes:
         return self.null_literal if data is None else data
+
+
+class Printer:
+    """Formatted records to stdout, counted, up to a limit."""
+
+    def __init__(self, formatter: Formatter, limit: int | None) -> None:
+        self.formatter = formatter
+        self.limit = limit
+        self.count = 0
+        self.out = sys.stdout.buffer
+
+    @property
+    def done(self) -> bool:
+        return self.limit is not None and self.count >= self.limit
+
+    def print(self, records: list[Record]) -> None:
+        if self.limit is not None:
+            records = records[: self.limit - self.count]
+        for record in records:
+            self.out.write(self.formatter.format(record))
+        self.count += len(records)
+        self.out.flush()
+
+    def report(self) -> None:
+        print(f"Processed a total of {self.count} messages", file=sys.stderr)

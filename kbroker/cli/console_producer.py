@@ -53,14 +53,17 @@ def run(args: argparse.Namespace) -> int:
     reader = LineReader.from_properties(parse_properties(args.property))
     with connect(args.bootstrap_server, client_id="console-producer") as client:
         producer = BatchingProducer(client, args)
-        for number, line in enumerate_lines(read_lines(sys.stdin.fileno(), args.timeout / 1000)):
-            if line is None:
-                producer.flush()
-            else:
-                producer.add(reader.parse(line, number))
-                if args.sync:
+        try:
+            for number, line in enumerate_lines(read_lines(sys.stdin.fileno(), args.timeout / 1000)):
+                if line is None:
                     producer.flush()
-        producer.flush()
+                else:
+                    producer.add(reader.parse(line, number))
+                    if args.sync:
+                        producer.flush()
+        finally:
+            # Also on Ctrl-C: what was read is sent, as Kafka's producer flushes when closed.
+            producer.flush()
     return 0
 
 

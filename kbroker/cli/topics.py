@@ -67,7 +67,7 @@ def _list(client: Client, args: argparse.Namespace) -> None:
 
 
 def _describe(client: Client, args: argparse.Namespace) -> None:
-    names = _existing_topics(client, args, "describe")
+    names = _existing_topics(client, args)
     metadata = client.metadata(names)
     partition_filter = args.under_replicated_partitions or args.unavailable_partitions
     for name in names:
@@ -87,7 +87,7 @@ def _describe(client: Client, args: argparse.Namespace) -> None:
 def _alter(client: Client, args: argparse.Namespace) -> None:
     if args.partitions is None:
         raise CommandError("--alter needs --partitions (use `kbroker configs` to change topic configs)")
-    for name in _existing_topics(client, args, "alter"):
+    for name in _existing_topics(client, args):
         try:
             client.create_partitions(name, args.partitions)
         except KafkaError as e:
@@ -95,7 +95,7 @@ def _alter(client: Client, args: argparse.Namespace) -> None:
 
 
 def _delete(client: Client, args: argparse.Namespace) -> None:
-    names = _existing_topics(client, args, "delete")
+    names = _existing_topics(client, args)
     failures = [f"{name}: {describe_error(error)}"
                 for name, error in client.delete_topics(names).items() if error is not None]
     if failures:
@@ -122,7 +122,7 @@ def _matching_topics(client: Client, pattern: str | None, exclude_internal: bool
     return [n for n in names if n == pattern or regex.fullmatch(n)]
 
 
-def _existing_topics(client: Client, args: argparse.Namespace, action: str) -> list[str]:
+def _existing_topics(client: Client, args: argparse.Namespace) -> list[str]:
     names = _matching_topics(client, args.topic, args.exclude_internal)
     if not names and args.topic is not None and not args.if_exists:
         raise CommandError(f"UNKNOWN_TOPIC_OR_PARTITION: Topic '{args.topic}' does not exist as expected")
