@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
+import struct
 from typing import Any
 
 from kbroker.handlers import CloseConnection, RequestContext
 from protocol.errors import ErrorCode, KafkaError
+from protocol.records import (
+    ATTRIBUTES_OFFSET,
+    COMPRESSION_MASK,
+    CURRENT_MAGIC,
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    MAGIC_OFFSET,
+    peek_magic,
+)
 
 API_KEY = 0
 # v0-v2 carry legacy message sets only; Kafka 3.9 still advertises them, Kafka 4 drops
@@ -14,6 +24,8 @@ ADVERTISED_MIN = 0
 MIN_VERSION = 3
 MAX_VERSION = 11
 VALID_ACKS = (-1, 0, 1)
+ZSTD = 4
+_BATCH_LENGTH = struct.Struct(">i")
 
 
 async def handle(ctx: RequestContext, request: Any) -> dict[str, Any] | None:
@@ -41,6 +53,7 @@ def _append(ctx: RequestContext, acks: int, topic: str, data: Any, now_ms: int) 
             raise KafkaError(ErrorCode.INVALID_REQUIRED_ACKS)
         if data.records is None:
             raise KafkaError(ErrorCode.INVALID_RECORD, "null records")
+        _check_records(ctx.version, data.records)
         partition = ctx.broker.replicas.get(topic, data.index)
         info = partition.append_as_leader(data.records, now_ms)
     except KafkaError as e:
@@ -52,6 +65,23 @@ def _append(ctx: RequestContext, acks: int, topic: str, data: Any, now_ms: int) 
         "log_append_time_ms": info.log_append_time,
         "log_start_offset": info.log_start_offset,
     }
+
+
+def _check_records(version: int, records: bytes) -> None:
+    """Kafka's request-level checks (ProduceRequest.validateRecords), before the log sees the data."""
+    if len(records) <= MAGIC_OFFSET:
+        raise KafkaError(ErrorCode.INVALID_RECORD, f"Produce requests with version {version} must have at least "
+                         "one record batch per partition")
+    if peek_magic(records) != CURRENT_MAGIC:
+        raise KafkaError(ErrorCode.INVALID_RECORD, f"Produce requests with version {version} are only allowed to "
+                         "contain record batches with magic version 2")
+    first_size = LOG_OVERHEAD + _BATCH_LENGTH.unpack_from(records, 8)[0]
+    if len(records) > first_size:
+        raise KafkaError(ErrorCode.INVALID_RECORD, f"Produce requests with version {version} are only allowed to "
+                         "contain exactly one record batch per partition")
+    if version < 7 and len(records) >= HEADER_SIZE and records[ATTRIBUTES_OFFSET + 1] & COMPRESSION_MASK == ZSTD:
+        raise KafkaError(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, f"Produce requests with version {version} are not "
+                         "allowed to use ZStandard compression")
 
 
 def _error(index: int, error: KafkaError) -> dict[str, Any]:

@@ -170,7 +170,7 @@ def test_legacy_magic_batch_is_rejected(broker, new_topic) -> None:
         response = client.request(0, 9, {"acks": 1, "timeout_ms": 1000, "topic_data": [
             {"name": topic, "partition_data": [{"index": 0, "records": bytes(batch)}]}]})
     error = response.responses[0].partition_responses[0].error_code
-    assert error == ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT
+    assert error == ErrorCode.INVALID_RECORD  # Kafka's ProduceRequest.validateRecords
 
 
 def test_unknown_topic_without_auto_create(make_broker) -> None:
