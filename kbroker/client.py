@@ -2,26 +2,28 @@
 
 Made for the command-line tools and tests: one request at a time per connection, API
 versions negotiated per broker, metadata to find partition leaders. It is not a general
-client (no pipelining, no retries beyond what a tool needs, no consumer groups).
+client (no pipelining, no retries beyond what a tool needs, no group membership: it only
+administers groups).
 """
 
 from __future__ import annotations
 
 import socket
+import struct
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any
+from typing import Any, TypeVar
 
 from construct import ConstructError, Container
 
 from protocol import record_batch
 from protocol.connection import ClientConnection
 from protocol.errors import ErrorCode, KafkaError
-from protocol.messages import BY_KEY
-from protocol.primitives import ProtocolError
+from protocol.messages import BY_KEY, consumer_protocol_assignment, consumer_protocol_subscription
+from protocol.primitives import ProtocolError, parse_all
 
 API_VERSIONS = 18
 METADATA = 3
@@ -33,9 +35,22 @@ DELETE_TOPICS = 20
 DESCRIBE_CONFIGS = 32
 CREATE_PARTITIONS = 37
 INCREMENTAL_ALTER_CONFIGS = 44
+FIND_COORDINATOR = 10
+OFFSET_COMMIT = 8
+OFFSET_FETCH = 9
+DESCRIBE_GROUPS = 15
+LIST_GROUPS = 16
+DELETE_GROUPS = 42
+OFFSET_DELETE = 47
 EARLIEST = -2
 LATEST = -1
 ZERO_UUID = uuid.UUID(int=0)
+GROUP_KEY = 0  # FindCoordinator key type of a group
+CONSUMER_PROTOCOL_TYPE = "consumer"
+COORDINATOR_RETRIABLE = frozenset({
+    ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR})
+_INT16 = struct.Struct(">h")
+_T = TypeVar("_T")
 
 
 COMPRESSION_CODECS = {c.name.lower(): int(c) for c in record_batch.Compression}
@@ -463,6 +478,142 @@ class Client:
         }
         return self.request(FETCH, body, node=node)
 
+    # -- consumer groups ---------------------------------------------------------------------
+
+    def find_coordinator(self, group_id: str) -> Coordinator:
+        """The broker coordinating `group_id`, asked again while it is still being set up."""
+        return self._retry_coordinator(lambda: self._find_coordinator(group_id))
+
+    def _find_coordinator(self, group_id: str) -> Coordinator:
+        version = self.version(FIND_COORDINATOR)
+        if version >= 4:
+            body = {"key_type": GROUP_KEY, "coordinator_keys": [group_id]}
+            result = self.request(FIND_COORDINATOR, body, version).coordinators[0]
+        else:
+            result = self.request(FIND_COORDINATOR, {"key": group_id, "key_type": GROUP_KEY}, version)
+        check(result.error_code, result.error_message, f"coordinator of group {group_id}")
+        return Coordinator(result.node_id, result.host, result.port)
+
+    def _retry_coordinator(self, call: Callable[[], _T]) -> _T:
+        """`call`, repeated while the group's coordinator is loading, moving or not yet available."""
+        deadline = time.monotonic() + self.timeout
+        backoff = 0.05
+        while True:
+            try:
+                return call()
+            except KafkaError as e:
+                if e.code not in COORDINATOR_RETRIABLE or time.monotonic() + backoff > deadline:
+                    raise
+            time.sleep(backoff)  # retry backoff, as Kafka's admin client has: the broker pushes nothing
+            backoff = min(backoff * 2, 1.0)
+
+    def list_groups(self, states: Iterable[str] = ()) -> list[GroupListing]:
+        """Every group known to any broker (those in `states` only, if given), sorted by id."""
+        wanted = list(states)
+        listings: dict[str, GroupListing] = {}
+        for node in sorted(self.metadata(refresh=True).brokers):
+            version = self.version(LIST_GROUPS, node)
+            if wanted and version < 4:
+                raise KafkaError(ErrorCode.UNSUPPORTED_VERSION, f"broker {node} cannot filter groups by state")
+            response = self.request(LIST_GROUPS, {"states_filter": wanted, "types_filter": []}, version, node)
+            check(response.error_code, context=f"list groups of broker {node}")
+            listings.update((g.group_id, GroupListing(g.group_id, g.protocol_type, g.group_state))
+                            for g in response.groups)
+        return [listings[g] for g in sorted(listings)]
+
+    def describe_group(self, group_id: str) -> GroupDescription:
+        """State, protocol and members of a group (assignments decoded for consumer groups)."""
+        return self._retry_coordinator(lambda: self._describe_group(group_id))
+
+    def _describe_group(self, group_id: str) -> GroupDescription:
+        coordinator = self._find_coordinator(group_id)
+        body = {"groups": [group_id], "include_authorized_operations": False}
+        result = self.request(DESCRIBE_GROUPS, body, node=coordinator.node_id).groups[0]
+        check(result.error_code, context=f"group {group_id}")
+        consumer = result.protocol_type in (CONSUMER_PROTOCOL_TYPE, "")
+        members = [
+            GroupMember(m.member_id, m.group_instance_id, m.client_id, m.client_host,
+                        _decoded(decode_assignment, m.member_assignment, []) if consumer else [],
+                        _decoded(decode_subscription, m.member_metadata, []) if consumer else [])
+            for m in result.members
+        ]
+        return GroupDescription(group_id, result.group_state, result.protocol_type, result.protocol_data,
+                                members, coordinator)
+
+    def fetch_offsets(self, group_id: str, partitions: Iterable[tuple[str, int]] | None = None
+                      ) -> dict[tuple[str, int], int]:
+        """Committed offsets of `partitions` (all the group has when None); uncommitted ones are left out."""
+        wanted = None if partitions is None else list(partitions)
+        return self._retry_coordinator(lambda: self._fetch_offsets(group_id, wanted))
+
+    def _fetch_offsets(self, group_id: str, partitions: list[tuple[str, int]] | None) -> dict[tuple[str, int], int]:
+        node = self._find_coordinator(group_id).node_id
+        version = self.version(OFFSET_FETCH, node)
+        topics = None if partitions is None else [
+            {"name": t, "partition_indexes": parts} for t, parts in _by_topic(partitions).items()]
+        if topics is None and version < 2:
+            raise KafkaError(ErrorCode.UNSUPPORTED_VERSION, "the broker cannot fetch all of a group's offsets")
+        if version >= 8:
+            group = {"group_id": group_id, "member_id": None, "member_epoch": -1, "topics": topics}
+            result = self.request(OFFSET_FETCH, {"groups": [group], "require_stable": False}, version, node).groups[0]
+        else:
+            body = {"group_id": group_id, "topics": topics, "require_stable": False}
+            result = self.request(OFFSET_FETCH, body, version, node)
+        check(result.error_code, context=f"offsets of group {group_id}")
+        offsets = {}
+        for topic in result.topics:
+            for p in topic.partitions:
+                check(p.error_code, context=f"offset of {topic.name}-{p.partition_index}")
+                if p.committed_offset >= 0:  # -1: nothing committed
+                    offsets[(topic.name, p.partition_index)] = p.committed_offset
+        return dict(sorted(offsets.items()))
+
+    def commit_offsets(self, group_id: str, offsets: dict[tuple[str, int], int]) -> dict[tuple[str, int], int]:
+        """Commit as an admin does (generation -1, no member: the group must be empty); error per partition."""
+        return self._retry_coordinator(lambda: self._commit_offsets(group_id, offsets))
+
+    def _commit_offsets(self, group_id: str, offsets: dict[tuple[str, int], int]) -> dict[tuple[str, int], int]:
+        node = self._find_coordinator(group_id).node_id
+        body = {
+            "group_id": group_id, "generation_id_or_member_epoch": -1, "member_id": "", "group_instance_id": None,
+            "retention_time_ms": -1,
+            "topics": [{"name": t, "partitions": [
+                {"partition_index": p, "committed_offset": offsets[(t, p)], "committed_leader_epoch": -1,
+                 "committed_metadata": "", "commit_timestamp": -1} for p in parts]}
+                for t, parts in _by_topic(offsets).items()],
+        }
+        response = self.request(OFFSET_COMMIT, body, node=node)
+        errors = {(t.name, p.partition_index): p.error_code for t in response.topics for p in t.partitions}
+        _raise_retriable(errors.values())
+        return errors
+
+    def delete_groups(self, group_ids: Iterable[str]) -> dict[str, int]:
+        """Delete (empty) groups; the error code of each (0 when deleted)."""
+        return {g: self._retry_coordinator(lambda g=g: self._delete_group(g)) for g in group_ids}
+
+    def _delete_group(self, group_id: str) -> int:
+        node = self._find_coordinator(group_id).node_id
+        result = self.request(DELETE_GROUPS, {"groups_names": [group_id]}, node=node).results[0]
+        _raise_retriable([result.error_code])
+        return result.error_code
+
+    def delete_offsets(self, group_id: str, partitions: Iterable[tuple[str, int]]
+                       ) -> tuple[int, dict[tuple[str, int], int]]:
+        """Drop committed offsets (OffsetDelete): the group's error code, and each partition's."""
+        wanted = list(partitions)
+        return self._retry_coordinator(lambda: self._delete_offsets(group_id, wanted))
+
+    def _delete_offsets(self, group_id: str, partitions: list[tuple[str, int]]
+                        ) -> tuple[int, dict[tuple[str, int], int]]:
+        node = self._find_coordinator(group_id).node_id
+        body = {"group_id": group_id, "topics": [
+            {"name": t, "partitions": [{"partition_index": p} for p in parts]}
+            for t, parts in _by_topic(partitions).items()]}
+        response = self.request(OFFSET_DELETE, body, node=node)
+        _raise_retriable([response.error_code])
+        return response.error_code, {(t.name, p.partition_index): p.error_code
+                                     for t in response.topics for p in t.partitions}
+
     # -- lifecycle ---------------------------------------------------------------------------
 
     def close(self) -> None:
@@ -537,3 +688,86 @@ def decode_batches(data: bytes | memoryview | None, partition: int = -1) -> tupl
         records += [Record(r.key, r.value, r.headers, r.timestamp, batch.timestamp_type, partition, r.offset)
                     for r in batch.records]
     return records, next_offset
+
+
+# -- consumer groups -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Coordinator:
+    node_id: int
+    host: str
+    port: int
+
+
+@dataclass
+class GroupListing:
+    group_id: str
+    protocol_type: str
+    state: str  # "" from brokers before ListGroups v4
+
+
+@dataclass
+class GroupMember:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    assignment: list[tuple[str, int]]  # (topic, partition), from ConsumerProtocolAssignment
+    subscription: list[str]  # topics, from ConsumerProtocolSubscription
+
+
+@dataclass
+class GroupDescription:
+    group_id: str
+    state: str  # Kafka's names: Empty, Stable, PreparingRebalance, CompletingRebalance, Dead
+    protocol_type: str
+    protocol: str  # the assignor chosen, e.g. "range"
+    members: list[GroupMember]
+    coordinator: Coordinator
+
+
+def decode_assignment(data: bytes | None) -> list[tuple[str, int]]:
+    """The (topic, partition) pairs of a consumer member's assignment bytes; [] for none."""
+    body = _consumer_protocol(consumer_protocol_assignment.SCHEMA, data)
+    return [] if body is None else [(t.topic, p) for t in body.assigned_partitions for p in t.partitions]
+
+
+def decode_subscription(data: bytes | None) -> list[str]:
+    """The topics of a consumer member's subscription (its metadata for the chosen protocol)."""
+    body = _consumer_protocol(consumer_protocol_subscription.SCHEMA, data)
+    return [] if body is None else list(body.topics)
+
+
+def _consumer_protocol(schemas: dict[int, Any], data: bytes | None) -> Container | None:
+    """An int16 version, then that version's struct; newer versions read as the newest known, as Kafka does."""
+    if not data:
+        return None
+    if len(data) < 2:
+        raise ProtocolError("consumer protocol bytes without a version")
+    version = _INT16.unpack_from(data)[0]
+    if version < 0:
+        raise ProtocolError(f"invalid consumer protocol version {version}")
+    return parse_all(schemas[min(version, max(schemas))], memoryview(data)[2:])
+
+
+def _decoded(decode: Callable[[bytes | None], _T], data: bytes | None, default: _T) -> _T:
+    # A member's bytes are whatever its client wrote: unreadable ones should not fail a describe.
+    try:
+        return decode(data)
+    except ConstructError:
+        return default
+
+
+def _by_topic(partitions: Iterable[tuple[str, int]]) -> dict[str, list[int]]:
+    topics: dict[str, list[int]] = {}
+    for topic, partition in sorted(partitions):
+        topics.setdefault(topic, []).append(partition)
+    return topics
+
+
+def _raise_retriable(codes: Iterable[int]) -> None:
+    """Coordinator errors become exceptions, so `Client._retry_coordinator` asks again."""
+    for code in codes:
+        if code in COORDINATOR_RETRIABLE:
+            raise error_for(code)
