@@ -40,7 +40,7 @@ def test_start_command_and_tour(tmp_path: Path) -> None:
         assert result.returncode == 0, result.stderr
         for text in ("key web: GET /", "key db: slow query", "key web: POST /login", "key api: started"):
             assert text in result.stdout, f"{text!r} missing from the kcat output:\n{result.stdout}"
-        assert "api:started" in result.stdout  # the console consumer prints key:value
+        assert "api\tstarted" in result.stdout  # the console consumer prints key<TAB>value, as Kafka does
 
         python = tour_block("python").replace("127.0.0.1:9092", f"127.0.0.1:{port}")
         result = subprocess.run(
