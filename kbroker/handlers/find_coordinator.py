@@ -9,7 +9,7 @@ from protocol.errors import ErrorCode, KafkaError
 
 API_KEY = 10
 MIN_VERSION = 0
-MAX_VERSION = 5  # as Kafka 3.9; v6 adds share-group keys
+MAX_VERSION = 6  # v6 adds share-group keys, which this broker refuses (no share groups)
 
 GROUP, TRANSACTION = 0, 1
 
