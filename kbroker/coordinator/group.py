@@ -75,6 +75,7 @@ class Member:
     awaiting_sync: asyncio.Future[SyncResult] | None = None
     is_new: bool = False
     heartbeat_deadline: float = 0.0  # loop time after which the member is considered dead
+    session_timer: asyncio.TimerHandle | None = None
 
     def metadata(self, protocol: str) -> bytes:
         return next((m for name, m in self.protocols if name == protocol), b"")

@@ -476,6 +476,8 @@ class GroupCoordinator:
         member = group.remove(member_id)
         if member is None:
             return
+        if member.session_timer is not None:
+            member.session_timer.cancel()
         log.info("group %s: member %s %s", group.group_id, member_id, reason)
         if member.awaiting_join is not None and not member.awaiting_join.done():
             member.awaiting_join.set_result(JoinResult(E.UNKNOWN_MEMBER_ID, member_id))
@@ -487,15 +489,27 @@ class GroupCoordinator:
     # -- session timeouts ------------------------------------------------------------------------
 
     def _touch(self, group: Group, member: Member) -> None:
-        """Any request from a member proves it alive for another session timeout."""
+        """Any request from a member proves it alive for another session timeout.
+
+        Only the deadline moves; one timer per member re-arms itself when it fires early, so a
+        heartbeat costs no timer (unless the session got shorter than the pending check)."""
         member.heartbeat_deadline = self._loop.time() + member.session_timeout_ms / 1000
-        self._loop.call_at(member.heartbeat_deadline + 0.001, self._check_session, group, member)
+        timer = member.session_timer
+        if timer is None or timer.cancelled() or timer.when() > member.heartbeat_deadline:
+            if timer is not None:
+                timer.cancel()
+            self._arm_session_check(group, member)
+
+    def _arm_session_check(self, group: Group, member: Member) -> None:
+        member.session_timer = self._loop.call_at(member.heartbeat_deadline + 0.001, self._check_session, group, member)
 
     def _check_session(self, group: Group, member: Member) -> None:
+        member.session_timer = None
         if group.members.get(member.member_id) is not member:
             return  # left, replaced or already expired
         if self._loop.time() < member.heartbeat_deadline:
-            return  # a later heartbeat armed another check
+            self._arm_session_check(group, member)  # heartbeats came since: check again later
+            return
         waiting = member.awaiting_join is not None or member.awaiting_sync is not None
         if waiting and not member.is_new:
             # Blocked in a join or sync: the rebalance timeout governs it, not the session.
