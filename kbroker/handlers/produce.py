@@ -5,6 +5,7 @@ from __future__ import annotations
 import struct
 from typing import Any
 
+from kbroker.cluster.topics import INTERNAL_TOPICS
 from kbroker.handlers import CloseConnection, RequestContext
 from protocol.errors import ErrorCode, KafkaError
 from protocol.records import (
@@ -53,6 +54,8 @@ def _append(ctx: RequestContext, acks: int, topic: str, data: Any, now_ms: int) 
             raise KafkaError(ErrorCode.INVALID_REQUIRED_ACKS)
         if data.records is None:
             raise KafkaError(ErrorCode.INVALID_RECORD, "null records")
+        if topic in INTERNAL_TOPICS:
+            raise KafkaError(ErrorCode.INVALID_TOPIC, f"Cannot append to internal topic {topic}")
         _check_records(ctx.version, data.records)
         partition = ctx.broker.replicas.get(topic, data.index)
         info = partition.append_as_leader(data.records, now_ms)

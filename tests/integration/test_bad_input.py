@@ -173,6 +173,17 @@ def test_legacy_magic_batch_is_rejected(broker, new_topic) -> None:
     assert error == ErrorCode.INVALID_RECORD  # Kafka's ProduceRequest.validateRecords
 
 
+def test_clients_cannot_write_to_internal_topics(broker) -> None:
+    from protocol.record_batch import Record, encode_batch
+
+    with RawClient(broker.bootstrap) as client:
+        client.request(10, 4, {"key_type": 0, "coordinator_keys": ["g"]})  # creates __consumer_offsets
+        response = client.request(0, 9, {"acks": 1, "timeout_ms": 1000, "topic_data": [
+            {"name": "__consumer_offsets", "partition_data": [
+                {"index": 0, "records": encode_batch([Record(0, 0, b"k", b"v")])}]}]})
+    assert response.responses[0].partition_responses[0].error_code == ErrorCode.INVALID_TOPIC
+
+
 def test_unknown_topic_without_auto_create(make_broker) -> None:
     node = make_broker(**{"auto.create.topics.enable": "false"})
     producer = Producer({"bootstrap.servers": node.bootstrap, "message.timeout.ms": 3000})
