@@ -2,7 +2,8 @@
 
 One pass over a log:
 1. The cleanable range ends at the first uncleanable offset: the active segment, the high
-   watermark, and segments younger than `min.compaction.lag.ms` are left alone.
+   watermark, the first open transaction, and segments younger than `min.compaction.lag.ms`
+   are left alone.
 2. It runs when the dirty part (from the cleaner checkpoint on) is at least
    `min.cleanable.dirty.ratio` of the cleanable bytes, when `max.compaction.lag.ms` has passed
    for dirty data, or when retained tombstones reached their delete horizon.
@@ -10,8 +11,9 @@ One pass over a log:
 4. Each group of consecutive cleanable segments (up to `segment.bytes`) is rewritten keeping a
    record only if no later offset has its key; tombstones go once their batch's delete horizon
    (KIP-534: stamped as the batch's base timestamp `delete.retention.ms` after the first
-   cleaning that saw them) has passed. Offsets, timestamps, producer fields and compression are
-   preserved; control batches are copied as they are.
+   cleaning that saw them) has passed. Records of aborted transactions go (they neither count
+   as the latest value of a key nor survive). Offsets, timestamps, producer fields and
+   compression are preserved; control batches are copied as they are.
 5. The result is written to `<base>.log.cleaned`, fsynced, renamed `.swap`, then swapped in for
    the old segments (renamed `.deleted`), so a crash at any step recovers on open.
 
@@ -32,6 +34,7 @@ from kbroker.storage.index import segment_file_name
 from kbroker.storage.log import CLEANED_SUFFIX, SWAP_SUFFIX, Log
 from kbroker.storage.log_config import LONG_MAX
 from kbroker.storage.segment import LogSegment
+from kbroker.storage.txn_index import AbortedTxn
 from protocol.records import DELETE_HORIZON_BIT, BatchHeader
 
 log = logging.getLogger("kbroker.storage")
@@ -56,10 +59,11 @@ def compact(log_: Log, now_ms: int) -> bool:
     part = cleanable_part(log_, now_ms)
     if part is None or not _is_due(log_, part, now_ms):
         return False
-    offset_map = build_offset_map(part.dirty)
+    aborted = AbortedRanges(log_.aborted_transactions(part.segments[0].base_offset, part.end_offset))
+    offset_map = build_offset_map(part.dirty, aborted)
     earliest_horizon = LONG_MAX
     for group in group_segments(part.segments, log_.config.segment_bytes):
-        swap, horizon = write_cleaned_segment(log_, group, offset_map, now_ms)
+        swap, horizon = write_cleaned_segment(log_, group, offset_map, now_ms, aborted)
         log_.replace_segments(group, swap, now_ms)
         earliest_horizon = min(earliest_horizon, horizon)
     log_.cleaner_checkpoint = max(log_.cleaner_checkpoint, part.end_offset)
@@ -70,7 +74,7 @@ def compact(log_: Log, now_ms: int) -> bool:
 
 def cleanable_part(log_: Log, now_ms: int) -> CleanablePart | None:
     segments = log_.segments
-    limit = min(log_.active_segment.base_offset, log_.high_watermark)
+    limit = min(log_.active_segment.base_offset, log_.last_stable_offset)
     lag = log_.config.min_compaction_lag_ms
     cleanable: list[LogSegment] = []
     for slot, segment in enumerate(segments[:-1]):
@@ -98,12 +102,30 @@ def _is_due(log_: Log, part: CleanablePart, now_ms: int) -> bool:
     return config.max_compaction_lag_ms < LONG_MAX and 0 <= first < now_ms - config.max_compaction_lag_ms
 
 
-def build_offset_map(segments: Sequence[LogSegment]) -> dict[bytes, int]:
+class AbortedRanges:
+    """Which transactional batches were aborted: by producer id, the offset ranges of its aborted transactions."""
+
+    def __init__(self, txns: Sequence[AbortedTxn]) -> None:
+        self._ranges: dict[int, list[tuple[int, int]]] = {}
+        for txn in txns:
+            self._ranges.setdefault(txn.producer_id, []).append((txn.first_offset, txn.last_offset))
+
+    def __contains__(self, header: BatchHeader) -> bool:
+        if not header.is_transactional or header.is_control:
+            return False
+        ranges = self._ranges.get(header.producer_id, ())
+        return any(first <= header.base_offset <= last for first, last in ranges)
+
+
+NO_ABORTED = AbortedRanges(())
+
+
+def build_offset_map(segments: Sequence[LogSegment], aborted: AbortedRanges = NO_ABORTED) -> dict[bytes, int]:
     """key -> the latest offset holding it, over `segments` (control batches carry no keys)."""
     latest: dict[bytes, int] = {}
     for segment in segments:
         for position, header in segment.batches():
-            if header.is_control:
+            if header.is_control or header in aborted:
                 continue
             for record in records_of(segment.read_at(position, header.size), header):
                 if record.key is not None:
@@ -129,7 +151,8 @@ def group_segments(segments: Sequence[LogSegment], max_bytes: int) -> list[list[
 
 
 def write_cleaned_segment(
-    log_: Log, group: Sequence[LogSegment], offset_map: dict[bytes, int], now_ms: int
+    log_: Log, group: Sequence[LogSegment], offset_map: dict[bytes, int], now_ms: int,
+    aborted: AbortedRanges = NO_ABORTED,
 ) -> tuple[Path, int]:
     """Write the survivors of `group` to `<base>.log.cleaned`, fsync, rename to `.swap`.
 
@@ -142,6 +165,8 @@ def write_cleaned_segment(
     with open(cleaned, "wb") as out:
         for segment in group:
             for position, header in segment.batches():
+                if header in aborted:
+                    continue
                 batch = segment.read_at(position, header.size)
                 kept, horizon = filter_batch(batch, header, offset_map, now_ms, retention)
                 if kept is not None:

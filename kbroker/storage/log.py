@@ -24,8 +24,22 @@ from kbroker.storage.batch_scan import MIN_BATCH_LENGTH, CorruptBatch, scan_batc
 from kbroker.storage.index import CorruptIndex, segment_file_name
 from kbroker.storage.leader_epoch import LeaderEpochCache
 from kbroker.storage.log_config import LONG_MAX, LogConfig
+from kbroker.storage.producer_state import (
+    AppendOrigin,
+    ProducerAppend,
+    ProducerStateManager,
+    ProducerView,
+)
 from kbroker.storage.segment import DELETED_SUFFIX, LogSegment, ReadResult
+from kbroker.storage.txn_index import AbortedTxn
 from protocol.errors import ErrorCode, KafkaError
+from protocol.record_batch import (
+    ControlType,
+    CorruptRecordError,
+    decode_control_key,
+    decode_end_txn_marker,
+    decode_payload,
+)
 from protocol.records import (
     CURRENT_MAGIC,
     LOG_OVERHEAD,
@@ -77,6 +91,7 @@ class AppendInfo:
     log_start_offset: int
     max_timestamp: int
     record_count: int
+    duplicate: bool = False  # a producer's retry of a batch already in the log: nothing was written
 
 
 class Log:
@@ -110,6 +125,7 @@ class Log:
         self._high_watermark = 0
         directory.mkdir(parents=True, exist_ok=True)
         self.epochs = LeaderEpochCache(directory)
+        self.producer_state = ProducerStateManager(directory, self.name)
         self._load(had_clean_shutdown)
         self.high_watermark = high_watermark
 
@@ -164,11 +180,15 @@ class Log:
         for base in bases:
             self._add_segment(self._segment(base, now, fresh=False))
         recover_from = None if had_clean_shutdown else self._segment_base_for(self.recovery_point)
+        first_recovered: int | None = None
         for position, segment in enumerate(list(self._segments)):
             if recover_from is not None and segment.base_offset >= recover_from:
                 cut = self._recover_segment(segment)
+                recovered = True
             else:
-                cut = self._load_segment(segment)
+                cut, recovered = self._load_segment(segment)
+            if recovered and first_recovered is None:
+                first_recovered = segment.base_offset
             if cut:
                 self._drop_segments_after(position)
                 break
@@ -184,6 +204,7 @@ class Log:
         self.cleaner_checkpoint = self.log_start_offset
         self.epochs.truncate_from_end(self._log_end_offset)
         self.epochs.truncate_from_start(self.log_start_offset)
+        self._load_producer_state(replay_from_at_most=first_recovered)
 
     def _remove_leftovers(self) -> None:
         """Files a previous run left half-done: deletions, unfinished cleanings, orphan indexes."""
@@ -192,7 +213,7 @@ class Log:
             if name.endswith((DELETED_SUFFIX, CLEANED_SUFFIX, ".tmp")):
                 path.unlink(missing_ok=True)
         logs = set(_segment_bases(self.directory, ".log")) | set(_segment_bases(self.directory, ".log.swap"))
-        for suffix in (".index", ".timeindex"):
+        for suffix in (".index", ".timeindex", ".txnindex"):
             for base in set(_segment_bases(self.directory, suffix)) - logs:
                 (self.directory / segment_file_name(base, suffix)).unlink(missing_ok=True)
 
@@ -203,20 +224,21 @@ class Log:
             last = _last_offset_in_file(swap, base)
             for old in _segment_bases(self.directory, ".log"):
                 if base <= old <= last:
-                    for suffix in (".log", ".index", ".timeindex"):
+                    for suffix in (".log", ".index", ".timeindex", ".txnindex"):
                         (self.directory / segment_file_name(old, suffix)).unlink(missing_ok=True)
-            for suffix in (".index", ".timeindex"):
+            for suffix in (".index", ".timeindex", ".txnindex"):
                 (self.directory / segment_file_name(base, suffix)).unlink(missing_ok=True)
             os.replace(swap, self.directory / segment_file_name(base, ".log"))
             log.info("%s: completed an interrupted compaction swap of segment %d", self.name, base)
 
-    def _load_segment(self, segment: LogSegment) -> int:
+    def _load_segment(self, segment: LogSegment) -> tuple[int, bool]:
+        """(bytes cut, whether the segment had to be recovered)."""
         try:
             segment.load()
-            return 0
+            return 0, False
         except (CorruptIndex, CorruptBatch) as e:
             log.info("%s: rebuilding the indexes of segment %s: %s", self.name, segment.name, e)
-            return self._recover_segment(segment)
+            return self._recover_segment(segment), True
 
     def _recover_segment(self, segment: LogSegment) -> int:
         size = segment.size
@@ -288,10 +310,13 @@ class Log:
         are renamed `.deleted`, then the swap file takes the first one's name.
         """
         base = old[0].base_offset
+        aborted = [txn for segment in old for txn in segment.txn_index.entries]
         self._schedule_deletion(old, now_ms)
         os.replace(swap, self.directory / segment_file_name(base, ".log"))
         segment = self._segment(base, now_ms, fresh=False)
         segment.recover()  # builds its indexes
+        for txn in aborted:  # the cleaner dropped the aborted records, but not their markers
+            segment.txn_index.append(txn)
         segment.on_become_inactive()
         self._add_segment(segment)
         return segment
@@ -311,6 +336,9 @@ class Log:
             active.on_become_inactive()
         segment = self._segment(new_base, now, fresh=True)
         self._add_segment(segment)
+        # As Kafka: a snapshot per segment, so a restart or truncation replays at most one segment.
+        self.producer_state.map_end_offset = self._log_end_offset
+        self.producer_state.take_snapshot()
         return segment
 
     def _maybe_roll(self, size: int, headers: Sequence[BatchHeader], now_ms: int) -> LogSegment:
@@ -331,17 +359,28 @@ class Log:
     # -- appending --------------------------------------------------------------------------------
 
     def append_as_leader(
-        self, batches: bytes | bytearray | memoryview, leader_epoch: int, now_ms: int
+        self,
+        batches: bytes | bytearray | memoryview,
+        leader_epoch: int,
+        now_ms: int,
+        origin: AppendOrigin = AppendOrigin.CLIENT,
     ) -> AppendInfo:
-        """Validate client batches, assign offsets from the log end, and append them.
+        """Validate batches, assign offsets from the log end, and append them.
 
         Raises KafkaError: CORRUPT_MESSAGE (framing, CRC), UNSUPPORTED_FOR_MESSAGE_FORMAT
         (magic 0/1), MESSAGE_TOO_LARGE (a batch above max.message.bytes), RECORD_LIST_TOO_LARGE
-        (more than segment.bytes), INVALID_RECORD (bad counts, control batches, non-zero base
-        offset, null keys on a compacted topic), INVALID_TIMESTAMP.
+        (more than segment.bytes), INVALID_RECORD (bad counts, control batches from clients,
+        non-zero base offset, null keys on a compacted topic), INVALID_TIMESTAMP, and the
+        producer-state errors INVALID_PRODUCER_EPOCH, OUT_OF_ORDER_SEQUENCE_NUMBER,
+        INVALID_TXN_STATE. A client's retry of one of its last five batches returns the offsets
+        that batch got, with `duplicate` set, and writes nothing.
         """
         buf = bytearray(batches)  # the one copy: offsets, epochs and append times are patched in place
-        headers = self._validate(buf, from_client=True)
+        headers = self._validate(buf, from_client=True, coordinator=origin is AppendOrigin.COORDINATOR)
+        if origin is AppendOrigin.CLIENT:
+            duplicate = self._find_duplicate(headers)
+            if duplicate is not None:
+                return duplicate
         append_time = now_ms if self.config.log_append_time else NO_TIMESTAMP
         if append_time == NO_TIMESTAMP:
             for header in headers:
@@ -361,8 +400,10 @@ class Log:
             patched.append(header._replace(**changes))
             offset += header.last_offset_delta + 1
             position += header.size
+        producers = self._check_producers(buf, patched, origin)
         self.epochs.assign(leader_epoch, self._log_end_offset)
         self._append(buf, patched, now_ms)
+        self._update_producers(producers)
         return AppendInfo(
             first_offset=patched[0].base_offset,
             last_offset=patched[-1].last_offset,
@@ -382,10 +423,12 @@ class Log:
                     f"{self.name}: batch at offset {header.base_offset} does not follow offset {previous}"
                 )
             previous = header.last_offset
+        producers = self._check_producers(batches, headers, AppendOrigin.REPLICATION)
         for header in headers:
             if header.partition_leader_epoch > self.epochs.latest_epoch:
                 self.epochs.assign(header.partition_leader_epoch, header.base_offset)
         self._append(batches, headers, self.clock() if now_ms is None else now_ms)
+        self._update_producers(producers)
         return AppendInfo(
             first_offset=headers[0].base_offset,
             last_offset=headers[-1].last_offset,
@@ -395,6 +438,141 @@ class Log:
             record_count=sum(header.record_count for header in headers),
         )
 
+    # -- producer state ---------------------------------------------------------------------------
+
+    def _find_duplicate(self, headers: Sequence[BatchHeader]) -> AppendInfo | None:
+        # Produce requests carry one batch per partition, so a duplicate is the whole request.
+        header = headers[0]
+        if header.producer_id < 0:
+            return None
+        batch = self.producer_state.find_duplicate(header)
+        if batch is None:
+            return None
+        log.debug("%s: batch %d..%d of producer %d is a retry of offsets %d..%d", self.name,
+                  header.base_sequence, header.base_sequence + header.last_offset_delta, header.producer_id,
+                  batch.first_offset, batch.last_offset)
+        return AppendInfo(batch.first_offset, batch.last_offset, NO_TIMESTAMP, self.log_start_offset,
+                          batch.timestamp, header.record_count, duplicate=True)
+
+    def _check_producers(
+        self, buf: bytes | bytearray | memoryview, headers: Sequence[BatchHeader], origin: AppendOrigin
+    ) -> ProducerAppend | None:
+        """Check the producer fields of batches with assigned offsets; None when no batch has a producer."""
+        append = None
+        position = 0
+        for header in headers:
+            if header.producer_id >= 0:
+                append = append or self.producer_state.begin(origin)
+                self._stage_batch(append, header, buf, position)
+            position += header.size
+        return append
+
+    def _stage_batch(
+        self, append: ProducerAppend, header: BatchHeader, buf: bytes | bytearray | memoryview, position: int
+    ) -> None:
+        if not header.is_control:
+            append.data_batch(header)
+            return
+        marker = _end_txn_marker(memoryview(buf)[position : position + header.size], header)
+        if marker is not None:
+            aborted, coordinator_epoch, timestamp = marker
+            append.end_marker(header, aborted, coordinator_epoch, timestamp)
+
+    def _update_producers(self, append: ProducerAppend | None) -> None:
+        """Apply checked producer changes once their batches are in the active segment."""
+        if append is None:
+            return
+        state = self.producer_state
+        state.commit(append, self._log_end_offset)
+        for txn in append.completed:
+            if txn.aborted:
+                self.active_segment.txn_index.append(
+                    AbortedTxn(txn.producer_id, txn.first_offset, txn.last_offset, state.stable_offset_after(txn))
+                )
+
+    def _load_producer_state(self, replay_from_at_most: int | None = None) -> None:
+        """Newest snapshot at or below the log end (and `replay_from_at_most`), then replay the batches after it.
+
+        The replay also rewrites the aborted-transaction index entries of the markers it passes.
+        """
+        state = self.producer_state
+        end = self._log_end_offset
+        state.delete_snapshots(above=end)
+        bound = end if replay_from_at_most is None else min(end, replay_from_at_most)
+        first_base = self._segments[0].base_offset
+        loaded = state.load_snapshot(bound)
+        start = max(loaded if loaded is not None else first_base, first_base)
+        if loaded is None or loaded < first_base:
+            if loaded is None:
+                state.reset(start)
+            state.map_end_offset = start
+        if start < end:
+            self._replay_producers(start)
+        state.map_end_offset = end
+
+    def _replay_producers(self, start: int) -> None:
+        replayed = 0
+        for segment in self._segments[self._segment_slot(start) :]:
+            segment.txn_index.truncate_to(start)
+            found = segment.translate_offset(start)
+            if found is None:
+                continue
+            for position, header in segment.batches(found[0]):
+                if header.producer_id < 0 or header.last_offset < start:
+                    continue
+                append = self.producer_state.begin(AppendOrigin.REPLICATION)
+                if header.is_control:
+                    marker = _end_txn_marker(segment.read_at(position, header.size), header)
+                    if marker is not None:
+                        append.end_marker(header, *marker)
+                else:
+                    append.data_batch(header)
+                self.producer_state.commit(append, header.last_offset + 1)
+                for txn in append.completed:
+                    if txn.aborted:
+                        segment.txn_index.append(AbortedTxn(txn.producer_id, txn.first_offset, txn.last_offset,
+                                                            self.producer_state.stable_offset_after(txn)))
+                replayed += 1
+        if replayed:
+            log.info("%s: rebuilt producer state from offset %d (%d producer batches)", self.name, start, replayed)
+
+    def first_unstable_offset(self) -> int | None:
+        """The first offset of the oldest open transaction, if any."""
+        return self.producer_state.first_unstable_offset()
+
+    @property
+    def last_stable_offset(self) -> int:
+        """Below it every transaction is decided and the data is replicated: the read_committed horizon."""
+        unstable = self.producer_state.first_unstable_offset()
+        return self._high_watermark if unstable is None else min(unstable, self._high_watermark)
+
+    def ongoing_transactions(self) -> dict[int, int]:
+        """producer id -> first offset of each open transaction."""
+        return dict(self.producer_state.ongoing)
+
+    def active_producers(self) -> list[ProducerView]:
+        return self.producer_state.views()
+
+    def remove_expired_producers(self, now_ms: int, expiration_ms: int) -> int:
+        return self.producer_state.remove_expired(now_ms, expiration_ms)
+
+    def collect_aborted_transactions(self, start: int, upper: int) -> list[tuple[int, int]]:
+        """(producer id, first offset) of aborted transactions overlapping [start, upper), for read_committed."""
+        found: list[tuple[int, int]] = []
+        for segment in self._segments[self._segment_slot(start) :]:
+            txns, complete = segment.txn_index.collect(start, upper)
+            found.extend((txn.producer_id, txn.first_offset) for txn in txns)
+            if complete:
+                break
+        return found
+
+    def aborted_transactions(self, start: int, upper: int) -> list[AbortedTxn]:
+        """Every aborted transaction overlapping [start, upper) in full (the cleaner drops their records)."""
+        found: list[AbortedTxn] = []
+        for segment in self._segments[self._segment_slot(start) :]:
+            found.extend(txn for txn in segment.txn_index.entries if txn.last_offset >= start and txn.first_offset < upper)
+        return found
+
     def _append(self, data: bytes | bytearray | memoryview, headers: Sequence[BatchHeader], now_ms: int) -> None:
         segment = self._maybe_roll(len(data), headers, now_ms)
         segment.append(data, headers)
@@ -402,7 +580,9 @@ class Log:
         if self._log_end_offset - self.recovery_point >= self.config.flush_messages:
             self.flush()
 
-    def _validate(self, buf: bytes | bytearray | memoryview, *, from_client: bool) -> list[BatchHeader]:
+    def _validate(
+        self, buf: bytes | bytearray | memoryview, *, from_client: bool, coordinator: bool = False
+    ) -> list[BatchHeader]:
         """Header-level checks of every batch in `buf`; returns the headers."""
         total = len(buf)
         if total > self.config.segment_bytes:
@@ -413,7 +593,7 @@ class Log:
         headers = []
         position = 0
         while position < total:
-            header = self._validate_batch(buf, position, total, from_client)
+            header = self._validate_batch(buf, position, total, from_client, coordinator)
             headers.append(header)
             position += header.size
         if not headers:
@@ -421,7 +601,7 @@ class Log:
         return headers
 
     def _validate_batch(
-        self, buf: bytes | bytearray | memoryview, position: int, total: int, from_client: bool
+        self, buf: bytes | bytearray | memoryview, position: int, total: int, from_client: bool, coordinator: bool
     ) -> BatchHeader:
         left = total - position
         if left < LOG_OVERHEAD:
@@ -445,7 +625,7 @@ class Log:
         if not crc_ok(buf, position, header):
             raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"CRC mismatch in batch at byte {position}")
         if from_client:
-            _check_client_batch(header)
+            _check_client_batch(header, coordinator)
         return header
 
     def _check_timestamps(self, header: BatchHeader, now_ms: int) -> None:
@@ -596,6 +776,8 @@ class Log:
         new_start = self._segments[0].base_offset
         if new_start > self.log_start_offset:
             self._advance_log_start(new_start)
+        snapshots = self.producer_state.snapshot_offsets()
+        self.producer_state.delete_snapshots(below=new_start, keep=snapshots[-1:])
         log.info("%s: deleted %d segment(s) by %s; log start is now %d",
                  self.name, len(doomed), reason, self.log_start_offset)
         return len(doomed)
@@ -614,6 +796,7 @@ class Log:
         self.active_segment.truncate_to(offset, now)
         self._log_end_offset = self.active_segment.next_offset
         self._after_truncation()
+        self._load_producer_state()
         return True
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
@@ -624,6 +807,8 @@ class Log:
         self._log_end_offset = self.log_start_offset = offset
         self._high_watermark = self.recovery_point = self.cleaner_checkpoint = offset
         self.epochs.clear()
+        self.producer_state.reset(offset)
+        self.producer_state.delete_snapshots(above=-1)
 
     def _after_truncation(self) -> None:
         end = self._log_end_offset
@@ -658,9 +843,16 @@ class Log:
             self.flush(self.active_segment.base_offset)
 
     def close(self) -> None:
-        """Finish the active segment's time index and close every file (no flush: see `flush`)."""
+        """Finish the active segment's time index, snapshot the producer state, close every file.
+
+        The log's data is not flushed here (see `flush`); the snapshot is, so a clean restart
+        need not replay anything.
+        """
         if self._segments:
             self.active_segment.on_become_inactive()
+            self.producer_state.map_end_offset = self._log_end_offset
+            if self._log_end_offset not in self.producer_state.snapshot_offsets():
+                self.producer_state.take_snapshot()
         self.release()
 
     def release(self) -> None:
@@ -673,12 +865,12 @@ class Log:
 
     def delete(self) -> None:
         """Remove the whole partition directory."""
-        self.close()
+        self.release()
         shutil.rmtree(self.directory, ignore_errors=True)
 
 
-def _check_client_batch(header: BatchHeader) -> None:
-    """What Kafka's LogValidator demands of batches from producers."""
+def _check_client_batch(header: BatchHeader, coordinator: bool) -> None:
+    """What Kafka's LogValidator demands of batches from producers (control batches: coordinators only)."""
     if header.base_offset != 0:
         raise KafkaError(ErrorCode.INVALID_RECORD, f"batch base offset must be 0, not {header.base_offset}")
     if header.record_count < 1 or header.last_offset_delta != header.record_count - 1:
@@ -686,8 +878,28 @@ def _check_client_batch(header: BatchHeader) -> None:
             ErrorCode.INVALID_RECORD,
             f"batch claims {header.record_count} records and last offset delta {header.last_offset_delta}",
         )
-    if header.is_control:
+    if header.is_control and not coordinator:
         raise KafkaError(ErrorCode.INVALID_RECORD, "clients may not write control batches")
+    if header.producer_id >= 0 and header.base_sequence < 0 and not coordinator:
+        raise KafkaError(ErrorCode.INVALID_RECORD,
+                         f"invalid sequence number {header.base_sequence} in a batch of producer {header.producer_id}")
+    if header.is_transactional and header.producer_id < 0:
+        raise KafkaError(ErrorCode.INVALID_RECORD, "a transactional batch without a producer id")
+
+
+def _end_txn_marker(batch: bytes | memoryview, header: BatchHeader) -> tuple[bool, int, int] | None:
+    """(aborted, coordinator epoch, timestamp) of a COMMIT/ABORT control batch; None for other control batches."""
+    try:
+        records = decode_payload(batch, header)
+        if not records:
+            return None  # emptied by the cleaner
+        key = decode_control_key(records[0].key)
+        if key.type not in (ControlType.COMMIT, ControlType.ABORT):
+            return None
+        marker = decode_end_txn_marker(records[0].value)
+    except (CorruptRecordError, KafkaError) as e:
+        raise KafkaError(ErrorCode.INVALID_RECORD, f"unreadable transaction marker: {e}") from e
+    return key.type == ControlType.ABORT, marker.coordinator_epoch, records[0].timestamp
 
 
 def _segment_bases(directory: Path, suffix: str) -> list[int]:

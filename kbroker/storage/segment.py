@@ -19,6 +19,7 @@ from typing import BinaryIO
 from kbroker.storage.batch_records import record_timestamp, records_of
 from kbroker.storage.batch_scan import RECOVERY_CHUNK, CorruptBatch, pread_exact, scan_batches
 from kbroker.storage.index import INT32_MAX, OffsetIndex, TimeIndex, segment_file_name
+from kbroker.storage.txn_index import TransactionIndex
 from protocol.records import HEADER_SIZE, NO_TIMESTAMP, BatchHeader, read_header
 
 DELETED_SUFFIX = ".deleted"
@@ -73,9 +74,11 @@ class LogSegment:
                                         max_index_bytes)
         self.time_index = TimeIndex(directory / segment_file_name(base_offset, ".timeindex"), base_offset,
                                     max_index_bytes)
+        self.txn_index = TransactionIndex(directory / segment_file_name(base_offset, ".txnindex"))
         if fresh:
             self.offset_index.reset()
             self.time_index.reset()
+            self.txn_index.reset()
         self._size = os.fstat(self.file.fileno()).st_size
         self._reset_state()
 
@@ -155,10 +158,12 @@ class LogSegment:
     def recover(self) -> tuple[int, int, str | None]:
         """Verify every batch (framing, magic, CRC, offsets), cut at the first bad byte, rebuild indexes.
 
-        Returns (bytes cut, position of the cut, reason).
+        The aborted-transaction index is emptied too: the log rebuilds it when it replays its
+        producer state over this segment. Returns (bytes cut, position of the cut, reason).
         """
         self.offset_index.reset()
         self.time_index.reset()
+        self.txn_index.reset()
         self._reset_state()
         valid_end = 0
         reason = None
@@ -302,6 +307,7 @@ class LogSegment:
         removed = self._size - position
         self.offset_index.truncate_to(offset)
         self.time_index.truncate_to(offset)
+        self.txn_index.truncate_to(offset)
         self.file.truncate(position)
         self._size = position
         self._load_tail()
@@ -313,6 +319,7 @@ class LogSegment:
         os.fsync(self.fd)
         self.offset_index.flush()
         self.time_index.flush()
+        self.txn_index.flush()
 
     def rename_to_deleted(self) -> None:
         """Mark for deletion; the open file keeps serving reads until `delete_files`."""
@@ -322,6 +329,7 @@ class LogSegment:
         for index in (self.offset_index, self.time_index):
             index.rename(index.path.with_name(index.path.name + DELETED_SUFFIX))
             index.close()
+        self.txn_index.rename(self.txn_index.path.with_name(self.txn_index.path.name + DELETED_SUFFIX))
 
     def close(self) -> None:
         self.offset_index.close()
@@ -333,6 +341,7 @@ class LogSegment:
         self.log_path.unlink(missing_ok=True)
         self.offset_index.delete()
         self.time_index.delete()
+        self.txn_index.delete()
 
 
 def _pwrite_all(fd: int, data: bytes | bytearray | memoryview, position: int) -> None:

@@ -17,7 +17,10 @@ CONFIG = LogConfig(cleanup_policy=("compact",), segment_bytes=1200, min_cleanabl
 
 def produce(log: Log, records: list[Rec], per_batch: int = 5, **batch_args: object) -> None:
     for start in range(0, len(records), per_batch):
-        log.append_as_leader(batch(records[start : start + per_batch], **batch_args), 0, T0)
+        args = dict(batch_args)
+        if "base_sequence" in args:  # an idempotent producer's sequences run on from batch to batch
+            args["base_sequence"] = int(args["base_sequence"]) + start  # type: ignore[call-overload]
+        log.append_as_leader(batch(records[start : start + per_batch], **args), 0, T0)
     log.high_watermark = log.log_end_offset
 
 

@@ -132,10 +132,12 @@ def test_leftover_files_are_cleaned_up(open_log: OpenLog) -> None:
     fill(log, 2)
     log.close()
     for name in ("00000000000000000000.log.deleted", "00000000000000000006.log.cleaned",
-                 "00000000000000000777.index", "leader-epoch-checkpoint.tmp"):
+                 "00000000000000000777.index", "00000000000000000777.txnindex", "leader-epoch-checkpoint.tmp",
+                 "00000000000000000006.snapshot.tmp"):
         (log.directory / name).write_bytes(b"junk")
     reopened = open_log(CONFIG, had_clean_shutdown=True)
     names = sorted(p.name for p in reopened.directory.iterdir())
+    # A clean close leaves a producer-state snapshot at the log end, as Kafka's does.
     assert names == ["00000000000000000000.index", "00000000000000000000.log",
-                     "00000000000000000000.timeindex", "leader-epoch-checkpoint"]
+                     "00000000000000000000.timeindex", "00000000000000000006.snapshot", "leader-epoch-checkpoint"]
     assert reopened.log_end_offset == 6
