@@ -15,7 +15,9 @@ from kbroker.cluster.replica_manager import ReplicaManager
 from kbroker.cluster.topics import TopicManager
 from kbroker.config import BrokerConfig, load_or_create_meta
 from kbroker.coordinator.group_coordinator import GroupConfig, GroupCoordinator
-from kbroker.coordinator.offsets_topic import OffsetsTopic
+from kbroker.coordinator.offsets_topic import InternalTopic, OffsetsTopic
+from kbroker.coordinator.txn_coordinator import TOPIC as TRANSACTION_TOPIC
+from kbroker.coordinator.txn_coordinator import TransactionCoordinator, TxnConfig
 from kbroker.metadata.local_store import LocalMetadataStore
 from kbroker.server.server import Server
 from kbroker.storage.log_manager import LogManager
@@ -68,7 +70,27 @@ class Broker:
             ),
             self.topics.partition_exists,
         )
+        self.transactions = TransactionCoordinator(
+            InternalTopic(
+                TRANSACTION_TOPIC,
+                self.topics,
+                self.replicas,
+                config.get("transaction.state.log.num.partitions"),
+                config.get("transaction.state.log.replication.factor"),
+                config.get("transaction.state.log.segment.bytes"),
+            ),
+            TxnConfig(
+                max_timeout_ms=config.get("transaction.max.timeout.ms"),
+                abort_check_interval_ms=config.get("transaction.abort.timed.out.transaction.cleanup.interval.ms"),
+            ),
+            self.producer_ids,
+            self.replicas,
+            self.groups,
+            self.topics.partition_exists,
+        )
         self._next_offset_expiry_ms = 0
+        self._next_txn_abort_ms = 0
+        self._next_producer_expiry_ms = 0
         self.server = Server(self)
         self.bound: list[tuple[str, str, int]] = []  # (listener name, host, port)
         self._ticker: asyncio.Task[None] | None = None
@@ -78,6 +100,7 @@ class Broker:
         self.topics.start()
         self.groups.load()
         self.groups.start_timers()
+        self.transactions.load()
         for listener in self.config.listeners_parsed():
             port = await self.server.start(listener.host, listener.port)
             self.bound.append((listener.name, listener.host, port))
@@ -103,6 +126,24 @@ class Broker:
                     self.groups.expire_offsets(now_ms)
                 except Exception:
                     log.exception("expiring committed offsets failed")
+            if now_ms >= self._next_producer_expiry_ms:
+                self._next_producer_expiry_ms = now_ms + self.config.get("producer.id.expiration.check.interval.ms")
+                self._expire_producers(now_ms)
+            if now_ms >= self._next_txn_abort_ms:
+                self._next_txn_abort_ms = now_ms + self.transactions.config.abort_check_interval_ms
+                try:
+                    self.transactions.abort_timed_out(now_ms)
+                except Exception:
+                    log.exception("aborting timed-out transactions failed")
+
+    def _expire_producers(self, now_ms: int) -> None:
+        """Forget idle producers (producer.id.expiration.ms), as Kafka's periodic check does."""
+        expiration_ms = self.config.get("producer.id.expiration.ms")
+        for each in self.log_manager.logs():
+            try:
+                each.remove_expired_producers(now_ms, expiration_ms)
+            except Exception:
+                log.exception("expiring producers of %s failed", each.name)
 
     async def stop(self) -> None:
         """Clean shutdown: stop serving, flush logs, write checkpoints."""

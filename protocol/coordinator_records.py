@@ -1,4 +1,4 @@
-"""Record keys and values of `__consumer_offsets`, in Kafka's formats.
+"""Record keys and values of `__consumer_offsets` and `__transaction_state`, in Kafka's formats.
 
 Each key and value starts with an int16 version. Keys of version 0 and 1 are committed
 offsets, version 2 is group metadata. We write the versions a Kafka 3.9 broker writes
@@ -15,6 +15,8 @@ from typing import Any
 
 from protocol.primitives import (
     Field,
+    Int8,
+    Int16,
     Int32,
     Int64,
     KArray,
@@ -219,3 +221,84 @@ def decode_group_value(data: bytes) -> GroupValue:
         for m in p.members
     ]
     return GroupValue(p.protocol_type, p.generation, p.protocol, p.leader, p.current_state_timestamp, members)
+
+
+# -- __transaction_state ------------------------------------------------------------------------
+
+TRANSACTION_KEY_VERSION = 0
+TRANSACTION_VALUE_VERSION = 0
+
+_TXN_KEY = KStruct(Field("transactional_id", _string(False), ""))
+
+
+def _txn_partitions(flexible: bool) -> KArray:
+    topic = KStruct(
+        Field("topic", _string(flexible), ""),
+        Field("partition_ids", KArray(Int32, compact=flexible), []),
+        flexible=flexible,
+    )
+    return KArray(topic, compact=flexible, nullable=True)
+
+
+def _txn_value(version: int) -> KStruct:
+    flexible = version >= 1
+    return KStruct(
+        Field("producer_id", Int64, -1),
+        Field("producer_epoch", Int16, -1),
+        Field("transaction_timeout_ms", Int32, 0),
+        Field("transaction_status", Int8, 0),
+        Field("transaction_partitions", _txn_partitions(flexible), None),
+        Field("transaction_last_update_timestamp_ms", Int64, -1),
+        Field("transaction_start_timestamp_ms", Int64, -1),
+        flexible=flexible,
+    )
+
+
+_TXN_VALUES = {v: _txn_value(v) for v in range(2)}
+
+
+@dataclass(slots=True)
+class TransactionValue:
+    producer_id: int
+    producer_epoch: int
+    timeout_ms: int
+    status: int
+    partitions: dict[str, list[int]]
+    last_update_ms: int
+    start_ms: int
+
+
+def encode_transaction_key(transactional_id: str) -> bytes:
+    return _build(TRANSACTION_KEY_VERSION, _TXN_KEY, {"transactional_id": transactional_id})
+
+
+def decode_transaction_key(data: bytes) -> str:
+    version, body = _split(data)
+    if version != 0:
+        raise ProtocolError(f"unknown transaction log key version {version}")
+    return parse_all(_TXN_KEY, body).transactional_id
+
+
+def encode_transaction_value(value: TransactionValue) -> bytes:
+    partitions = [{"topic": t, "partition_ids": sorted(ps)} for t, ps in sorted(value.partitions.items())]
+    obj = {
+        "producer_id": value.producer_id,
+        "producer_epoch": value.producer_epoch,
+        "transaction_timeout_ms": value.timeout_ms,
+        "transaction_status": value.status,
+        "transaction_partitions": partitions,
+        "transaction_last_update_timestamp_ms": value.last_update_ms,
+        "transaction_start_timestamp_ms": value.start_ms,
+    }
+    return _build(TRANSACTION_VALUE_VERSION, _TXN_VALUES[TRANSACTION_VALUE_VERSION], obj)
+
+
+def decode_transaction_value(data: bytes) -> TransactionValue:
+    version, body = _split(data)
+    con = _TXN_VALUES.get(version)
+    if con is None:
+        raise ProtocolError(f"unknown transaction log value version {version}")
+    p = parse_all(con, body)
+    partitions = {t.topic: list(t.partition_ids) for t in (p.transaction_partitions or [])}
+    return TransactionValue(p.producer_id, p.producer_epoch, p.transaction_timeout_ms, p.transaction_status,
+                            partitions, p.transaction_last_update_timestamp_ms, p.transaction_start_timestamp_ms)

@@ -7,7 +7,15 @@ import os
 import sys
 from collections.abc import Callable
 
-from kbroker.cli import configs, console_consumer, console_producer, consumer_groups, start, topics
+from kbroker.cli import (
+    configs,
+    console_consumer,
+    console_producer,
+    consumer_groups,
+    start,
+    topics,
+    transactions,
+)
 from kbroker.cli.common import CommandError, describe_error
 from kbroker.client import BrokerUnreachable
 from protocol.errors import KafkaError
@@ -26,6 +34,8 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callab
                          console_consumer.add_arguments, console_consumer.run),
     "consumer-groups": ("list, describe, reset offsets of and delete consumer groups (like kafka-consumer-groups.sh)",
                         consumer_groups.add_arguments, consumer_groups.run),
+    "transactions": ("list, describe and abort hanging transactions (like kafka-transactions.sh)",
+                     transactions.add_arguments, transactions.run),
 }
 
 

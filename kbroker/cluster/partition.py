@@ -6,7 +6,8 @@ import asyncio
 import uuid
 from dataclasses import dataclass, field
 
-from kbroker.storage.log import Log
+from kbroker.storage.log import AppendInfo, Log
+from kbroker.storage.producer_state import AppendOrigin
 from protocol.errors import ErrorCode, KafkaError
 
 
@@ -32,8 +33,8 @@ class Partition:
 
     @property
     def last_stable_offset(self) -> int:
-        # Transactions come later; until then every offset below the HW is stable.
-        return self.log.high_watermark
+        """Below it every transaction is decided: what read_committed consumers may see."""
+        return self.log.last_stable_offset
 
     @property
     def log_start_offset(self) -> int:
@@ -43,8 +44,8 @@ class Partition:
     def log_end_offset(self) -> int:
         return self.log.log_end_offset
 
-    def append_as_leader(self, records: bytes, now_ms: int):
-        info = self.log.append_as_leader(records, self.leader_epoch, now_ms)
+    def append_as_leader(self, records: bytes, now_ms: int, origin: AppendOrigin = AppendOrigin.CLIENT) -> AppendInfo:
+        info = self.log.append_as_leader(records, self.leader_epoch, now_ms, origin=origin)
         # One replica: everything appended is replicated, so the HW follows the log end.
         self.log.high_watermark = self.log.log_end_offset
         self.wake_waiters()

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kbroker.coordinator.group import Group, GroupState, JoinResult, Member, SyncResult
-from kbroker.coordinator.offsets_topic import OffsetsTopic
+from kbroker.coordinator.offsets_topic import Marker, OffsetsTopic
 from protocol.coordinator_records import GroupKey, GroupValue, OffsetKey, OffsetValue
 from protocol.errors import ErrorCode, KafkaError
 
@@ -73,6 +73,8 @@ class GroupCoordinator:
         self.partition_exists = partition_exists  # (topic, partition) -> bool
         self.groups: dict[str, Group] = {}
         self.offsets: dict[str, dict[tuple[str, int], OffsetValue]] = {}
+        # Offsets committed inside transactions, by producer id then group, until the marker.
+        self.pending: dict[int, dict[str, dict[tuple[str, int], OffsetValue]]] = {}
 
     @property
     def _loop(self) -> asyncio.AbstractEventLoop:
@@ -86,6 +88,14 @@ class GroupCoordinator:
             return
         records: dict[str, GroupValue | None] = {}
         for item in self.topic.replay():
+            if isinstance(item, Marker):
+                self._finish_pending(item.producer_id, item.committed, item.partition)
+                continue
+            if item.producer_id is not None:
+                if isinstance(item.key, OffsetKey) and isinstance(item.value, OffsetValue):
+                    group_pending = self.pending.setdefault(item.producer_id, {}).setdefault(item.key.group, {})
+                    group_pending[(item.key.topic, item.key.partition)] = item.value
+                continue
             if isinstance(item.key, OffsetKey):
                 offsets = self.offsets.setdefault(item.key.group, {})
                 if item.value is None:
@@ -584,6 +594,70 @@ class GroupCoordinator:
         entries = [self.topic.offset_entry(group_id, t, p, v) for (t, p), v in values.items()]
         self.topic.write(group_id, entries, timestamp)
         self.offsets.setdefault(group_id, {}).update(values)
+
+    # -- transactional offsets (TxnOffsetCommit) ------------------------------------------------
+
+    def commit_transactional(
+        self, group_id: str, producer_id: int, producer_epoch: int, generation_id: int, member_id: str,
+        instance_id: str | None, commits: list[OffsetCommit],
+    ) -> list[int]:
+        """Offsets that count only if the producer's transaction commits (exactly-once pipelines)."""
+        try:
+            if not group_id:
+                raise KafkaError(E.INVALID_GROUP_ID)
+            self._check_coordinator(group_id)
+            self._check_txn_member(group_id, generation_id, member_id, instance_id)
+        except KafkaError as e:
+            return [e.code for _ in commits]
+        errors = [self._check_commit(c) for c in commits]
+        accepted = [c for c, error in zip(commits, errors, strict=True) if error == E.NO_ERROR]
+        if accepted:
+            timestamp = now_ms()
+            values = {(c.topic, c.partition): OffsetValue(c.offset, c.leader_epoch, c.metadata or "", timestamp)
+                      for c in accepted}
+            entries = [self.topic.offset_entry(group_id, t, p, v) for (t, p), v in values.items()]
+            try:
+                self.topic.write(group_id, entries, timestamp, producer_id=producer_id, producer_epoch=producer_epoch)
+            except KafkaError as e:
+                return [e.code if error == E.NO_ERROR else error for error in errors]
+            self.pending.setdefault(producer_id, {}).setdefault(group_id, {}).update(values)
+        return errors
+
+    def _check_txn_member(self, group_id: str, generation_id: int, member_id: str, instance_id: str | None) -> None:
+        group = self.groups.get(group_id)
+        if group is None:
+            self.groups[group_id] = Group(group_id, state_timestamp_ms=now_ms())
+            return
+        if group.is_in(GroupState.DEAD):
+            raise KafkaError(E.COORDINATOR_NOT_AVAILABLE)
+        static_id = group.static_member_id(instance_id)
+        if instance_id is not None and static_id is not None and static_id != member_id:
+            raise KafkaError(E.FENCED_INSTANCE_ID)
+        if member_id != UNKNOWN_MEMBER_ID and member_id not in group.members:
+            raise KafkaError(E.UNKNOWN_MEMBER_ID)
+        if generation_id >= 0 and generation_id != group.generation_id:
+            raise KafkaError(E.ILLEGAL_GENERATION)
+
+    def complete_transaction(self, producer_id: int, committed: bool, partition: int) -> None:
+        """A marker reached `__consumer_offsets` partition `partition`: settle that partition's
+        pending offsets of the producer."""
+        self._finish_pending(producer_id, committed, partition)
+
+    def _finish_pending(self, producer_id: int, committed: bool, partition: int) -> None:
+        by_group = self.pending.get(producer_id)
+        if not by_group:
+            return
+        for group_id in list(by_group):
+            if self.topic.partition_of(group_id) != partition:
+                continue
+            values = by_group.pop(group_id)
+            if committed:
+                self.offsets.setdefault(group_id, {}).update(values)
+        if not by_group:
+            del self.pending[producer_id]
+
+    def has_pending(self, group_id: str, tp: tuple[str, int]) -> bool:
+        return any(tp in groups.get(group_id, {}) for groups in self.pending.values())
 
     def fetch_offsets(
         self, group_id: str, partitions: list[tuple[str, int]] | None

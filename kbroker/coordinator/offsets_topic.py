@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from kbroker.cluster.partition import Partition
 from kbroker.cluster.replica_manager import ReplicaManager
 from kbroker.cluster.topics import TopicManager, TopicSpec
+from kbroker.storage.producer_state import AppendOrigin
 from protocol.coordinator_records import (
     GroupKey,
     GroupValue,
@@ -30,7 +31,14 @@ from protocol.coordinator_records import (
 )
 from protocol.errors import ErrorCode, KafkaError
 from protocol.primitives import ProtocolError
-from protocol.record_batch import Record, decode_batches, encode_batch
+from protocol.record_batch import (
+    ControlType,
+    Record,
+    RecordBatch,
+    decode_batches,
+    decode_control_key,
+    encode_batch,
+)
 
 log = logging.getLogger("kbroker.coordinator")
 
@@ -54,17 +62,33 @@ def partition_for(group_id: str, partitions: int) -> int:
 
 @dataclass(frozen=True, slots=True)
 class Replayed:
-    """One record read back from the topic: a key and its value, or None for a tombstone."""
+    """One record read back from the topic: a key and its value, or None for a tombstone.
+
+    `producer_id` is set for records written inside a transaction (TxnOffsetCommit): they
+    count only once a COMMIT marker of that producer follows."""
 
     key: OffsetKey | GroupKey
     value: OffsetValue | GroupValue | None
+    producer_id: int | None = None
 
 
-class OffsetsTopic:
+@dataclass(frozen=True, slots=True)
+class Marker:
+    """A transaction marker in partition `partition`: the end of `producer_id`'s pending offsets there."""
+
+    producer_id: int
+    committed: bool
+    partition: int
+
+
+class InternalTopic:
+    """A compacted internal topic whose partitions own keys by Java's string hash."""
+
     def __init__(
-        self, topics: TopicManager, replicas: ReplicaManager, partitions: int, replication_factor: int,
+        self, name: str, topics: TopicManager, replicas: ReplicaManager, partitions: int, replication_factor: int,
         segment_bytes: int,
     ) -> None:
+        self.name = name
         self.topics = topics
         self.replicas = replicas
         self.partitions = partitions
@@ -72,42 +96,72 @@ class OffsetsTopic:
         self.segment_bytes = segment_bytes
 
     def exists(self) -> bool:
-        return self.topics.store.get_topic(TOPIC) is not None
+        return self.topics.store.get_topic(self.name) is not None
 
     def ensure(self) -> None:
-        """Create the topic on first use, as Kafka does when the first group looks for its coordinator."""
+        """Create the topic on first use, as Kafka does when the first client looks for its coordinator."""
         if self.exists():
             return
         factor = min(self.replication_factor, len(self.topics.live_brokers()))
         configs = {"cleanup.policy": "compact", "segment.bytes": str(self.segment_bytes),
                    "compression.type": "producer"}
         try:
-            self.topics.create(TopicSpec(TOPIC, self.partitions, factor, None, configs))
+            self.topics.create(TopicSpec(self.name, self.partitions, factor, None, configs))
         except KafkaError as e:
             if e.code != ErrorCode.TOPIC_ALREADY_EXISTS:
                 raise
 
     def partition_count(self) -> int:
-        record = self.topics.store.get_topic(TOPIC)
+        record = self.topics.store.get_topic(self.name)
         return len(record.assignment) if record is not None else self.partitions
 
-    def partition_of(self, group_id: str) -> int:
-        return partition_for(group_id, self.partition_count())
+    def partition_of(self, key: str) -> int:
+        return partition_for(key, self.partition_count())
 
-    def hosted(self, group_id: str) -> Partition | None:
-        return self.replicas.find(TOPIC, self.partition_of(group_id))
+    def hosted(self, key: str) -> Partition | None:
+        return self.replicas.find(self.name, self.partition_of(key))
 
-    # -- writing ---------------------------------------------------------------------------------
-
-    def write(self, group_id: str, entries: list[tuple[bytes, bytes | None]], now_ms: int) -> None:
-        """Append key/value records (None values are tombstones) for one group, as one batch."""
+    def write(
+        self, key: str, entries: list[tuple[bytes, bytes | None]], now_ms: int, *,
+        producer_id: int = -1, producer_epoch: int = -1,
+    ) -> None:
+        """Append key/value records (None values are tombstones) owned by `key`, as one batch;
+        inside `producer_id`'s transaction when given."""
         if not entries:
             return
-        partition = self.hosted(group_id)
+        partition = self.hosted(key)
         if partition is None:
             raise KafkaError(ErrorCode.NOT_COORDINATOR)
-        records = [Record(i, now_ms, key, value) for i, (key, value) in enumerate(entries)]
-        partition.append_as_leader(encode_batch(records), now_ms)
+        records = [Record(i, now_ms, k, v) for i, (k, v) in enumerate(entries)]
+        transactional = producer_id >= 0
+        batch = encode_batch(records, producer_id=producer_id, producer_epoch=producer_epoch,
+                             base_sequence=0 if transactional else -1, transactional=transactional)
+        partition.append_as_leader(batch, now_ms, origin=AppendOrigin.COORDINATOR)
+
+    def batches(self) -> Iterator[tuple[Partition, RecordBatch]]:
+        """Every batch of every hosted partition, in log order."""
+        for partition in self.replicas.partitions_of(self.name):
+            log_ = partition.log
+            offset = log_.log_start_offset
+            while offset < log_.log_end_offset:
+                chunk = log_.read(offset, READ_CHUNK_BYTES)
+                if chunk is None:
+                    break
+                decoded = decode_batches(chunk.read_bytes())
+                if not decoded:
+                    break
+                for batch in decoded:
+                    if batch.next_offset > offset:
+                        yield partition, batch
+                offset = decoded[-1].next_offset
+
+
+class OffsetsTopic(InternalTopic):
+    def __init__(
+        self, topics: TopicManager, replicas: ReplicaManager, partitions: int, replication_factor: int,
+        segment_bytes: int,
+    ) -> None:
+        super().__init__(TOPIC, topics, replicas, partitions, replication_factor, segment_bytes)
 
     @staticmethod
     def offset_entry(group_id: str, topic: str, partition: int, value: OffsetValue | None) -> tuple[bytes, bytes | None]:
@@ -118,44 +172,41 @@ class OffsetsTopic:
     def group_entry(group_id: str, value: GroupValue | None) -> tuple[bytes, bytes | None]:
         return encode_group_key(group_id), encode_group_value(value) if value is not None else None
 
-    # -- reading back ----------------------------------------------------------------------------
-
-    def replay(self) -> Iterator[Replayed]:
-        """Every record of every hosted partition, in log order."""
-        for partition in self.replicas.partitions_of(TOPIC):
-            yield from self._replay_partition(partition)
-
-    def _replay_partition(self, partition: Partition) -> Iterator[Replayed]:
-        log_ = partition.log
-        offset = log_.log_start_offset
-        while offset < log_.log_end_offset:
-            chunk = log_.read(offset, READ_CHUNK_BYTES)
-            if chunk is None:
-                break
-            batches = decode_batches(chunk.read_bytes())
-            if not batches:
-                break
-            for batch in batches:
-                if batch.is_control:
-                    continue
-                for record in batch.records:
-                    if record.offset >= offset:
-                        replayed = _decode(partition.name, record)
-                        if replayed is not None:
-                            yield replayed
-            offset = batches[-1].next_offset
+    def replay(self) -> Iterator[Replayed | Marker]:
+        """Records and transaction markers of every hosted partition, in log order."""
+        for partition, batch in self.batches():
+            if batch.is_control:
+                marker = _marker(batch, partition.index)
+                if marker is not None:
+                    yield marker
+                continue
+            producer_id = batch.producer_id if batch.is_transactional else None
+            for record in batch.records:
+                replayed = _decode(partition.name, record, producer_id)
+                if replayed is not None:
+                    yield replayed
 
 
-def _decode(where: str, record: Record) -> Replayed | None:
+def _marker(batch: RecordBatch, partition: int) -> Marker | None:
+    try:
+        key = decode_control_key(batch.records[0].key) if batch.records else None
+    except KafkaError:
+        return None
+    if key is None or key.type not in (ControlType.ABORT, ControlType.COMMIT):
+        return None
+    return Marker(batch.producer_id, key.type == ControlType.COMMIT, partition)
+
+
+def _decode(where: str, record: Record, producer_id: int | None) -> Replayed | None:
     if record.key is None:
         return None
     try:
         key = decode_key(record.key)
         if record.value is None:
-            return Replayed(key, None)
+            return Replayed(key, None, producer_id)
         if isinstance(key, OffsetKey):
-            return Replayed(key, decode_offset_value(record.value))
-        return Replayed(key, decode_group_value(record.value))
+            return Replayed(key, decode_offset_value(record.value), producer_id)
+        return Replayed(key, decode_group_value(record.value), producer_id)
     except (ProtocolError, ValueError) as e:
         log.warning("skipping an unreadable record at offset %d of %s: %s", record.offset, where, e)
         return None

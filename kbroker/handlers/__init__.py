@@ -49,6 +49,8 @@ class CloseConnection(Exception):
 
 # Every API this broker answers; a module per API, named after it.
 HANDLER_MODULES = (
+    "add_offsets_to_txn",
+    "add_partitions_to_txn",
     "alter_configs",
     "api_versions",
     "create_partitions",
@@ -60,7 +62,10 @@ HANDLER_MODULES = (
     "describe_configs",
     "describe_groups",
     "describe_log_dirs",
+    "describe_producers",
     "describe_topic_partitions",
+    "describe_transactions",
+    "end_txn",
     "fetch",
     "find_coordinator",
     "heartbeat",
@@ -70,6 +75,7 @@ HANDLER_MODULES = (
     "leave_group",
     "list_groups",
     "list_offsets",
+    "list_transactions",
     "metadata",
     "offset_commit",
     "offset_delete",
@@ -77,6 +83,8 @@ HANDLER_MODULES = (
     "offset_for_leader_epoch",
     "produce",
     "sync_group",
+    "txn_offset_commit",
+    "write_txn_markers",
 )
 
 

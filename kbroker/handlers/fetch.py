@@ -116,6 +116,12 @@ def _read_one(read: _Read, budget: int, first: bool, committed: bool) -> int:
         result["records"] = b""
         return 0
     result["records"] = data
+    if committed:
+        # The consumer drops records of these producers from first_offset up to their ABORT marker.
+        result["aborted_transactions"] = [
+            {"producer_id": producer_id, "first_offset": first_offset}
+            for producer_id, first_offset in partition.log.collect_aborted_transactions(read.offset, upper)
+        ]
     return data.size
 
 

@@ -1,4 +1,4 @@
-"""FindCoordinator: which broker coordinates a group (or, later, a transactional id)."""
+"""FindCoordinator: which broker coordinates a group or a transactional id."""
 
 from __future__ import annotations
 
@@ -32,13 +32,13 @@ def _find(ctx: RequestContext, key: str, key_type: int) -> dict[str, Any]:
 
 
 def _coordinator(ctx: RequestContext, key: str, key_type: int) -> dict[str, Any]:
-    if key_type == TRANSACTION:
-        raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, "transactions are not supported yet")
-    if key_type != GROUP:
+    if key_type not in (GROUP, TRANSACTION):
         raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unknown coordinator type {key_type}")
-    coordinator = ctx.broker.groups
-    coordinator.topic.ensure()
-    if coordinator.topic.hosted(key) is None:
+    if key_type == TRANSACTION and not key:
+        raise KafkaError(ErrorCode.INVALID_REQUEST, "empty transactional id")
+    topic = ctx.broker.groups.topic if key_type == GROUP else ctx.broker.transactions.topic
+    topic.ensure()
+    if topic.hosted(key) is None:
         raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE)
     endpoint = ctx.broker.broker_endpoints()[0]
     return {"node_id": endpoint["node_id"], "host": endpoint["host"], "port": endpoint["port"]}

@@ -1,7 +1,7 @@
-"""InitProducerId: producer ids for idempotent producers.
+"""InitProducerId: a producer id and epoch, for idempotent and for transactional producers.
 
-Transactional ids need the transaction coordinator, which is not built yet; they get
-a clear authorization error instead of a retry loop.
+Idempotent producers get a fresh id each time; a transactional id keeps its producer id and
+gets the next epoch, which fences any older producer using the same transactional id.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from kbroker.handlers import RequestContext
-from protocol.errors import ErrorCode
+from protocol.errors import ErrorCode, KafkaError
 
 API_KEY = 22
 MIN_VERSION = 0
@@ -17,6 +17,19 @@ MAX_VERSION = 5
 
 
 async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
-    if request.transactional_id is not None:
-        return {"error_code": ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "producer_id": -1, "producer_epoch": -1}
-    return {"error_code": ErrorCode.NO_ERROR, "producer_id": ctx.broker.producer_ids.next_id(), "producer_epoch": 0}
+    if request.transactional_id is None:
+        return _result(ErrorCode.NO_ERROR, ctx.broker.producer_ids.next_id(), 0)
+    try:
+        producer_id, epoch = ctx.broker.transactions.init_producer(
+            request.transactional_id, request.transaction_timeout_ms, request.producer_id, request.producer_epoch
+        )
+    except KafkaError as e:
+        code = e.code
+        if code == ErrorCode.PRODUCER_FENCED and ctx.version < 4:
+            code = ErrorCode.INVALID_PRODUCER_EPOCH  # PRODUCER_FENCED is unknown to older clients
+        return _result(code, -1, -1)
+    return _result(ErrorCode.NO_ERROR, producer_id, epoch)
+
+
+def _result(code: int, producer_id: int, epoch: int) -> dict[str, Any]:
+    return {"throttle_time_ms": 0, "error_code": code, "producer_id": producer_id, "producer_epoch": epoch}

@@ -15,15 +15,16 @@ MAX_VERSION = 9
 
 
 async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    stable = ctx.version >= 7 and request.require_stable
     if ctx.version >= 8:
-        groups = [_fetch_group(ctx, g.group_id, g.topics) for g in request.groups]
+        groups = [_fetch_group(ctx, g.group_id, g.topics, stable) for g in request.groups]
         return {"throttle_time_ms": 0, "groups": groups}
     topics = request.topics if ctx.version >= 2 else (request.topics or [])
-    result = _fetch_group(ctx, request.group_id, topics)
+    result = _fetch_group(ctx, request.group_id, topics, stable)
     return {"throttle_time_ms": 0, "topics": result["topics"], "error_code": result["error_code"]}
 
 
-def _fetch_group(ctx: RequestContext, group_id: str, topics: Any) -> dict[str, Any]:
+def _fetch_group(ctx: RequestContext, group_id: str, topics: Any, stable: bool) -> dict[str, Any]:
     wanted = None if topics is None else [(t.name, p) for t in topics for p in t.partition_indexes]
     try:
         offsets = ctx.broker.groups.fetch_offsets(group_id, wanted)
@@ -31,7 +32,11 @@ def _fetch_group(ctx: RequestContext, group_id: str, topics: Any) -> dict[str, A
         return {"group_id": group_id, "error_code": e.code, "topics": []}
     by_topic: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for (topic, partition), value in offsets.items():
-        by_topic[topic].append(_partition(partition, value))
+        entry = _partition(partition, value)
+        if stable and ctx.broker.groups.has_pending(group_id, (topic, partition)):
+            # An open transaction may still change this offset (KIP-447): the client retries.
+            entry = {**_partition(partition, None), "error_code": ErrorCode.UNSTABLE_OFFSET_COMMIT}
+        by_topic[topic].append(entry)
     return {
         "group_id": group_id,
         "error_code": ErrorCode.NO_ERROR,

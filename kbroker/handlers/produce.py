@@ -5,6 +5,7 @@ from __future__ import annotations
 import struct
 from typing import Any
 
+from kbroker.cluster.partition import Partition
 from kbroker.cluster.topics import INTERNAL_TOPICS
 from kbroker.handlers import CloseConnection, RequestContext
 from protocol.errors import ErrorCode, KafkaError
@@ -15,7 +16,9 @@ from protocol.records import (
     HEADER_SIZE,
     LOG_OVERHEAD,
     MAGIC_OFFSET,
+    TRANSACTIONAL_BIT,
     peek_magic,
+    read_header,
 )
 
 API_KEY = 0
@@ -36,7 +39,7 @@ async def handle(ctx: RequestContext, request: Any) -> dict[str, Any] | None:
     for topic in request.topic_data:
         partitions = []
         for data in topic.partition_data:
-            result = _append(ctx, request.acks, topic.name, data, now_ms)
+            result = _append(ctx, request.acks, request.transactional_id, topic.name, data, now_ms)
             failed = failed or result["error_code"] != ErrorCode.NO_ERROR
             partitions.append(result)
         topics.append({"name": topic.name, "partition_responses": partitions})
@@ -48,7 +51,9 @@ async def handle(ctx: RequestContext, request: Any) -> dict[str, Any] | None:
     return {"responses": topics, "throttle_time_ms": 0}
 
 
-def _append(ctx: RequestContext, acks: int, topic: str, data: Any, now_ms: int) -> dict[str, Any]:
+def _append(
+    ctx: RequestContext, acks: int, transactional_id: str | None, topic: str, data: Any, now_ms: int
+) -> dict[str, Any]:
     try:
         if acks not in VALID_ACKS:
             raise KafkaError(ErrorCode.INVALID_REQUIRED_ACKS)
@@ -58,6 +63,7 @@ def _append(ctx: RequestContext, acks: int, topic: str, data: Any, now_ms: int) 
             raise KafkaError(ErrorCode.INVALID_TOPIC, f"Cannot append to internal topic {topic}")
         _check_records(ctx.version, data.records)
         partition = ctx.broker.replicas.get(topic, data.index)
+        _verify_transaction(ctx, transactional_id, partition, data.records)
         info = partition.append_as_leader(data.records, now_ms)
     except KafkaError as e:
         return _error(data.index, e)
@@ -85,6 +91,19 @@ def _check_records(version: int, records: bytes) -> None:
     if version < 7 and len(records) >= HEADER_SIZE and records[ATTRIBUTES_OFFSET + 1] & COMPRESSION_MASK == ZSTD:
         raise KafkaError(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, f"Produce requests with version {version} are not "
                          "allowed to use ZStandard compression")
+
+
+def _verify_transaction(ctx: RequestContext, transactional_id: str | None, partition: Partition, records: bytes) -> None:
+    """The first transactional batch of a producer on a partition must belong to its coordinator's transaction."""
+    if len(records) < HEADER_SIZE or not records[ATTRIBUTES_OFFSET + 1] & TRANSACTIONAL_BIT:
+        return
+    if not ctx.broker.config.get("transaction.partition.verification.enable"):
+        return
+    header = read_header(records)
+    if partition.log.has_open_transaction(header.producer_id):
+        return
+    ctx.broker.transactions.verify_partition(transactional_id, header.producer_id, header.producer_epoch,
+                                             partition.topic, partition.index)
 
 
 def _error(index: int, error: KafkaError) -> dict[str, Any]:

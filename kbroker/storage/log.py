@@ -546,6 +546,9 @@ class Log:
         unstable = self.producer_state.first_unstable_offset()
         return self._high_watermark if unstable is None else min(unstable, self._high_watermark)
 
+    def has_open_transaction(self, producer_id: int) -> bool:
+        return producer_id in self.producer_state.ongoing
+
     def ongoing_transactions(self) -> dict[int, int]:
         """producer id -> first offset of each open transaction."""
         return dict(self.producer_state.ongoing)

@@ -1,0 +1,25 @@
+"""AddOffsetsToTxn: a group's offsets will be committed inside the transaction."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kbroker.handlers import RequestContext
+from protocol.errors import ErrorCode, KafkaError
+
+API_KEY = 25
+MIN_VERSION = 0
+MAX_VERSION = 4
+
+
+async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    try:
+        ctx.broker.transactions.add_offsets(
+            request.transactional_id, request.producer_id, request.producer_epoch, request.group_id
+        )
+    except KafkaError as e:
+        code = e.code
+        if code == ErrorCode.PRODUCER_FENCED and ctx.version < 2:
+            code = ErrorCode.INVALID_PRODUCER_EPOCH
+        return {"throttle_time_ms": 0, "error_code": code}
+    return {"throttle_time_ms": 0, "error_code": ErrorCode.NO_ERROR}

@@ -1,0 +1,25 @@
+"""EndTxn: commit or abort a transaction (markers go to every partition in it)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kbroker.handlers import RequestContext
+from protocol.errors import ErrorCode, KafkaError
+
+API_KEY = 26
+MIN_VERSION = 0
+MAX_VERSION = 4  # v5 (KIP-890 part 2) is unstable in Kafka 3.9
+
+
+async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    try:
+        ctx.broker.transactions.end_transaction(
+            request.transactional_id, request.producer_id, request.producer_epoch, request.committed
+        )
+    except KafkaError as e:
+        code = e.code
+        if code == ErrorCode.PRODUCER_FENCED and ctx.version < 2:
+            code = ErrorCode.INVALID_PRODUCER_EPOCH
+        return {"throttle_time_ms": 0, "error_code": code}
+    return {"throttle_time_ms": 0, "error_code": ErrorCode.NO_ERROR}

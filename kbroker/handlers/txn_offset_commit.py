@@ -1,0 +1,30 @@
+"""TxnOffsetCommit: offsets committed inside a transaction, visible once it commits."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kbroker.coordinator.group_coordinator import OffsetCommit
+from kbroker.handlers import RequestContext
+
+API_KEY = 28
+MIN_VERSION = 0
+MAX_VERSION = 4
+
+
+async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    commits = [
+        OffsetCommit(t.name, p.partition_index, p.committed_offset, p.committed_leader_epoch, p.committed_metadata)
+        for t in request.topics
+        for p in t.partitions
+    ]
+    errors = iter(ctx.broker.groups.commit_transactional(
+        request.group_id, request.producer_id, request.producer_epoch, request.generation_id,
+        request.member_id, request.group_instance_id, commits,
+    ))
+    topics = [
+        {"name": t.name, "partitions": [{"partition_index": p.partition_index, "error_code": next(errors)}
+                                        for p in t.partitions]}
+        for t in request.topics
+    ]
+    return {"throttle_time_ms": 0, "topics": topics}
