@@ -15,6 +15,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from protocol.connection import Request, RequestHeader
+from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
     from kbroker.broker import Broker
@@ -33,6 +34,13 @@ class RequestContext:
     @staticmethod
     def now_ms() -> int:
         return int(time.time() * 1000)
+
+    def fenced_code(self, code: int, known_since: int) -> int:
+        """PRODUCER_FENCED as this request's version knows it: older versions of the
+        transaction APIs (below `known_since`) get INVALID_PRODUCER_EPOCH, as Kafka answers."""
+        if code == ErrorCode.PRODUCER_FENCED and self.version < known_since:
+            return ErrorCode.INVALID_PRODUCER_EPOCH
+        return code
 
 
 @dataclass(slots=True)

@@ -18,8 +18,5 @@ async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
             request.transactional_id, request.producer_id, request.producer_epoch, request.group_id
         )
     except KafkaError as e:
-        code = e.code
-        if code == ErrorCode.PRODUCER_FENCED and ctx.version < 2:
-            code = ErrorCode.INVALID_PRODUCER_EPOCH
-        return {"throttle_time_ms": 0, "error_code": code}
+        return {"throttle_time_ms": 0, "error_code": ctx.fenced_code(e.code, known_since=2)}
     return {"throttle_time_ms": 0, "error_code": ErrorCode.NO_ERROR}

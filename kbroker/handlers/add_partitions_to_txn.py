@@ -16,24 +16,22 @@ MAX_VERSION = 5
 async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
     if ctx.version < 4:
         results = _add(ctx, request.v3_and_below_transactional_id, request.v3_and_below_producer_id,
-                       request.v3_and_below_producer_epoch, request.v3_and_below_topics, False, ctx.version)
+                       request.v3_and_below_producer_epoch, request.v3_and_below_topics, False)
         return {"throttle_time_ms": 0, "results_by_topic_v3_and_below": results}
     by_txn = [
         {"transactional_id": t.transactional_id,
-         "topic_results": _add(ctx, t.transactional_id, t.producer_id, t.producer_epoch, t.topics, t.verify_only,
-                               ctx.version)}
+         "topic_results": _add(ctx, t.transactional_id, t.producer_id, t.producer_epoch, t.topics, t.verify_only)}
         for t in request.transactions
     ]
     return {"throttle_time_ms": 0, "error_code": ErrorCode.NO_ERROR, "results_by_transaction": by_txn}
 
 
-def _add(ctx: RequestContext, transactional_id: str, producer_id: int, epoch: int, topics: Any, verify_only: bool,
-         version: int) -> list[dict[str, Any]]:
+def _add(ctx: RequestContext, transactional_id: str, producer_id: int, epoch: int, topics: Any,
+         verify_only: bool) -> list[dict[str, Any]]:
     wanted = [(t.name, p) for t in topics for p in t.partitions]
     errors = ctx.broker.transactions.add_partitions(transactional_id, producer_id, epoch, wanted, verify_only)
     by_topic: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for (topic, partition), code in errors.items():
-        if code == ErrorCode.PRODUCER_FENCED and version < 2:
-            code = ErrorCode.INVALID_PRODUCER_EPOCH
-        by_topic[topic].append({"partition_index": partition, "partition_error_code": code})
+        by_topic[topic].append({"partition_index": partition,
+                                "partition_error_code": ctx.fenced_code(code, known_since=2)})
     return [{"name": name, "results_by_partition": results} for name, results in by_topic.items()]

@@ -24,10 +24,7 @@ async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
             request.transactional_id, request.transaction_timeout_ms, request.producer_id, request.producer_epoch
         )
     except KafkaError as e:
-        code = e.code
-        if code == ErrorCode.PRODUCER_FENCED and ctx.version < 4:
-            code = ErrorCode.INVALID_PRODUCER_EPOCH  # PRODUCER_FENCED is unknown to older clients
-        return _result(code, -1, -1)
+        return _result(ctx.fenced_code(e.code, known_since=4), -1, -1)
     return _result(ErrorCode.NO_ERROR, producer_id, epoch)
 
 

@@ -853,9 +853,10 @@ class Log:
         """
         if self._segments:
             self.active_segment.on_become_inactive()
-            self.producer_state.map_end_offset = self._log_end_offset
-            if self._log_end_offset not in self.producer_state.snapshot_offsets():
-                self.producer_state.take_snapshot()
+            state = self.producer_state
+            state.map_end_offset = self._log_end_offset
+            if state.latest_snapshot != self._log_end_offset:
+                state.take_snapshot(sync=False)
         self.release()
 
     def release(self) -> None:

@@ -218,6 +218,7 @@ class ProducerStateManager:
         self.producers: dict[int, ProducerStateEntry] = {}
         self.ongoing: dict[int, int] = {}  # producer id -> first offset of its open transaction
         self.map_end_offset = 0  # the state covers every batch below this offset
+        self.latest_snapshot: int | None = None  # offset of the newest snapshot file this run wrote
 
     # -- appends ----------------------------------------------------------------------------------
 
@@ -276,8 +277,12 @@ class ProducerStateManager:
     def _snapshot_path(self, offset: int) -> Path:
         return self.directory / segment_file_name(offset, SNAPSHOT_SUFFIX)
 
-    def take_snapshot(self) -> None:
-        """Write the state at `map_end_offset` to `<offset>.snapshot` (atomically, fsynced)."""
+    def take_snapshot(self, *, sync: bool = True) -> None:
+        """Write the state at `map_end_offset` to `<offset>.snapshot` (atomically; fsynced if `sync`).
+
+        Unsynced snapshots (a clean shutdown writes thousands) are safe: a torn one fails its CRC
+        on load and an older snapshot plus a longer replay take its place.
+        """
         entries = [
             _SNAPSHOT_ENTRY.pack(e.producer_id, e.producer_epoch, e.last_sequence, e.last_offset,
                                  _offset_delta(e), e.last_timestamp, e.coordinator_epoch, e.current_txn_start_offset)
@@ -289,10 +294,13 @@ class ProducerStateManager:
         tmp = path.with_name(path.name + ".tmp")
         with open(tmp, "wb") as f:
             f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+            if sync:
+                f.flush()
+                os.fsync(f.fileno())
         os.replace(tmp, path)
-        fsync_dir(self.directory)
+        if sync:
+            fsync_dir(self.directory)
+        self.latest_snapshot = self.map_end_offset
 
     def load_snapshot(self, at_most: int) -> int | None:
         """Load the newest readable snapshot at or below `at_most`; returns its offset (None: none)."""
@@ -311,6 +319,7 @@ class ProducerStateManager:
                 self.producers[entry.producer_id] = entry
                 if entry.has_open_transaction:
                     self.ongoing[entry.producer_id] = entry.current_txn_start_offset
+            self.latest_snapshot = offset
             return offset
         return None
 
@@ -321,6 +330,8 @@ class ProducerStateManager:
                 continue
             if (below is not None and offset < below) or (above is not None and offset > above):
                 self._snapshot_path(offset).unlink(missing_ok=True)
+                if offset == self.latest_snapshot:
+                    self.latest_snapshot = None
 
 
 def _offset_delta(entry: ProducerStateEntry) -> int:
