@@ -152,6 +152,7 @@ class Broker:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._ticker
         await self.server.stop()
+        await self.replicas.stop()
         self.log_manager.shutdown()
         self._stopped.set()
 

@@ -1,14 +1,32 @@
-"""A partition replica hosted by this broker, and the waiters woken when it grows."""
+"""A partition replica hosted by this broker: its role, and on the leader the followers' progress.
+
+As in Kafka's Partition: the leader tracks each follower's log end offset (from the offsets its
+fetches ask for) and when it was last caught up; the in-sync replicas are the leader and the
+followers caught up within `replica.lag.time.max.ms`; the high watermark is the smallest log end
+offset in the ISR. `acks=all` produces wait until the high watermark passes their last offset;
+consumers only see data below it. ISR changes go through `isr_writer` (the metadata store, with
+compare-and-set), and take effect only once written.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from kbroker.storage.log import AppendInfo, Log
 from kbroker.storage.producer_state import AppendOrigin
 from protocol.errors import ErrorCode, KafkaError
+
+IsrWriter = Callable[["Partition", list[int]], bool]  # persist a new ISR; False if the state moved on
+
+
+@dataclass(slots=True)
+class FollowerState:
+    log_end_offset: int = -1  # unknown until the follower's first fetch
+    last_caught_up_ms: int = 0
+    leader_end_at_last_fetch: int = 0
 
 
 @dataclass(eq=False)
@@ -21,11 +39,23 @@ class Partition:
     leader_epoch: int = 0
     replicas: list[int] = field(default_factory=list)
     isr: list[int] = field(default_factory=list)
+    local_id: int = -1  # this broker; -1: the leader is local (single node)
+    isr_writer: IsrWriter | None = None
+    followers: dict[int, FollowerState] = field(default_factory=dict)
     _waiters: set[asyncio.Future[None]] = field(default_factory=set)
+    _acks_waiters: list[tuple[int, asyncio.Future[None]]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.local_id < 0:
+            self.local_id = self.leader_id
 
     @property
     def name(self) -> str:
         return f"{self.topic}-{self.index}"
+
+    @property
+    def is_leader(self) -> bool:
+        return self.leader_id == self.local_id
 
     @property
     def high_watermark(self) -> int:
@@ -44,15 +74,151 @@ class Partition:
     def log_end_offset(self) -> int:
         return self.log.log_end_offset
 
-    def append_as_leader(self, records: bytes, now_ms: int, origin: AppendOrigin = AppendOrigin.CLIENT) -> AppendInfo:
+    @property
+    def min_insync_replicas(self) -> int:
+        return self.log.config.min_insync_replicas
+
+    # -- roles ------------------------------------------------------------------------------------
+
+    def make_leader(self, leader_epoch: int, replicas: list[int], isr: list[int], now_ms: int) -> None:
+        """Lead from `leader_epoch`: the epoch starts at the log end, followers start unknown but
+        counted as caught up now (as Kafka does), so none leaves the ISR before it could fetch."""
+        self.leader_id, self.leader_epoch = self.local_id, leader_epoch
+        self.replicas, self.isr = list(replicas), list(isr)
+        self.log.epochs.assign(leader_epoch, self.log.log_end_offset)
+        self.followers = {r: FollowerState(last_caught_up_ms=now_ms) for r in replicas if r != self.local_id}
+        self._advance_high_watermark()
+
+    def make_follower(self, leader_id: int, leader_epoch: int, replicas: list[int], isr: list[int]) -> None:
+        self.leader_id, self.leader_epoch = leader_id, leader_epoch
+        self.replicas, self.isr = list(replicas), list(isr)
+        self.followers = {}
+        self._fail_acks_waiters(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        self.wake_waiters()
+
+    def require_leader(self) -> None:
+        if not self.is_leader:
+            raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"broker {self.local_id} does not lead {self.name}")
+
+    # -- appends ----------------------------------------------------------------------------------
+
+    def append_as_leader(
+        self, records: bytes, now_ms: int, origin: AppendOrigin = AppendOrigin.CLIENT, required_acks: int = 1
+    ) -> AppendInfo:
+        self.require_leader()
+        if required_acks == -1 and len(self.isr) < self.min_insync_replicas:
+            raise KafkaError(ErrorCode.NOT_ENOUGH_REPLICAS,
+                             f"the ISR of {self.name} is {self.isr}, below min.insync.replicas="
+                             f"{self.min_insync_replicas}")
         info = self.log.append_as_leader(records, self.leader_epoch, now_ms, origin=origin)
-        # One replica: everything appended is replicated, so the HW follows the log end.
-        self.log.high_watermark = self.log.log_end_offset
+        self._advance_high_watermark()
         self.wake_waiters()
         return info
 
+    async def wait_for_replication(self, end_offset: int, timeout_s: float) -> int:
+        """For acks=all: an error code once the high watermark reaches `end_offset`, the ISR falls
+        below min.insync.replicas, this broker stops leading, or `timeout_s` passes."""
+        if self.high_watermark >= end_offset:
+            return self._acks_result()
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        entry = (end_offset, waiter)
+        self._acks_waiters.append(entry)
+        try:
+            async with asyncio.timeout(timeout_s):
+                await waiter
+        except TimeoutError:
+            return ErrorCode.REQUEST_TIMED_OUT
+        except KafkaError as e:
+            return e.code
+        finally:
+            if entry in self._acks_waiters:
+                self._acks_waiters.remove(entry)
+        return self._acks_result()
+
+    def _acks_result(self) -> int:
+        if len(self.isr) < self.min_insync_replicas:
+            return ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+        return ErrorCode.NO_ERROR
+
+    # -- followers (leader side) ------------------------------------------------------------------
+
+    def record_follower_fetch(self, replica_id: int, fetch_offset: int, now_ms: int) -> None:
+        """A follower asked for `fetch_offset`: it holds everything below it."""
+        state = self.followers.get(replica_id)
+        if state is None:
+            raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"broker {replica_id} is not a replica of {self.name}")
+        leader_end = self.log.log_end_offset
+        # Caught up: it reached the leader's end as of now, or as of its previous fetch (Kafka's rule,
+        # so a follower of a busy leader is not dropped just because data keeps arriving).
+        if fetch_offset >= leader_end or fetch_offset >= state.leader_end_at_last_fetch:
+            state.last_caught_up_ms = now_ms
+        state.log_end_offset = fetch_offset
+        state.leader_end_at_last_fetch = leader_end
+        self._maybe_expand_isr(replica_id, state)
+        self._advance_high_watermark()
+
+    def _maybe_expand_isr(self, replica_id: int, state: FollowerState) -> None:
+        if replica_id in self.isr or replica_id not in self.replicas:
+            return
+        epoch_start = self.log.epochs.entries[-1].start_offset if self.log.epochs.entries else 0
+        if state.log_end_offset >= self.high_watermark and state.log_end_offset >= epoch_start:
+            self._change_isr([*self.isr, replica_id])
+
+    def shrink_isr(self, now_ms: int, max_lag_ms: int) -> list[int]:
+        """Drop followers not caught up within `max_lag_ms`; returns those dropped."""
+        if not self.is_leader:
+            return []
+        lagging = [r for r in self.isr if r != self.local_id and r in self.followers
+                   and now_ms - self.followers[r].last_caught_up_ms > max_lag_ms]
+        if lagging and self._change_isr([r for r in self.isr if r not in lagging]):
+            self._advance_high_watermark()
+            return lagging
+        return []
+
+    def _change_isr(self, isr: list[int]) -> bool:
+        if self.isr_writer is not None and not self.isr_writer(self, isr):
+            return False
+        self.isr = isr
+        if len(isr) < self.min_insync_replicas:
+            self._fail_acks_waiters(ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND)
+        return True
+
+    def _advance_high_watermark(self) -> None:
+        if not self.is_leader:
+            return
+        ends = [self.log.log_end_offset]
+        ends += [self.followers[r].log_end_offset for r in self.isr if r in self.followers]
+        new_hw = min(ends)
+        if new_hw > self.log.high_watermark:
+            self.log.high_watermark = new_hw
+            self._release_acks_waiters()
+            self.wake_waiters()
+
+    def _release_acks_waiters(self) -> None:
+        hw = self.log.high_watermark
+        for end_offset, waiter in list(self._acks_waiters):
+            if end_offset <= hw and not waiter.done():
+                waiter.set_result(None)
+
+    def _fail_acks_waiters(self, code: ErrorCode) -> None:
+        for _, waiter in self._acks_waiters:
+            if not waiter.done():
+                waiter.set_exception(KafkaError(code))
+        self._acks_waiters.clear()
+
+    # -- follower side ----------------------------------------------------------------------------
+
+    def update_follower_high_watermark(self, leader_high_watermark: int) -> None:
+        """A follower's HW: the leader's, as far as this replica has the data."""
+        new_hw = min(leader_high_watermark, self.log.log_end_offset)
+        if new_hw > self.log.high_watermark:
+            self.log.high_watermark = new_hw
+
+    # -- other ------------------------------------------------------------------------------------
+
     def delete_records(self, before_offset: int) -> int:
         """DeleteRecords: move the log start offset up (-1: to the high watermark); returns it."""
+        self.require_leader()
         return self.log.delete_records_before(before_offset)
 
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:

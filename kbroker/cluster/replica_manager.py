@@ -1,22 +1,41 @@
-"""The partitions this broker hosts: appends, reads and waits for data."""
+"""The partitions this broker hosts: their roles, appends, reads and waits for data.
+
+On one node every partition is led here. In a cluster the controller's decisions arrive as
+`become_leader` / `become_follower` / `stop_replica`, as Kafka's LeaderAndIsr and StopReplica
+do; followers are fed by one `ReplicaFetcher` per leader broker, and the leaders shrink their
+ISR on the periodic tick (`replica.lag.time.max.ms`).
+"""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
-from kbroker.cluster.partition import Partition
+from kbroker.cluster.partition import IsrWriter, Partition
+from kbroker.cluster.replica_fetcher import FetcherConfig, ReplicaFetcher
 from kbroker.storage.log_config import LogConfig
 from kbroker.storage.log_manager import LogManager
 from protocol.errors import ErrorCode, KafkaError
 
+log = logging.getLogger("kbroker.replication")
+
+EndpointLookup = Callable[[int], "tuple[str, int] | None"]  # broker id -> (host, port) it listens on
+
 
 class ReplicaManager:
-    def __init__(self, broker_id: int, log_manager: LogManager) -> None:
+    def __init__(
+        self, broker_id: int, log_manager: LogManager, *, endpoint_of: EndpointLookup | None = None,
+        isr_writer: IsrWriter | None = None, fetcher_config: FetcherConfig | None = None,
+    ) -> None:
         self.broker_id = broker_id
         self.log_manager = log_manager
+        self.endpoint_of = endpoint_of
+        self.isr_writer = isr_writer
+        self.fetcher_config = fetcher_config or FetcherConfig()
         self._partitions: dict[tuple[str, int], Partition] = {}
+        self._fetchers: dict[int, ReplicaFetcher] = {}
 
     def host(
         self,
@@ -40,6 +59,80 @@ class ReplicaManager:
             partition = Partition(topic, index, topic_id, log, self.broker_id, leader_epoch, replicas, list(replicas))
             self._partitions[key] = partition
         return partition
+
+    # -- roles (what the controller decides) --------------------------------------------------
+
+    def _open(self, topic: str, index: int, topic_id: uuid.UUID, config: LogConfig, leader_id: int) -> Partition:
+        key = (topic, index)
+        partition = self._partitions.get(key)
+        if partition is None:
+            log_ = self.log_manager.get_or_create_log(topic, index, config)
+            partition = Partition(topic, index, topic_id, log_, leader_id, -1, local_id=self.broker_id,
+                                  isr_writer=self.isr_writer)
+            self._partitions[key] = partition
+        return partition
+
+    def become_leader(
+        self, topic: str, index: int, topic_id: uuid.UUID, config: LogConfig, leader_epoch: int,
+        replicas: list[int], isr: list[int], now_ms: int,
+    ) -> Partition:
+        partition = self._open(topic, index, topic_id, config, self.broker_id)
+        self._stop_fetching(partition)
+        if partition.is_leader and partition.leader_epoch == leader_epoch:
+            partition.replicas, partition.isr = list(replicas), list(isr)  # an ISR change only
+            return partition
+        partition.make_leader(leader_epoch, replicas, isr, now_ms)
+        return partition
+
+    def become_follower(
+        self, topic: str, index: int, topic_id: uuid.UUID, config: LogConfig, leader_id: int, leader_epoch: int,
+        replicas: list[int], isr: list[int],
+    ) -> Partition:
+        partition = self._open(topic, index, topic_id, config, leader_id)
+        if not partition.is_leader and partition.leader_id == leader_id and partition.leader_epoch == leader_epoch:
+            partition.replicas, partition.isr = list(replicas), list(isr)
+            return partition
+        self._stop_fetching(partition)
+        partition.make_follower(leader_id, leader_epoch, replicas, isr)
+        if leader_id >= 0:
+            self._fetcher_for(leader_id).add(partition)
+        return partition
+
+    def stop_replica(self, topic: str, index: int, delete: bool) -> None:
+        partition = self._partitions.pop((topic, index), None)
+        if partition is None:
+            return
+        self._stop_fetching(partition)
+        partition.make_follower(-1, partition.leader_epoch, partition.replicas, partition.isr)
+        if delete:
+            self.log_manager.delete_log(topic, index)
+
+    def _fetcher_for(self, leader_id: int) -> ReplicaFetcher:
+        fetcher = self._fetchers.get(leader_id)
+        if fetcher is None:
+            endpoint = self.endpoint_of(leader_id) if self.endpoint_of is not None else None
+            if endpoint is None:
+                raise KafkaError(ErrorCode.BROKER_NOT_AVAILABLE, f"no address for broker {leader_id}")
+            fetcher = ReplicaFetcher(self.broker_id, leader_id, *endpoint, self.fetcher_config)
+            self._fetchers[leader_id] = fetcher
+        return fetcher
+
+    def _stop_fetching(self, partition: Partition) -> None:
+        for fetcher in self._fetchers.values():
+            fetcher.remove(partition.topic, partition.index)
+
+    def shrink_isrs(self, now_ms: int, max_lag_ms: int) -> None:
+        """Leaders drop followers that have not caught up within `replica.lag.time.max.ms`."""
+        for partition in list(self._partitions.values()):
+            for replica in partition.shrink_isr(now_ms, max_lag_ms):
+                log.info("%s: broker %d fell out of the ISR, now %s", partition.name, replica, partition.isr)
+
+    async def stop(self) -> None:
+        for fetcher in self._fetchers.values():
+            await fetcher.stop()
+        self._fetchers.clear()
+
+    # -- lookups --------------------------------------------------------------------------------
 
     def get(self, topic: str, index: int) -> Partition:
         partition = self._partitions.get((topic, index))

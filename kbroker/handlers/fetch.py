@@ -24,7 +24,7 @@ READ_COMMITTED = 1
 class _Read:
     """What one partition contributes to a fetch response."""
 
-    __slots__ = ("topic", "partition", "index", "offset", "max_bytes", "leader_epoch", "result")
+    __slots__ = ("topic", "partition", "index", "offset", "max_bytes", "leader_epoch", "result", "refused")
 
     def __init__(self, topic: Any, index: int, data: Any) -> None:
         self.topic = topic
@@ -34,17 +34,21 @@ class _Read:
         self.max_bytes = data.partition_max_bytes
         self.leader_epoch = data.current_leader_epoch
         self.result: dict[str, Any] = {}
+        self.refused: KafkaError | None = None  # why this fetcher may not read here at all
 
 
 async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
     if request.session_id != 0:
         return {"error_code": ErrorCode.FETCH_SESSION_ID_NOT_FOUND, "session_id": 0, "responses": []}
     reads, topics = _plan(ctx, request)
+    replica_id = _replica_id(ctx, request)
+    if replica_id >= 0:
+        _record_follower(ctx, replica_id, reads)
     committed = request.isolation_level == READ_COMMITTED
     loop = asyncio.get_running_loop()
     deadline = loop.time() + request.max_wait_ms / 1000
     while True:
-        total, errors = _read_all(reads, request.max_bytes, committed)
+        total, errors = _read_all(reads, request.max_bytes, committed, follower=replica_id >= 0)
         remaining = deadline - loop.time()
         if total >= request.min_bytes or errors or remaining <= 0:
             break
@@ -76,20 +80,39 @@ def _plan(ctx: RequestContext, request: Any) -> tuple[list[_Read], list[dict[str
     return reads, topics
 
 
-def _read_all(reads: list[_Read], max_bytes: int, committed: bool) -> tuple[int, bool]:
+def _replica_id(ctx: RequestContext, request: Any) -> int:
+    """The fetching follower's broker id; -1 for consumers."""
+    if ctx.version >= 15:
+        return request.replica_state.replica_id if request.replica_state is not None else -1
+    return request.replica_id
+
+
+def _record_follower(ctx: RequestContext, replica_id: int, reads: list[_Read]) -> None:
+    """A follower's fetch offsets say what it holds: the leader's ISR and HW follow from them."""
+    now_ms = ctx.now_ms()
+    for read in reads:
+        if read.partition is None or not read.partition.is_leader:
+            continue
+        try:
+            read.partition.record_follower_fetch(replica_id, read.offset, now_ms)
+        except KafkaError as e:
+            read.refused = e
+
+
+def _read_all(reads: list[_Read], max_bytes: int, committed: bool, follower: bool = False) -> tuple[int, bool]:
     total = 0
     errors = False
     for read in reads:
         if read.partition is None:
             errors = True
             continue
-        size = _read_one(read, max_bytes - total, first=total == 0, committed=committed)
+        size = _read_one(read, max_bytes - total, first=total == 0, committed=committed, follower=follower)
         errors = errors or read.result["error_code"] != ErrorCode.NO_ERROR
         total += size
     return total, errors
 
 
-def _read_one(read: _Read, budget: int, first: bool, committed: bool) -> int:
+def _read_one(read: _Read, budget: int, first: bool, committed: bool, follower: bool = False) -> int:
     partition = read.partition
     assert partition is not None
     result = read.result
@@ -104,8 +127,12 @@ def _read_one(read: _Read, budget: int, first: bool, committed: bool) -> int:
         error_code=ErrorCode.NO_ERROR,
     )
     try:
+        if read.refused is not None:
+            raise read.refused
+        partition.require_leader()
         partition.check_leader_epoch(read.leader_epoch)
-        upper = partition.last_stable_offset if committed else partition.high_watermark
+        # Followers copy the whole log; consumers see only what the ISR has.
+        upper = None if follower else partition.last_stable_offset if committed else partition.high_watermark
         data = partition.log.read(
             read.offset, min(read.max_bytes, max(budget, 0)), max_offset_exclusive=upper, min_one_batch=first
         )

@@ -34,6 +34,7 @@ def _lookup(ctx: RequestContext, topic: str, request: Any, committed: bool) -> d
     result = {"partition_index": request.partition_index, "timestamp": -1, "offset": -1, "leader_epoch": -1}
     try:
         partition = ctx.broker.replicas.get(topic, request.partition_index)
+        partition.require_leader()
         partition.check_leader_epoch(request.current_leader_epoch)
         offset, timestamp = _find(partition, request.timestamp, committed)
     except KafkaError as e:

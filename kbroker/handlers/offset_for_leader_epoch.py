@@ -26,6 +26,7 @@ def _lookup(ctx: RequestContext, topic: str, request: Any) -> dict[str, Any]:
     result = {"partition": request.partition, "leader_epoch": UNDEFINED, "end_offset": UNDEFINED}
     try:
         partition = ctx.broker.replicas.get(topic, request.partition)
+        partition.require_leader()
         partition.check_leader_epoch(request.current_leader_epoch)
         epoch, end_offset = partition.end_offset_for_epoch(request.leader_epoch)
     except KafkaError as e:

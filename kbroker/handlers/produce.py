@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import struct
 from typing import Any
 
@@ -36,13 +37,18 @@ async def handle(ctx: RequestContext, request: Any) -> dict[str, Any] | None:
     now_ms = ctx.now_ms()
     failed = False
     topics = []
+    replicating: list[tuple[dict[str, Any], Partition, int]] = []  # acks=all: (result, partition, end offset)
     for topic in request.topic_data:
         partitions = []
         for data in topic.partition_data:
-            result = _append(ctx, request.acks, request.transactional_id, topic.name, data, now_ms)
+            result, pending = _append(ctx, request.acks, request.transactional_id, topic.name, data, now_ms)
             failed = failed or result["error_code"] != ErrorCode.NO_ERROR
             partitions.append(result)
+            if pending is not None:
+                replicating.append((result, *pending))
         topics.append({"name": topic.name, "partition_responses": partitions})
+    if replicating:
+        await _wait_for_replication(replicating, request.timeout_ms / 1000)
     if request.acks == 0:
         if failed:
             # The client expects no answer; closing is how it learns to refresh metadata.
@@ -51,9 +57,18 @@ async def handle(ctx: RequestContext, request: Any) -> dict[str, Any] | None:
     return {"responses": topics, "throttle_time_ms": 0}
 
 
+async def _wait_for_replication(waits: list[tuple[dict[str, Any], Partition, int]], timeout_s: float) -> None:
+    """acks=all: answer once every ISR member has the data (the HW passed it), as Kafka's delayed produce."""
+    codes = await asyncio.gather(*(p.wait_for_replication(end, timeout_s) for _, p, end in waits))
+    for (result, _, _), code in zip(waits, codes, strict=True):
+        if code != ErrorCode.NO_ERROR:
+            result.update(error_code=code, base_offset=-1, log_append_time_ms=-1, log_start_offset=-1)
+
+
 def _append(
     ctx: RequestContext, acks: int, transactional_id: str | None, topic: str, data: Any, now_ms: int
-) -> dict[str, Any]:
+) -> tuple[dict[str, Any], tuple[Partition, int] | None]:
+    """The partition's result, and for acks=all the partition and offset to wait for."""
     try:
         if acks not in VALID_ACKS:
             raise KafkaError(ErrorCode.INVALID_REQUIRED_ACKS)
@@ -64,16 +79,19 @@ def _append(
         _check_records(ctx.version, data.records)
         partition = ctx.broker.replicas.get(topic, data.index)
         _verify_transaction(ctx, transactional_id, partition, data.records)
-        info = partition.append_as_leader(data.records, now_ms)
+        info = partition.append_as_leader(data.records, now_ms, required_acks=acks)
     except KafkaError as e:
-        return _error(data.index, e)
-    return {
+        return _error(data.index, e), None
+    result = {
         "index": data.index,
         "error_code": ErrorCode.NO_ERROR,
         "base_offset": info.first_offset,
         "log_append_time_ms": info.log_append_time,
         "log_start_offset": info.log_start_offset,
     }
+    end = info.last_offset + 1
+    # On one node (or when the ISR is the leader alone) the HW is already past: no waiting.
+    return result, (partition, end) if acks == -1 and partition.high_watermark < end else None
 
 
 def _check_records(version: int, records: bytes) -> None:

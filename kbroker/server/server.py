@@ -38,6 +38,8 @@ class Server:
             await ClientConnection(self.broker, reader, writer).run()
         except (ConnectionError, OSError):
             pass
+        except asyncio.CancelledError:
+            pass  # `stop` cancels connections; letting it escape makes asyncio's stream callback log it
         except Exception:
             log.exception("connection failed")
         finally:

@@ -1,0 +1,69 @@
+"""An asyncio connection from this broker to another one (followers fetching from leaders).
+
+One request at a time per connection, as a Kafka replica fetcher has: the fetcher waits for
+each answer before asking again, so no pipelining is needed. Versions are fixed by the caller:
+both ends are kbroker, which serves every version it sends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+from construct import ConstructError, Container
+
+from protocol.connection import ClientConnection
+from protocol.primitives import ProtocolError
+
+READ_CHUNK = 1 << 20
+
+
+class BrokerUnavailable(ConnectionError):
+    """The other broker cannot be reached or answered nonsense; the caller backs off and retries."""
+
+
+class AsyncBrokerClient:
+    def __init__(self, host: str, port: int, client_id: str, timeout_s: float = 30.0) -> None:
+        self.host, self.port = host, port
+        self.timeout_s = timeout_s
+        self._conn = ClientConnection(client_id)
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    async def request(self, api_key: int, version: int, body: Any) -> Container:
+        """Send one request and wait for its response; any failure closes the connection."""
+        try:
+            # asyncio.timeout, not wait_for: Python 3.11's wait_for can swallow a cancellation
+            # that arrives as the answer does, and a stopped fetcher would then run on.
+            async with asyncio.timeout(self.timeout_s):
+                return await self._exchange(api_key, version, body)
+        except (OSError, TimeoutError, ConstructError, ProtocolError, EOFError) as e:
+            await self.close()
+            raise BrokerUnavailable(f"broker {self.address}: {e or type(e).__name__}") from None
+
+    async def _exchange(self, api_key: int, version: int, body: Any) -> Container:
+        if self._writer is None:
+            self._reader, self._writer = await asyncio.open_connection(self.host, self.port)
+            self._conn = ClientConnection(self._conn.client_id)
+        assert self._reader is not None
+        _, data = self._conn.encode_request(api_key, version, body)
+        self._writer.write(data)
+        await self._writer.drain()
+        while (response := self._conn.next_response()) is None:
+            chunk = await self._reader.read(READ_CHUNK)
+            if not chunk:
+                raise EOFError("connection closed")
+            self._conn.receive_data(chunk)
+        return response[1]
+
+    async def close(self) -> None:
+        writer, self._writer, self._reader = self._writer, None, None
+        if writer is not None:
+            writer.close()
+            with contextlib.suppress(OSError):
+                await writer.wait_closed()

@@ -1,0 +1,222 @@
+"""Followers copying their leader's log, as Kafka's ReplicaFetcherThread.
+
+One `ReplicaFetcher` per leader broker fetches, in one Fetch request (with this broker's id as
+`replica_id`), every partition this broker follows there. A partition that just became a
+follower first truncates its log where it diverges from the leader's, found with
+OffsetForLeaderEpoch (KIP-101), so a replica that led before and wrote what was never
+replicated drops that tail. The batches fetched are appended with the offsets and epochs the
+leader gave them; the follower's high watermark is the leader's, as far as it has the data.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+from kbroker.cluster.broker_client import AsyncBrokerClient, BrokerUnavailable
+from kbroker.cluster.partition import Partition
+from kbroker.storage.log import UnexpectedAppendOffset
+from protocol.errors import ErrorCode, KafkaError
+from protocol.records import LOG_OVERHEAD
+
+log = logging.getLogger("kbroker.replication")
+
+FETCH, LIST_OFFSETS, OFFSET_FOR_LEADER_EPOCH = 1, 2, 23
+FETCH_VERSION, LIST_OFFSETS_VERSION, EPOCH_VERSION = 12, 7, 4
+EARLIEST = -2
+UNDEFINED = -1
+_LENGTH = struct.Struct(">i")
+# Errors that only the controller's next decision resolves: keep fetching the others meanwhile.
+_WAIT_FOR_METADATA = frozenset({ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH,
+                                ErrorCode.UNKNOWN_LEADER_EPOCH, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION})
+
+
+@dataclass(frozen=True, slots=True)
+class FetcherConfig:
+    max_wait_ms: int = 500  # replica.fetch.wait.max.ms
+    min_bytes: int = 1  # replica.fetch.min.bytes
+    max_bytes: int = 10 * 1024 * 1024  # replica.fetch.response.max.bytes
+    partition_max_bytes: int = 1024 * 1024  # replica.fetch.max.bytes
+    backoff_ms: int = 1000  # replica.fetch.backoff.ms
+
+
+def whole_batches(records: bytes | memoryview) -> memoryview:
+    """The complete batches at the start of a fetched slice (a slice may end inside one)."""
+    view = memoryview(records)
+    position = 0
+    while position + LOG_OVERHEAD <= len(view):
+        size = LOG_OVERHEAD + _LENGTH.unpack_from(view, position + LOG_OVERHEAD - 4)[0]
+        if position + size > len(view):
+            break
+        position += size
+    return view[:position]
+
+
+class ReplicaFetcher:
+    def __init__(self, local_id: int, leader_id: int, host: str, port: int, config: FetcherConfig) -> None:
+        self.local_id = local_id
+        self.leader_id = leader_id
+        self.config = config
+        self.client = AsyncBrokerClient(host, port, f"replica-fetcher-{local_id}-{leader_id}")
+        self.partitions: dict[tuple[str, int], Partition] = {}
+        self._needs_truncation: set[tuple[str, int]] = set()
+        self._changed = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    # -- membership --------------------------------------------------------------------------
+
+    def add(self, partition: Partition) -> None:
+        key = (partition.topic, partition.index)
+        self.partitions[key] = partition
+        self._needs_truncation.add(key)
+        self._changed.set()
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run(), name=f"fetcher-{self.leader_id}")
+
+    def remove(self, topic: str, index: int) -> None:
+        self.partitions.pop((topic, index), None)
+        self._needs_truncation.discard((topic, index))
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        await self.client.close()
+
+    # -- the loop -----------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        while True:
+            if not self.partitions:
+                self._changed.clear()
+                await self._changed.wait()
+                continue
+            try:
+                if self._needs_truncation:
+                    await self._truncate_diverged()
+                await self._fetch_once()
+            except (BrokerUnavailable, KafkaError) as e:
+                log.info("fetching from broker %d: %s; retrying in %d ms", self.leader_id, e, self.config.backoff_ms)
+                await asyncio.sleep(self.config.backoff_ms / 1000)  # replica.fetch.backoff.ms
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("replica fetcher for broker %d failed; retrying", self.leader_id)
+                await asyncio.sleep(self.config.backoff_ms / 1000)
+
+    async def _fetch_once(self) -> None:
+        fetched = dict(self.partitions)
+        by_topic: dict[str, list[dict[str, Any]]] = {}
+        for (topic, index), partition in fetched.items():
+            by_topic.setdefault(topic, []).append({
+                "partition": index, "current_leader_epoch": partition.leader_epoch,
+                "fetch_offset": partition.log_end_offset, "last_fetched_epoch": -1,
+                "log_start_offset": partition.log_start_offset,
+                "partition_max_bytes": self.config.partition_max_bytes,
+            })
+        body = {"replica_id": self.local_id, "max_wait_ms": self.config.max_wait_ms,
+                "min_bytes": self.config.min_bytes, "max_bytes": self.config.max_bytes, "isolation_level": 0,
+                "session_id": 0, "session_epoch": -1, "rack_id": "", "forgotten_topics_data": [],
+                "topics": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()]}
+        response = await self.client.request(FETCH, FETCH_VERSION, body)
+        if response.error_code != ErrorCode.NO_ERROR:
+            raise KafkaError(ErrorCode(response.error_code), "fetch refused")
+        wait = False
+        for topic in response.responses:
+            for result in topic.partitions:
+                partition = self.partitions.get((topic.topic, result.partition_index))
+                if partition is None or partition is not fetched.get((topic.topic, result.partition_index)):
+                    continue  # its role changed while the fetch was in flight
+                wait = await self._apply(partition, result) or wait
+        if wait:
+            await asyncio.sleep(self.config.backoff_ms / 1000)  # until the controller's next word
+
+    async def _apply(self, partition: Partition, result: Any) -> bool:
+        """Append what the leader sent; True when the partition must wait for new metadata."""
+        code = result.error_code
+        if code == ErrorCode.NO_ERROR:
+            data = whole_batches(result.records) if result.records is not None else memoryview(b"")
+            if len(data):
+                try:
+                    partition.log.append_as_follower(data)
+                except UnexpectedAppendOffset as e:
+                    log.warning("%s: %s; truncating again", partition.name, e)
+                    self._needs_truncation.add((partition.topic, partition.index))
+                    return False
+            partition.update_follower_high_watermark(result.high_watermark)
+            self._follow_log_start(partition, result.log_start_offset)
+            return False
+        if code == ErrorCode.OFFSET_OUT_OF_RANGE:
+            await self._reset_out_of_range(partition)
+            return False
+        if code in _WAIT_FOR_METADATA:
+            return True
+        log.warning("%s: leader %d answered %s", partition.name, self.leader_id, ErrorCode(code).name)
+        return True
+
+    @staticmethod
+    def _follow_log_start(partition: Partition, leader_log_start: int) -> None:
+        # DeleteRecords and retention on the leader move its log start; followers follow as far as they can.
+        log_ = partition.log
+        if log_.log_start_offset < leader_log_start <= log_.high_watermark:
+            log_.delete_records_before(leader_log_start)
+
+    # -- truncation ---------------------------------------------------------------------------
+
+    async def _truncate_diverged(self) -> None:
+        """KIP-101: ask the leader where our latest epoch ends there, and cut our log at that point."""
+        keys = [k for k in self._needs_truncation if k in self.partitions]
+        by_topic: dict[str, list[dict[str, Any]]] = {}
+        for topic, index in keys:
+            partition = self.partitions[(topic, index)]
+            by_topic.setdefault(topic, []).append({"partition": index, "current_leader_epoch": partition.leader_epoch,
+                                                   "leader_epoch": partition.log.latest_epoch})
+        body = {"replica_id": self.local_id, "topics": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()]}
+        response = await self.client.request(OFFSET_FOR_LEADER_EPOCH, EPOCH_VERSION, body)
+        for topic in response.topics:
+            for result in topic.partitions:
+                key = (topic.topic, result.partition)
+                partition = self.partitions.get(key)
+                if partition is None or result.error_code != ErrorCode.NO_ERROR:
+                    continue  # retried with the next round
+                self._truncate(partition, result.leader_epoch, result.end_offset)
+                self._needs_truncation.discard(key)
+
+    @staticmethod
+    def _truncate(partition: Partition, leader_epoch: int, leader_end: int) -> None:
+        log_ = partition.log
+        if log_.latest_epoch < 0 or leader_end == UNDEFINED:
+            target = log_.high_watermark  # nothing to compare epochs with: keep only what was committed
+        elif leader_epoch == log_.latest_epoch:
+            target = leader_end
+        else:
+            _, our_end = log_.end_offset_for_epoch(leader_epoch)
+            target = min(leader_end, our_end)
+        target = min(target, log_.log_end_offset)
+        if target < log_.log_end_offset:
+            log.info("%s: truncating from %d to %d to follow leader epoch %d", partition.name,
+                     log_.log_end_offset, target, partition.leader_epoch)
+            log_.truncate_to(target)
+
+    async def _reset_out_of_range(self, partition: Partition) -> None:
+        """Our fetch offset is outside the leader's log: behind its start (retention), or ahead
+        of its end (we held more than the new leader): start over at its start, or truncate."""
+        body = {"replica_id": self.local_id, "isolation_level": 0, "topics": [{"name": partition.topic, "partitions": [
+            {"partition_index": partition.index, "current_leader_epoch": partition.leader_epoch,
+             "timestamp": EARLIEST}]}]}
+        response = await self.client.request(LIST_OFFSETS, LIST_OFFSETS_VERSION, body)
+        result = response.topics[0].partitions[0]
+        if result.error_code != ErrorCode.NO_ERROR:
+            return
+        leader_start = result.offset
+        if partition.log_end_offset < leader_start:
+            log.info("%s: behind the leader's log start %d; starting over there", partition.name, leader_start)
+            partition.log.truncate_fully_and_start_at(leader_start)
+        else:
+            self._needs_truncation.add((partition.topic, partition.index))

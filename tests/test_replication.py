@@ -1,0 +1,138 @@
+"""Replication between two real brokers in one process, their roles set by hand as the
+controller will set them: followers fetch over real sockets, the leader's ISR and high
+watermark follow them, acks=all waits for the ISR, and a returning replica truncates the tail
+it wrote alone."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import pytest
+
+from kbroker.broker import Broker
+from kbroker.cluster.partition import Partition
+from kbroker.config import BrokerConfig
+from kbroker.storage.log_config import LogConfig
+from protocol.errors import ErrorCode, KafkaError
+from protocol.record_batch import Record, encode_batch
+
+TOPIC_ID = uuid.uuid4()
+CONFIG = LogConfig(min_insync_replicas=2)
+LAG_MS = 30_000
+
+
+def batch(*values: bytes) -> bytes:
+    now = int(time.time() * 1000)
+    return encode_batch([Record(i, now, None, v) for i, v in enumerate(values)])
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@asynccontextmanager
+async def two_brokers(tmp_path: Path) -> AsyncIterator[tuple[Broker, Broker]]:
+    brokers = []
+    for broker_id in (0, 1):
+        config = BrokerConfig.load(None, [f"broker.id={broker_id}", f"log.dirs={tmp_path / str(broker_id)}",
+                                          "listeners=PLAINTEXT://127.0.0.1:0"])
+        broker = Broker(config)
+        await broker.start()
+        brokers.append(broker)
+    endpoints = {b.config.broker_id: ("127.0.0.1", b.bound[0][2]) for b in brokers}
+    for broker in brokers:
+        broker.replicas.endpoint_of = endpoints.get
+        broker.replicas.fetcher_config = broker.replicas.fetcher_config.__class__(max_wait_ms=100, backoff_ms=50)
+    try:
+        yield brokers[0], brokers[1]
+    finally:
+        for broker in brokers:
+            await broker.stop()
+
+
+async def until(condition: Callable[[], bool], timeout_s: float = 10.0) -> None:
+    """Wait for replication to make `condition` true (the fetch loop announces nothing)."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached"
+        await asyncio.sleep(0.01)
+
+
+def lead(broker: Broker, epoch: int, isr: list[int]) -> Partition:
+    return broker.replicas.become_leader("r", 0, TOPIC_ID, CONFIG, epoch, [0, 1], isr, now_ms())
+
+
+def follow(broker: Broker, leader: int, epoch: int) -> Partition:
+    return broker.replicas.become_follower("r", 0, TOPIC_ID, CONFIG, leader, epoch, [0, 1], [0, 1])
+
+
+def log_bytes(partition: Partition) -> bytes:
+    return b"".join(segment.read_at(0, segment.size) for segment in partition.log.segments)
+
+
+def test_acks_all_waits_for_the_follower_and_the_isr_follows_it(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with two_brokers(tmp_path) as (a, b):
+            leader, follower = lead(a, 1, [0, 1]), follow(b, 0, 1)
+            info = leader.append_as_leader(batch(b"x", b"y"), now_ms(), required_acks=-1)
+            assert await leader.wait_for_replication(info.last_offset + 1, 10) == ErrorCode.NO_ERROR
+            assert leader.high_watermark == 2 and follower.log_end_offset == 2
+            await until(lambda: follower.high_watermark == 2)  # learnt from the next fetch
+            assert log_bytes(follower) == log_bytes(leader)  # offsets and epochs as the leader gave them
+
+            await b.replicas.stop()  # the follower stops fetching
+            info = leader.append_as_leader(batch(b"z"), now_ms(), required_acks=-1)
+            assert await leader.wait_for_replication(info.last_offset + 1, 0.2) == ErrorCode.REQUEST_TIMED_OUT
+            a.replicas.shrink_isrs(now_ms() + LAG_MS + 1, LAG_MS)
+            assert leader.isr == [0] and leader.high_watermark == 3  # the HW no longer waits for it
+            with pytest.raises(KafkaError) as refused:
+                leader.append_as_leader(batch(b"w"), now_ms(), required_acks=-1)
+            assert refused.value.code == ErrorCode.NOT_ENOUGH_REPLICAS
+            leader.append_as_leader(batch(b"w"), now_ms(), required_acks=1)
+
+            follow(b, 0, 1).make_follower(-1, 1, [0, 1], [0])  # reset, as after a restart
+            follower = follow(b, 0, 1)
+            await until(lambda: leader.isr == [0, 1])  # caught up: back in the ISR
+            assert follower.log_end_offset == 4 and log_bytes(follower) == log_bytes(leader)
+
+    asyncio.run(asyncio.wait_for(scenario(), 60))
+
+
+def test_a_returning_leader_truncates_what_it_wrote_alone(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with two_brokers(tmp_path) as (a, b):
+            old_leader = lead(a, 1, [0, 1])
+            follow(b, 0, 1)
+            info = old_leader.append_as_leader(batch(b"1", b"2", b"3"), now_ms(), required_acks=-1)
+            assert await old_leader.wait_for_replication(info.last_offset + 1, 10) == ErrorCode.NO_ERROR
+            await b.replicas.stop()
+            old_leader.append_as_leader(batch(b"lost", b"lost"), now_ms(), required_acks=1)  # never replicated
+            assert old_leader.log_end_offset == 5
+
+            new_leader = lead(b, 2, [1])  # the controller elects b; a is cut off
+            new_leader.append_as_leader(batch(b"4"), now_ms(), required_acks=1)
+            returning = follow(a, 1, 2)
+            await until(lambda: returning.log_end_offset == 4 and returning.log.latest_epoch == 2)
+            assert log_bytes(returning) == log_bytes(new_leader)  # the divergent tail is gone, byte for byte
+            assert returning.log.epochs.entries[-1].start_offset == 3
+
+    asyncio.run(asyncio.wait_for(scenario(), 60))
+
+
+def test_followers_refuse_client_reads_and_writes(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with two_brokers(tmp_path) as (a, b):
+            lead(a, 1, [0, 1])
+            follower = follow(b, 0, 1)
+            with pytest.raises(KafkaError) as refused:
+                follower.append_as_leader(batch(b"x"), now_ms())
+            assert refused.value.code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+            with pytest.raises(KafkaError):
+                follower.delete_records(0)
+
+    asyncio.run(asyncio.wait_for(scenario(), 60))
