@@ -14,5 +14,12 @@ if [ ${#need_apt[@]} -gt 0 ]; then
 fi
 
 scripts/setup.sh test
+# The Java client scenarios (compat_tests/) need kafka-clients and its jars: fetched from PyPI
+# into .cache/java once (sha256-pinned), and the harness compiled, before pytest starts.
+if command -v java >/dev/null && command -v javac >/dev/null; then
+    .venv/bin/python -m compat_tests.java_deps >/dev/null
+else
+    echo "test.sh: java/javac not found; the Java client scenarios will be skipped" >&2
+fi
 .venv/bin/ruff check .
 exec .venv/bin/python -m pytest "$@"

@@ -50,7 +50,9 @@ async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
     while True:
         total, errors = _read_all(reads, request.max_bytes, committed, follower=replica_id >= 0)
         remaining = deadline - loop.time()
-        if total >= request.min_bytes or errors or remaining <= 0:
+        # Nothing readable (no partitions, or only unknown topic ids) answers at once, as in
+        # Kafka: e.g. the Java consumer's close sends an empty fetch to end its session.
+        if total >= request.min_bytes or errors or remaining <= 0 or not reads:
             break
         await ctx.broker.replicas.wait_for_data((r.partition for r in reads if r.partition), remaining)
     return {"throttle_time_ms": 0, "error_code": ErrorCode.NO_ERROR, "session_id": 0, "responses": topics}

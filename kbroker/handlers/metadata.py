@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from kbroker.cluster.authorization import cluster_operations, topic_operations
@@ -13,38 +14,60 @@ API_KEY = 3
 MIN_VERSION = 0
 MAX_VERSION = 12
 
+ZERO_UUID = uuid.UUID(int=0)
+
 
 async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
     broker = ctx.broker
-    topics = broker.topics
-    if request.topics is None:
-        names = sorted(t.name for t in topics.store.list_topics())
-    else:
-        names = [_topic_name(ctx, t) for t in request.topics]
+    operations = request.include_topic_authorized_operations
     # Before v4 a request always auto-creates; later versions say so explicitly.
     auto_create = request.allow_auto_topic_creation if ctx.version >= 4 else True
+    if request.topics is None:
+        names = sorted(t.name for t in broker.topics.store.list_topics())
+        topics = [_describe_topic(ctx, name, auto_create, operations) for name in names]
+    elif topic_ids := _requested_ids(ctx, request.topics):
+        # As in Kafka: once a v12+ request names any topic by id, topics are looked up by
+        # id only (never auto-created), and names in the request are ignored.
+        topics = [_describe_topic_id(ctx, topic_id, operations) for topic_id in topic_ids]
+    else:
+        topics = [
+            _describe_topic(ctx, t.name, auto_create, operations) if t.name is not None
+            # v12 allows a null name; with no id either there is nothing to look up.
+            else _unknown_id(ZERO_UUID)
+            for t in request.topics
+        ]
     return {
         "throttle_time_ms": 0,
         "brokers": broker.broker_endpoints(),
         "cluster_id": broker.cluster_id,
         "controller_id": broker.config.broker_id,
-        "topics": [_describe_topic(ctx, name, auto_create, request.include_topic_authorized_operations)
-                   for name in names],
+        "topics": topics,
         "cluster_authorized_operations": cluster_operations(request.include_cluster_authorized_operations),
     }
 
 
-def _topic_name(ctx: RequestContext, topic: Any) -> str | None:
-    if topic.name is None and getattr(topic, "topic_id", None):
-        record = ctx.broker.topics.find_by_id(topic.topic_id)
-        return record.name if record else None
-    return topic.name
+def _requested_ids(ctx: RequestContext, topics: Any) -> list[uuid.UUID]:
+    if ctx.version < 12:
+        return []
+    # The Java client sends name "" (not null) next to a topic id, so the id decides.
+    return list(dict.fromkeys(t.topic_id for t in topics if t.topic_id and t.topic_id != ZERO_UUID))
 
 
-def _describe_topic(ctx: RequestContext, name: str | None, auto_create: bool, operations: bool) -> dict[str, Any]:
+def _describe_topic_id(ctx: RequestContext, topic_id: uuid.UUID, operations: bool) -> dict[str, Any]:
+    record = ctx.broker.topics.find_by_id(topic_id)
+    if record is None:
+        return _unknown_id(topic_id)
+    return _describe_topic(ctx, record.name, False, operations)
+
+
+def _unknown_id(topic_id: uuid.UUID) -> dict[str, Any]:
+    # The id must come back: clients match by-id answers on it (Java's
+    # MetadataResponse.errorsByTopicId rejects an answer with a zero id outright).
+    return {"error_code": ErrorCode.UNKNOWN_TOPIC_ID, "name": None, "topic_id": topic_id, "partitions": []}
+
+
+def _describe_topic(ctx: RequestContext, name: str, auto_create: bool, operations: bool) -> dict[str, Any]:
     broker = ctx.broker
-    if name is None:
-        return {"error_code": ErrorCode.UNKNOWN_TOPIC_ID, "name": None}
     record = broker.topics.store.get_topic(name)
     if record is None:
         if not (auto_create and broker.config.auto_create_topics_enable):

@@ -3,6 +3,8 @@ edge cases, on the wire: configs, partitions, records, cluster, log dirs, leader
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import (
@@ -21,7 +23,7 @@ from tests.brokers import BrokerProcess
 from tests.conftest import create_topic
 from tests.rawclient import RawClient
 
-DELETE_RECORDS, OFFSET_FOR_LEADER_EPOCH, DESCRIBE_CONFIGS, ALTER_CONFIGS = 21, 23, 32, 33
+METADATA, DELETE_RECORDS, OFFSET_FOR_LEADER_EPOCH, DESCRIBE_CONFIGS, ALTER_CONFIGS = 3, 21, 23, 32, 33
 CREATE_PARTITIONS, INCREMENTAL_ALTER_CONFIGS, DESCRIBE_CLUSTER, DESCRIBE_TOPIC_PARTITIONS = 37, 44, 60, 75
 TOPIC, BROKER, BROKER_LOGGER = 2, 4, 8
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
@@ -417,6 +419,34 @@ def test_describe_topic_partitions_errors(broker: BrokerProcess, new_topic) -> N
         codes = [t.error_code for t in client.request(DESCRIBE_TOPIC_PARTITIONS, 0, stray_cursor).topics]
         assert codes == [ErrorCode.INVALID_REQUEST]
 
+
+
+# -- Metadata by topic id (v12) ------------------------------------------------------------------
+
+
+def test_metadata_by_topic_id_as_the_java_admin_client_asks(broker: BrokerProcess, new_topic) -> None:
+    """Admin.describeTopics(TopicCollection.ofTopicIds(...)) sends name "" (not null) with each
+    id; Kafka then looks up by id only and echoes unknown ids with UNKNOWN_TOPIC_ID."""
+    topic = new_topic(partitions=2)
+    unknown = uuid.uuid4()
+    with RawClient(broker.bootstrap) as client:
+        by_name = client.request(METADATA, 12, {"topics": [{"name": topic}], "allow_auto_topic_creation": False})
+        topic_id = by_name.topics[0].topic_id
+        body = {"topics": [{"name": "", "topic_id": topic_id}, {"name": "", "topic_id": unknown},
+                           {"name": "", "topic_id": topic_id}],
+                "allow_auto_topic_creation": True}
+        topics = client.request(METADATA, 12, body).topics
+        # A name next to an id is ignored, as in Kafka: no auto-creation of "ignored-name".
+        mixed = client.request(METADATA, 12, {"topics": [{"name": "ignored-name", "topic_id": topic_id}],
+                                              "allow_auto_topic_creation": True}).topics
+        ignored = client.request(METADATA, 12, {"topics": [{"name": "ignored-name"}],
+                                                "allow_auto_topic_creation": False}).topics
+    assert [(t.error_code, t.name, t.topic_id, len(t.partitions)) for t in topics] == [
+        (ErrorCode.NO_ERROR, topic, topic_id, 2),
+        (ErrorCode.UNKNOWN_TOPIC_ID, None, unknown, 0),
+    ]
+    assert [(t.error_code, t.name) for t in mixed] == [(ErrorCode.NO_ERROR, topic)]
+    assert [t.error_code for t in ignored] == [ErrorCode.UNKNOWN_TOPIC_OR_PARTITION]
 
 def test_all_admin_apis_are_advertised(broker: BrokerProcess) -> None:
     with RawClient(broker.bootstrap) as client:

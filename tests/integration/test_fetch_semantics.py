@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
 
 import pytest
 from confluent_kafka import Producer
@@ -89,6 +90,25 @@ def test_long_poll_waits_for_data_and_wakes_on_produce(broker, new_topic) -> Non
         assert batch_bases(part.records) == [0]
         assert time.monotonic() - started < 15, "the produce wakes the fetch long before max_wait_ms"
 
+
+
+@pytest.mark.parametrize("version", [12, 13])
+def test_fetch_with_nothing_to_read_answers_without_waiting(broker, version: int) -> None:
+    """Kafka answers at once when no partition can be read (ReplicaManager: fetchInfos.isEmpty).
+    The Java consumer's close() sends such a fetch (no partitions, session epoch -1) and waits
+    for it; a broker that held it for max_wait_ms made every consumer close that much slower."""
+    topics = [] if version == 12 else [{"topic_id": uuid.uuid4(), "partitions": [
+        {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20}]}]
+    body = {"replica_id": -1, "max_wait_ms": 20_000, "min_bytes": 1, "max_bytes": 50 << 20, "isolation_level": 0,
+            "session_id": 0, "session_epoch": -1, "topics": topics, "forgotten_topics_data": []}
+    with RawClient(broker.bootstrap, timeout=30) as client:
+        started = time.monotonic()
+        response = client.request(FETCH, version, body)
+        waited = time.monotonic() - started
+    assert response.error_code == ErrorCode.NO_ERROR
+    if version == 13:
+        assert [p.error_code for p in response.responses[0].partitions] == [ErrorCode.UNKNOWN_TOPIC_ID]
+    assert waited < 10, f"held for {waited:.1f}s of max_wait_ms 20s"
 
 def test_fetch_out_of_range_and_unknown_partition(broker, new_topic) -> None:
     topic = new_topic()
