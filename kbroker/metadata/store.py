@@ -68,6 +68,10 @@ class BrokerRegistration:
     timestamp_ms: int = 0  # when it registered; filled in by the store when 0
 
 
+class MetadataUnavailable(Exception):
+    """The store cannot be reached (ZooKeeper down or unreachable): the broker cannot start."""
+
+
 class MetadataConflict(Exception):
     """A write lost a race or met state it must not overwrite. Not a Kafka wire error: the
     caller (controller code) decides what it means."""

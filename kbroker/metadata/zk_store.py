@@ -54,6 +54,7 @@ from kbroker.metadata.store import (
     BrokerRegistration,
     MetadataConflict,
     MetadataStore,
+    MetadataUnavailable,
     PartitionState,
     TopicRecord,
     Unwatch,
@@ -83,7 +84,7 @@ _LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]+")
 _CAS_ATTEMPTS = 20  # a compare-and-set loop only repeats while others keep winning
 
 
-class ZooKeeperUnavailable(Exception):
+class ZooKeeperUnavailable(MetadataUnavailable):
     """The store could not open a session with ZooKeeper."""
 
 
@@ -113,7 +114,7 @@ class ZooKeeperMetadataStore(MetadataStore):
         if slash and chroot.strip("/"):
             self._ensure_chroot(hosts, "/" + chroot.strip("/"), timeout_s)
         self._client = KazooClient(hosts=connect, timeout=session_timeout_ms / 1000)
-        self._start(self._client, timeout_s)
+        self._start(self._client, timeout_s, connect)
         self._registration: BrokerRegistration | None = None
         self._session_lost = False
         self._closed = False
@@ -123,20 +124,18 @@ class ZooKeeperMetadataStore(MetadataStore):
             self._client.ensure_path(path)
 
     @staticmethod
-    def _start(client: KazooClient, timeout_s: float) -> None:
+    def _start(client: KazooClient, timeout_s: float, connect: str) -> None:
         try:
             client.start(timeout=timeout_s)
         except KazooTimeoutError:
             client.stop()
             client.close()
-            raise ZooKeeperUnavailable(
-                f"could not connect to ZooKeeper at {client.hosts} within {timeout_s:g} s"
-            ) from None
+            raise ZooKeeperUnavailable(f"could not connect to ZooKeeper at {connect} within {timeout_s:g} s") from None
 
     @classmethod
     def _ensure_chroot(cls, hosts: str, chroot: str, timeout_s: float) -> None:
         client = KazooClient(hosts=hosts)
-        cls._start(client, timeout_s)
+        cls._start(client, timeout_s, hosts)
         try:
             client.ensure_path(chroot)
         finally:
