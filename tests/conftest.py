@@ -10,7 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from kbroker.metadata.zookeeper_process import ZooKeeperNotFound, ZooKeeperServer, find_zookeeper
+from kbroker.metadata.zookeeper_process import (
+    ZooKeeperInstall,
+    ZooKeeperNotFound,
+    ZooKeeperServer,
+    find_zookeeper,
+)
 from tests.brokers import BrokerProcess
 
 _topic_counter = itertools.count()
@@ -25,18 +30,22 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
         assert process.stop() == 0, process.log_text()
 
 
-@pytest.fixture(scope="module")
-def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
-    """A real ZooKeeper server for the module's tests (each test uses its own chroot).
-
-    Skipped where ZooKeeper is not installed, except in CI, whose scripts/test.sh installs it:
-    there a missing ZooKeeper must fail rather than let the cluster tests pass by not running."""
+def require_zookeeper() -> ZooKeeperInstall:
+    """Debian's ZooKeeper, or a skip where it is not installed; except in CI, whose
+    scripts/test.sh installs it: there a missing ZooKeeper fails rather than letting the cluster
+    tests pass by not running."""
     try:
-        install = find_zookeeper()
+        return find_zookeeper()
     except ZooKeeperNotFound as e:
         if os.environ.get("CI"):
             pytest.fail(f"CI must run the ZooKeeper tests: {e}")
         pytest.skip(str(e))
+
+
+@pytest.fixture(scope="module")
+def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
+    """A real ZooKeeper server for the module's tests (each test uses its own chroot)."""
+    install = require_zookeeper()
     server = ZooKeeperServer(tmp_path_factory.mktemp("zookeeper"), install=install).start()
     yield server
     server.stop()
