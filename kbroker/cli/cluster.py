@@ -44,14 +44,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
     start = actions.add_parser("start", help="start ZooKeeper and N brokers in the background")
     start.add_argument("--brokers", type=int, default=3, help="number of brokers (default 3)")
-    start.add_argument("--data-dir", default=str(DEFAULT_DATA_DIR), help=f"where everything goes (default {DEFAULT_DATA_DIR})")
+    start.add_argument("--data-dir", default=str(DEFAULT_DATA_DIR),
+                       help=f"where everything goes (default {DEFAULT_DATA_DIR})")
     start.add_argument("--base-port", type=int, default=9092,
                        help="port of broker 1; broker N listens on base+N-1 (default 9092; 0: any free ports)")
     start.add_argument("--zookeeper-port", type=int, default=0, help="ZooKeeper's client port (default: a free one)")
     start.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                        help="a broker property for every broker; repeatable")
     stop = actions.add_parser("stop", help="stop the brokers, then ZooKeeper")
-    stop.add_argument("--data-dir", default=str(DEFAULT_DATA_DIR), help=f"the cluster's directory (default {DEFAULT_DATA_DIR})")
+    stop.add_argument("--data-dir", default=str(DEFAULT_DATA_DIR),
+                      help=f"the cluster's directory (default {DEFAULT_DATA_DIR})")
 
 
 def run(args: argparse.Namespace) -> int:
