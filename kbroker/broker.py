@@ -19,6 +19,7 @@ from kbroker.coordinator.offsets_topic import InternalTopic, OffsetsTopic
 from kbroker.coordinator.txn_coordinator import TOPIC as TRANSACTION_TOPIC
 from kbroker.coordinator.txn_coordinator import TransactionCoordinator, TxnConfig
 from kbroker.metadata.local_store import LocalMetadataStore
+from kbroker.metadata.store import BrokerEndpoint, BrokerRegistration, MetadataStore
 from kbroker.server.server import Server
 from kbroker.storage.log_manager import LogManager
 
@@ -33,8 +34,15 @@ class Broker:
         log_dirs = [Path(d) for d in config.log_dirs]
         for directory in log_dirs:
             directory.mkdir(parents=True, exist_ok=True)
-        self.cluster_id = load_or_create_meta(log_dirs, config.broker_id, config.cluster_id)
-        self.store = LocalMetadataStore(log_dirs[0])
+        self.store = self._open_store(config, log_dirs)
+        try:
+            # In a cluster the id is the one in ZooKeeper, and meta.properties must agree with it.
+            cluster_id = self.store.get_or_create_cluster_id(config.cluster_id) if config.zookeeper_connect \
+                else config.cluster_id
+            self.cluster_id = load_or_create_meta(log_dirs, config.broker_id, cluster_id)
+        except BaseException:
+            self.store.close()
+            raise
         self.configs = ConfigService(self)
         self.log_manager = LogManager(
             log_dirs,
@@ -96,6 +104,19 @@ class Broker:
         self._ticker: asyncio.Task[None] | None = None
         self._stopped = asyncio.Event()
 
+    @staticmethod
+    def _open_store(config: BrokerConfig, log_dirs: list[Path]) -> MetadataStore:
+        """ZooKeeper when `zookeeper.connect` is set (a cluster), else the embedded local store."""
+        if not config.zookeeper_connect:
+            return LocalMetadataStore(log_dirs[0])
+        from kbroker.metadata.zk_store import ZooKeeperMetadataStore
+
+        return ZooKeeperMetadataStore(
+            config.zookeeper_connect,
+            session_timeout_ms=config.get("zookeeper.session.timeout.ms"),
+            connection_timeout_ms=config.get("zookeeper.connection.timeout.ms"),
+        )
+
     async def start(self) -> None:
         self.topics.start()
         self.groups.load()
@@ -104,7 +125,18 @@ class Broker:
         for listener in self.config.listeners_parsed():
             port = await self.server.start(listener.host, listener.port)
             self.bound.append((listener.name, listener.host, port))
+        # Once it can be reached: the other brokers (and the controller) learn of it now.
+        self.store.register_broker(self.registration())
         self._ticker = asyncio.create_task(self._tick_forever())
+
+    def registration(self) -> BrokerRegistration:
+        """This broker's advertised listeners, with the ports actually bound for port 0."""
+        bound = {name: port for name, _, port in self.bound}
+        return BrokerRegistration(
+            self.config.broker_id,
+            tuple(BrokerEndpoint(a.name, a.host, a.port or bound.get(a.name, 0))
+                  for a in self.config.advertised_listeners_parsed()),
+        )
 
     def broker_endpoints(self) -> list[dict[str, Any]]:
         """This broker as Metadata describes it: the first advertised listener."""
@@ -154,6 +186,7 @@ class Broker:
         await self.server.stop()
         await self.replicas.stop()
         self.log_manager.shutdown()
+        self.store.close()  # last, as Kafka does: the registration goes when the data is safe
         self._stopped.set()
 
     async def wait_stopped(self) -> None:

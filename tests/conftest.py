@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import itertools
+import os
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+from kbroker.metadata.zookeeper_process import (
+    ZooKeeperInstall,
+    ZooKeeperNotFound,
+    ZooKeeperServer,
+    find_zookeeper,
+)
 from tests.brokers import BrokerProcess
 
 _topic_counter = itertools.count()
@@ -21,6 +28,37 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     yield process
     if process.alive:
         assert process.stop() == 0, process.log_text()
+
+
+def require_zookeeper() -> ZooKeeperInstall:
+    """Debian's ZooKeeper, or a skip where it is not installed; except in CI, whose
+    scripts/test.sh installs it: there a missing ZooKeeper fails rather than letting the cluster
+    tests pass by not running."""
+    try:
+        return find_zookeeper()
+    except ZooKeeperNotFound as e:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must run the ZooKeeper tests: {e}")
+        pytest.skip(str(e))
+
+
+@pytest.fixture(scope="module")
+def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
+    """A real ZooKeeper server for the module's tests (each test uses its own chroot)."""
+    install = require_zookeeper()
+    server = ZooKeeperServer(tmp_path_factory.mktemp("zookeeper"), install=install).start()
+    yield server
+    server.stop()
+
+
+_chroots = itertools.count()
+
+
+@pytest.fixture
+def zk_connect(zookeeper: ZooKeeperServer, request: pytest.FixtureRequest) -> str:
+    """A zookeeper.connect string with a chroot of this test's own."""
+    name = re.sub(r"[^a-zA-Z0-9_-]", "_", request.node.name)[:100]
+    return f"{zookeeper.connect}/{name}-{next(_chroots)}"
 
 
 @pytest.fixture

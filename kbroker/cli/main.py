@@ -8,6 +8,7 @@ import sys
 from collections.abc import Callable
 
 from kbroker.cli import (
+    cluster,
     configs,
     console_consumer,
     console_producer,
@@ -24,6 +25,8 @@ __all__ = ["COMMANDS", "CommandError", "build_parser", "main"]
 
 COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]] = {
     "start": ("start a broker (like kafka-server-start.sh)", start.add_arguments, start.run),
+    "cluster": ("start or stop a local ZooKeeper and N brokers for development (cluster start --brokers 3)",
+                cluster.add_arguments, cluster.run),
     "topics": ("create, list, describe, alter and delete topics (like kafka-topics.sh)",
                topics.add_arguments, topics.run),
     "configs": ("describe and alter topic and broker configs (like kafka-configs.sh)",

@@ -9,6 +9,7 @@ import signal
 import sys
 
 from kbroker.config import BrokerConfig, ConfigError
+from kbroker.metadata.store import MetadataConflict, MetadataUnavailable
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -34,8 +35,17 @@ def run(args: argparse.Namespace) -> int:
 async def _serve(config: BrokerConfig) -> int:
     from kbroker.broker import Broker
 
-    broker = Broker(config)
-    await broker.start()
+    try:
+        broker = Broker(config)
+    except (ConfigError, MetadataUnavailable, MetadataConflict) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    try:
+        await broker.start()
+    except MetadataConflict as e:  # e.g. another live broker has this broker.id
+        print(f"error: {e}", file=sys.stderr)
+        await broker.stop()
+        return 1
     loop = asyncio.get_running_loop()
     stopping = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

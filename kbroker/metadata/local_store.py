@@ -1,27 +1,83 @@
-"""The embedded single node's metadata store: one JSON document, replaced atomically on change."""
+"""The embedded single node's metadata store: one JSON document, replaced atomically on change.
+
+What ZooKeeper keeps in ephemeral znodes (live brokers, the controller) lives in memory here:
+one process is the whole cluster, so its "session" is the process. Everything else, including
+partition-state versions and the controller epoch, is persisted so they keep increasing across
+restarts as they do in ZooKeeper.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
-from kbroker.metadata.store import MetadataStore, TopicRecord
+from kbroker.config import new_cluster_id
+from kbroker.metadata.store import (
+    BrokerRegistration,
+    MetadataConflict,
+    MetadataStore,
+    PartitionState,
+    TopicRecord,
+    Unwatch,
+    VersionConflict,
+)
 from protocol.errors import ErrorCode, KafkaError
 
 STORE_FILE = "__kbroker_metadata.json"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 1  # later keys (partition_states, controller_epoch, cluster_id) are optional
 CLUSTER_DEFAULT = "<default>"
+
+T = TypeVar("T")
+
+
+class _Watchers(Generic[T]):
+    """Callbacks of one watched value; each one can be cancelled on its own."""
+
+    def __init__(self) -> None:
+        self._callbacks: list[Callable[[T], None]] = []
+
+    def add(self, callback: Callable[[T], None], current: T) -> Unwatch:
+        self._callbacks.append(callback)
+        callback(current)
+
+        def cancel() -> None:
+            if callback in self._callbacks:
+                self._callbacks.remove(callback)
+
+        return cancel
+
+    def fire(self, value: T) -> None:
+        for callback in list(self._callbacks):
+            callback(value)
+
+    def __bool__(self) -> bool:
+        return bool(self._callbacks)
 
 
 class LocalMetadataStore(MetadataStore):
+    """Synchronous, single-threaded: callbacks run in the caller's thread, inside the change."""
+
     def __init__(self, directory: Path) -> None:
         self.path = Path(directory) / STORE_FILE
         self._topics: dict[str, TopicRecord] = {}
         self._broker_configs: dict[str, dict[str, str]] = {}
+        self._partition_states: dict[tuple[str, int], PartitionState] = {}
+        self._controller_epoch = 0
+        self._cluster_id: str | None = None
+        # The "session": gone when the process is.
+        self._brokers: dict[int, BrokerRegistration] = {}
+        self._controller: int | None = None
+        self._topic_watchers: _Watchers[set[str]] = _Watchers()
+        self._broker_watchers: _Watchers[dict[int, BrokerRegistration]] = _Watchers()
+        self._controller_watchers: _Watchers[int | None] = _Watchers()
+        self._state_watchers: dict[tuple[str, int], _Watchers[PartitionState | None]] = {}
+        self._config_watchers: list[Callable[[str, str], None]] = []
         if self.path.exists():
             self._load()
 
@@ -38,8 +94,21 @@ class LocalMetadataStore(MetadataStore):
             )
             self._topics[record.name] = record
         self._broker_configs = {k: dict(v) for k, v in document.get("broker_configs", {}).items()}
+        for topic, states in document.get("partition_states", {}).items():
+            for partition, s in states.items():
+                self._partition_states[(topic, int(partition))] = PartitionState(
+                    s["leader"], s["leader_epoch"], list(s["isr"]), s["controller_epoch"], s["version"]
+                )
+        self._controller_epoch = document.get("controller_epoch", 0)
+        self._cluster_id = document.get("cluster_id")
 
     def _save(self) -> None:
+        states: dict[str, dict[str, Any]] = {}
+        for (topic, partition), s in sorted(self._partition_states.items()):
+            states.setdefault(topic, {})[str(partition)] = {
+                "leader": s.leader, "leader_epoch": s.leader_epoch, "isr": s.isr,
+                "controller_epoch": s.controller_epoch, "version": s.version,
+            }
         document: dict[str, Any] = {
             "version": FORMAT_VERSION,
             "topics": [
@@ -53,6 +122,13 @@ class LocalMetadataStore(MetadataStore):
             ],
             "broker_configs": self._broker_configs,
         }
+        # Written only once used, so a single node's file stays as it was until then.
+        if states:
+            document["partition_states"] = states
+        if self._controller_epoch:
+            document["controller_epoch"] = self._controller_epoch
+        if self._cluster_id is not None:
+            document["cluster_id"] = self._cluster_id
         tmp = self.path.with_suffix(".tmp")
         with open(tmp, "w") as f:
             json.dump(document, f, indent=1, sort_keys=True)
@@ -61,6 +137,8 @@ class LocalMetadataStore(MetadataStore):
         os.replace(tmp, self.path)
         _fsync_dir(self.path.parent)
 
+    # -- topics ---------------------------------------------------------------------------------
+
     def create_topic(
         self, name: str, topic_id: uuid.UUID, assignment: Mapping[int, list[int]], configs: Mapping[str, str]
     ) -> None:
@@ -68,11 +146,19 @@ class LocalMetadataStore(MetadataStore):
             raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
         self._topics[name] = TopicRecord(name, topic_id, {p: list(r) for p, r in assignment.items()}, dict(configs))
         self._save()
+        self._topic_watchers.fire(set(self._topics))
 
     def delete_topic(self, name: str) -> None:
         if self._topics.pop(name, None) is None:
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{name}' does not exist.")
+        removed = [key for key in self._partition_states if key[0] == name]
+        for key in removed:
+            del self._partition_states[key]
         self._save()
+        self._topic_watchers.fire(set(self._topics))
+        for key in removed:
+            if key in self._state_watchers:
+                self._state_watchers[key].fire(None)
 
     def get_topic(self, name: str) -> TopicRecord | None:
         return self._topics.get(name)
@@ -90,6 +176,12 @@ class LocalMetadataStore(MetadataStore):
         record = self._require(name)
         self._topics[name] = TopicRecord(record.name, record.topic_id, record.assignment, dict(configs))
         self._save()
+        self._config_changed("topics", name)
+
+    def watch_topics(self, callback: Callable[[set[str]], None]) -> Unwatch:
+        return self._topic_watchers.add(callback, set(self._topics))
+
+    # -- configs --------------------------------------------------------------------------------
 
     def get_broker_configs(self, broker_id: int | None) -> dict[str, str]:
         return dict(self._broker_configs.get(_entity(broker_id), {}))
@@ -100,12 +192,122 @@ class LocalMetadataStore(MetadataStore):
         else:
             self._broker_configs.pop(_entity(broker_id), None)
         self._save()
+        self._config_changed("brokers", _entity(broker_id))
+
+    def watch_config_changes(self, callback: Callable[[str, str], None]) -> Unwatch:
+        self._config_watchers.append(callback)
+        return lambda: self._config_watchers.remove(callback) if callback in self._config_watchers else None
+
+    def _config_changed(self, entity_type: str, entity_name: str) -> None:
+        for callback in list(self._config_watchers):
+            callback(entity_type, entity_name)
+
+    # -- partition leadership -------------------------------------------------------------------
+
+    def get_partition_state(self, topic: str, partition: int) -> PartitionState | None:
+        return self._partition_states.get((topic, partition))
+
+    def create_partition_states(self, topic: str, states: Mapping[int, PartitionState]) -> None:
+        record = self._require(topic)
+        for partition in states:
+            if partition not in record.assignment:
+                raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{topic}' has no partition {partition}.")
+            if (topic, partition) in self._partition_states:
+                raise MetadataConflict(f"partition {topic}-{partition} already has a state")
+        created = {p: _with_version(s, 0) for p, s in states.items()}
+        for partition, state in created.items():
+            self._partition_states[(topic, partition)] = state
+        self._save()
+        for partition, state in created.items():
+            self._fire_state(topic, partition, state)
+
+    def set_partition_state(self, topic: str, partition: int, state: PartitionState, expected_version: int) -> int:
+        current = self._partition_states.get((topic, partition))
+        if current is None or current.version != expected_version:
+            raise VersionConflict(
+                f"state of {topic}-{partition}", expected_version, None if current is None else current.version
+            )
+        written = _with_version(state, expected_version + 1)
+        self._partition_states[(topic, partition)] = written
+        self._save()
+        self._fire_state(topic, partition, written)
+        return written.version
+
+    def watch_partition_state(
+        self, topic: str, partition: int, callback: Callable[[PartitionState | None], None]
+    ) -> Unwatch:
+        watchers = self._state_watchers.setdefault((topic, partition), _Watchers())
+        return watchers.add(callback, self._partition_states.get((topic, partition)))
+
+    def _fire_state(self, topic: str, partition: int, state: PartitionState | None) -> None:
+        watchers = self._state_watchers.get((topic, partition))
+        if watchers:
+            watchers.fire(state)
+
+    # -- brokers --------------------------------------------------------------------------------
+
+    def register_broker(self, registration: BrokerRegistration) -> None:
+        if not registration.timestamp_ms:
+            registration = _stamped(registration)
+        self._brokers[registration.broker_id] = registration
+        self._broker_watchers.fire(dict(self._brokers))
+
+    def live_brokers(self) -> dict[int, BrokerRegistration]:
+        return dict(self._brokers)
+
+    def watch_brokers(self, callback: Callable[[dict[int, BrokerRegistration]], None]) -> Unwatch:
+        return self._broker_watchers.add(callback, dict(self._brokers))
+
+    # -- controller -----------------------------------------------------------------------------
+
+    def try_become_controller(self, broker_id: int) -> int | None:
+        if self._controller is not None:
+            return self._controller_epoch if self._controller == broker_id else None
+        self._controller_epoch += 1
+        self._save()  # the epoch must never go back, even across a restart
+        self._controller = broker_id
+        self._controller_watchers.fire(broker_id)
+        return self._controller_epoch
+
+    def controller_id(self) -> int | None:
+        return self._controller
+
+    def controller_epoch(self) -> int:
+        return self._controller_epoch
+
+    def watch_controller(self, callback: Callable[[int | None], None]) -> Unwatch:
+        return self._controller_watchers.add(callback, self._controller)
+
+    # -- cluster --------------------------------------------------------------------------------
+
+    def get_or_create_cluster_id(self, proposed: str | None = None) -> str:
+        if self._cluster_id is None:
+            self._cluster_id = proposed or new_cluster_id()
+            self._save()
+        return self._cluster_id
+
+    def close(self) -> None:
+        """The session ends: no live broker, no controller (watchers hear of it)."""
+        if self._brokers:
+            self._brokers.clear()
+            self._broker_watchers.fire({})
+        if self._controller is not None:
+            self._controller = None
+            self._controller_watchers.fire(None)
 
     def _require(self, name: str) -> TopicRecord:
         record = self._topics.get(name)
         if record is None:
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{name}' does not exist.")
         return record
+
+
+def _with_version(state: PartitionState, version: int) -> PartitionState:
+    return dataclasses.replace(state, isr=list(state.isr), version=version)
+
+
+def _stamped(registration: BrokerRegistration) -> BrokerRegistration:
+    return dataclasses.replace(registration, timestamp_ms=int(time.time() * 1000))
 
 
 def _entity(broker_id: int | None) -> str:

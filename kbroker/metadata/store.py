@@ -1,15 +1,29 @@
-"""The metadata store interface: topics, their partition assignment and configs, broker configs.
+"""The metadata store interface: topics, their partition assignment and configs, broker configs,
+partition leadership state, live brokers and the controller.
 
 Two implementations: a local file store (the embedded single node) and, for clusters, a
-ZooKeeper store. Controller code is written against this interface only.
+ZooKeeper store. Controller code is written against this interface only, so the same code runs
+over both.
+
+Every method is synchronous. The ZooKeeper store is built on kazoo, which is threaded: a call
+blocks until ZooKeeper answers (well under a millisecond on one machine).
+
+Watches (`watch_*`) call their callback once right away with the current value, and again after
+every change. Callers must not assume which thread a callback runs on: the local store calls it
+from the thread that made the change, the ZooKeeper store from kazoo's event thread. Code that
+lives on an asyncio loop must hop back with `loop.call_soon_threadsafe(...)` and must not block
+inside the callback (kazoo delivers every watch of a session on that one thread). Each `watch_*`
+returns a function that cancels the watch.
 """
 
 from __future__ import annotations
 
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+
+Unwatch = Callable[[], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,7 +34,66 @@ class TopicRecord:
     configs: dict[str, str] = field(default_factory=dict)  # topic-level overrides only
 
 
+@dataclass(frozen=True, slots=True)
+class PartitionState:
+    """Leadership of one partition, as Kafka keeps it in `.../partitions/<p>/state`.
+
+    `version` is the store's version of this state (ZooKeeper's znode version): 0 once created,
+    one more after every write. It is what `set_partition_state` compares, so a controller that
+    read an older state cannot overwrite a newer one. States built to be written carry -1.
+    """
+
+    leader: int
+    leader_epoch: int
+    isr: list[int]
+    controller_epoch: int
+    version: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerEndpoint:
+    listener: str  # listener name, e.g. PLAINTEXT
+    host: str
+    port: int
+    security_protocol: str = "PLAINTEXT"
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerRegistration:
+    """A live broker and where clients and other brokers reach it."""
+
+    broker_id: int
+    endpoints: tuple[BrokerEndpoint, ...]
+    rack: str | None = None
+    timestamp_ms: int = 0  # when it registered; filled in by the store when 0
+
+
+class MetadataUnavailable(Exception):
+    """The store cannot be reached (ZooKeeper down or unreachable): the broker cannot start."""
+
+
+class MetadataConflict(Exception):
+    """A write lost a race or met state it must not overwrite. Not a Kafka wire error: the
+    caller (controller code) decides what it means."""
+
+
+class VersionConflict(MetadataConflict):
+    """A compare-and-set found another version than the one expected: re-read and retry."""
+
+    def __init__(self, what: str, expected: int, actual: int | None) -> None:
+        found = "it does not exist" if actual is None else f"it is at version {actual}"
+        super().__init__(f"{what}: expected version {expected}, but {found}")
+        self.expected = expected
+        self.actual = actual
+
+
+class BrokerIdInUse(MetadataConflict):
+    """Another live broker (another ZooKeeper session) is registered with this id."""
+
+
 class MetadataStore(ABC):
+    # -- topics ---------------------------------------------------------------------------------
+
     @abstractmethod
     def create_topic(
         self, name: str, topic_id: uuid.UUID, assignment: Mapping[int, list[int]], configs: Mapping[str, str]
@@ -28,7 +101,8 @@ class MetadataStore(ABC):
         """Persist a new topic; raises TOPIC_ALREADY_EXISTS if the name is taken."""
 
     @abstractmethod
-    def delete_topic(self, name: str) -> None: ...
+    def delete_topic(self, name: str) -> None:
+        """Remove the topic, its configs and its partition states; UNKNOWN_TOPIC_OR_PARTITION if absent."""
 
     @abstractmethod
     def get_topic(self, name: str) -> TopicRecord | None: ...
@@ -44,8 +118,86 @@ class MetadataStore(ABC):
         """Replace the topic's config overrides."""
 
     @abstractmethod
+    def watch_topics(self, callback: Callable[[set[str]], None]) -> Unwatch:
+        """Call `callback(names)` now and whenever a topic is created or deleted."""
+
+    # -- configs --------------------------------------------------------------------------------
+
+    @abstractmethod
     def get_broker_configs(self, broker_id: int | None) -> dict[str, str]:
         """Dynamic broker configs; `None` is the cluster-wide default entity."""
 
     @abstractmethod
     def set_broker_configs(self, broker_id: int | None, configs: Mapping[str, str]) -> None: ...
+
+    @abstractmethod
+    def watch_config_changes(self, callback: Callable[[str, str], None]) -> Unwatch:
+        """Call `callback(entity_type, entity_name)` after each later change of dynamic configs:
+        ("topics", name) or ("brokers", id or "<default>"), so every broker can reload what
+        another one changed. Unlike the other watches, nothing is reported right away."""
+
+    # -- partition leadership -------------------------------------------------------------------
+
+    @abstractmethod
+    def get_partition_state(self, topic: str, partition: int) -> PartitionState | None: ...
+
+    @abstractmethod
+    def create_partition_states(self, topic: str, states: Mapping[int, PartitionState]) -> None:
+        """The first state of each new partition of an existing topic, all or none: raises
+        UNKNOWN_TOPIC_OR_PARTITION for a partition the topic lacks, MetadataConflict if a state
+        exists already. The created states have version 0."""
+
+    @abstractmethod
+    def set_partition_state(self, topic: str, partition: int, state: PartitionState, expected_version: int) -> int:
+        """Replace the state if it is still at `expected_version`; returns the new version.
+        Raises VersionConflict otherwise (also when the state does not exist)."""
+
+    @abstractmethod
+    def watch_partition_state(
+        self, topic: str, partition: int, callback: Callable[[PartitionState | None], None]
+    ) -> Unwatch:
+        """Call `callback(state)` now and after every change (None while it does not exist)."""
+
+    # -- brokers --------------------------------------------------------------------------------
+
+    @abstractmethod
+    def register_broker(self, registration: BrokerRegistration) -> None:
+        """Announce this broker for as long as its session lives (an ephemeral znode in
+        ZooKeeper: it disappears when the broker dies). Raises BrokerIdInUse if another live
+        broker holds the id."""
+
+    @abstractmethod
+    def live_brokers(self) -> dict[int, BrokerRegistration]: ...
+
+    @abstractmethod
+    def watch_brokers(self, callback: Callable[[dict[int, BrokerRegistration]], None]) -> Unwatch:
+        """Call `callback(live brokers)` now and whenever a broker registers or goes away."""
+
+    # -- controller -----------------------------------------------------------------------------
+
+    @abstractmethod
+    def try_become_controller(self, broker_id: int) -> int | None:
+        """Claim the controller role for this session; returns the new controller epoch (one
+        more than any before it) when this broker won, the current epoch if this session already
+        holds the role, None if another broker holds it. The role ends with the session."""
+
+    @abstractmethod
+    def controller_id(self) -> int | None: ...
+
+    @abstractmethod
+    def controller_epoch(self) -> int:
+        """The epoch of the latest controller; 0 before any was elected."""
+
+    @abstractmethod
+    def watch_controller(self, callback: Callable[[int | None], None]) -> Unwatch:
+        """Call `callback(controller id or None)` now and whenever the controller changes."""
+
+    # -- cluster --------------------------------------------------------------------------------
+
+    @abstractmethod
+    def get_or_create_cluster_id(self, proposed: str | None = None) -> str:
+        """The cluster's id; the first caller stores `proposed` (or a new random id)."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """End this store's session: its broker registration and controller role go away."""

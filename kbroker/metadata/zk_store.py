@@ -1,0 +1,689 @@
+"""The cluster's metadata store: ZooKeeper, through kazoo, in Kafka's znode layout.
+
+The layout and JSON are Kafka's (`kafka.zk.ZkData`), so an operator's habits (`zkCli.sh get
+/controller`, `ls /brokers/ids`) work on a kbroker cluster:
+
+    /cluster/id                                   {"version":"1","id":"<cluster id>"}
+    /controller                      ephemeral    {"version":2,"brokerid":1,"timestamp":"...","kraftControllerEpoch":-1}
+    /controller_epoch                             "3" (plain decimal)
+    /brokers/ids/<id>                ephemeral    {"version":5,"host":..,"port":..,"endpoints":["PLAINTEXT://h:p"],
+                                                   "listener_security_protocol_map":{..},"jmx_port":-1,
+                                                   "features":{},"timestamp":"..."[,"rack":..]}
+    /brokers/topics/<topic>                       {"version":3,"topic_id":"<base64 uuid>","partitions":{"0":[1,2]},
+                                                   "adding_replicas":{},"removing_replicas":{}}
+    /brokers/topics/<topic>/partitions/<p>/state  {"controller_epoch":..,"leader":..,"version":1,
+                                                   "leader_epoch":..,"isr":[..]}
+    /config/topics/<topic>                        {"version":1,"config":{..}}
+    /config/brokers/<id>|<default>                {"version":1,"config":{..}}
+    /config/changes/config_change_<seq>           {"version":2,"entity_path":"topics/<topic>"}
+
+Every call blocks until ZooKeeper answers: kazoo runs the session on its own threads, and the
+store is meant to be called from any of them. Watch callbacks run on kazoo's event thread (see
+`kbroker.metadata.store`): hop to an asyncio loop with `loop.call_soon_threadsafe`.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import logging
+import re
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import (
+    BadVersionError,
+    NodeExistsError,
+    NoNodeError,
+    RolledBackError,
+    RuntimeInconsistency,
+)
+from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.protocol.states import ZnodeStat
+from kazoo.recipe.watchers import ChildrenWatch, DataWatch
+
+from kbroker.config import new_cluster_id
+from kbroker.metadata.store import (
+    BrokerEndpoint,
+    BrokerIdInUse,
+    BrokerRegistration,
+    MetadataConflict,
+    MetadataStore,
+    MetadataUnavailable,
+    PartitionState,
+    TopicRecord,
+    Unwatch,
+    VersionConflict,
+)
+from protocol.errors import ErrorCode, KafkaError
+
+log = logging.getLogger("kbroker.metadata.zk")
+
+CLUSTER_ID_PATH = "/cluster/id"
+CONTROLLER_PATH = "/controller"
+CONTROLLER_EPOCH_PATH = "/controller_epoch"
+BROKER_IDS_PATH = "/brokers/ids"
+TOPICS_PATH = "/brokers/topics"
+TOPIC_CONFIGS_PATH = "/config/topics"
+BROKER_CONFIGS_PATH = "/config/brokers"
+CONFIG_CHANGES_PATH = "/config/changes"
+CONFIG_CHANGE_PREFIX = "config_change_"
+DELETE_TOPICS_PATH = "/admin/delete_topics"
+# The persistent paths a Kafka broker creates at start (those kbroker uses).
+TOP_LEVEL_PATHS = (BROKER_IDS_PATH, TOPICS_PATH, TOPIC_CONFIGS_PATH, BROKER_CONFIGS_PATH, CONFIG_CHANGES_PATH,
+                   DELETE_TOPICS_PATH)
+CLUSTER_DEFAULT = "<default>"
+# Kafka's brokers purge change notifications older than this (changeExpirationMs).
+CONFIG_CHANGE_EXPIRATION_MS = 15 * 60 * 1000
+_LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]+")
+_CAS_ATTEMPTS = 20  # a compare-and-set loop only repeats while others keep winning
+
+
+class ZooKeeperUnavailable(MetadataUnavailable):
+    """The store could not open a session with ZooKeeper."""
+
+
+def topic_path(topic: str) -> str:
+    return f"{TOPICS_PATH}/{topic}"
+
+
+def partition_state_path(topic: str, partition: int) -> str:
+    return f"{TOPICS_PATH}/{topic}/partitions/{partition}/state"
+
+
+def broker_path(broker_id: int) -> str:
+    return f"{BROKER_IDS_PATH}/{broker_id}"
+
+
+class ZooKeeperMetadataStore(MetadataStore):
+    """One ZooKeeper session: ephemeral znodes (this broker's registration, the controller role
+    if it wins) live as long as it does. After the session expires (the broker was cut off for
+    longer than the session timeout) the registration is made again once connected."""
+
+    def __init__(self, connect: str, session_timeout_ms: int = 18_000, connection_timeout_ms: int | None = None) -> None:
+        """`connect` is Kafka's `zookeeper.connect`: host:port[,host:port...][/chroot]. The chroot
+        is created when missing, as Kafka does."""
+        self.connect = connect
+        hosts, slash, chroot = connect.partition("/")
+        timeout_s = (connection_timeout_ms or session_timeout_ms) / 1000
+        if slash and chroot.strip("/"):
+            self._ensure_chroot(hosts, "/" + chroot.strip("/"), timeout_s)
+        self._client = KazooClient(hosts=connect, timeout=session_timeout_ms / 1000)
+        self._start(self._client, timeout_s, connect)
+        self._registration: BrokerRegistration | None = None
+        self._session_lost = False
+        self._closed = False
+        self._lock = threading.Lock()
+        self._client.add_listener(self._on_state)
+        for path in TOP_LEVEL_PATHS:
+            self._client.ensure_path(path)
+
+    @staticmethod
+    def _start(client: KazooClient, timeout_s: float, connect: str) -> None:
+        try:
+            client.start(timeout=timeout_s)
+        except KazooTimeoutError:
+            client.stop()
+            client.close()
+            raise ZooKeeperUnavailable(f"could not connect to ZooKeeper at {connect} within {timeout_s:g} s") from None
+
+    @classmethod
+    def _ensure_chroot(cls, hosts: str, chroot: str, timeout_s: float) -> None:
+        client = KazooClient(hosts=hosts)
+        cls._start(client, timeout_s, hosts)
+        try:
+            client.ensure_path(chroot)
+        finally:
+            client.stop()
+            client.close()
+
+    @property
+    def session_id(self) -> int:
+        return self._client.client_id[0]
+
+    def close(self) -> None:
+        """Close the session: ZooKeeper deletes its ephemeral znodes at once, so the others see
+        this broker (and its controller role) go without waiting for a timeout."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._client.stop()
+        self._client.close()
+
+    def _on_state(self, state: str) -> None:
+        # Runs on kazoo's connection thread: must not block, so the work is spawned.
+        if self._closed:
+            return
+        if state == KazooState.LOST:
+            self._session_lost = True
+            log.warning("ZooKeeper session lost: this broker is unregistered until it reconnects")
+        elif state == KazooState.SUSPENDED:
+            log.warning("ZooKeeper connection suspended")
+        elif state == KazooState.CONNECTED and self._session_lost:
+            self._session_lost = False
+            if self._registration is not None:
+                self._client.handler.spawn(self._register_again)
+
+    def _register_again(self) -> None:
+        registration = self._registration
+        if registration is None:
+            return
+        try:
+            self._create_registration(registration)
+            log.info("registered broker %d again in a new ZooKeeper session", registration.broker_id)
+        except Exception:
+            log.exception("could not register broker %d again", registration.broker_id)
+
+    # -- helpers --------------------------------------------------------------------------------
+
+    def _get(self, path: str) -> tuple[Any, ZnodeStat] | None:
+        """The decoded JSON and stat of a znode, None if it does not exist."""
+        try:
+            data, stat = self._client.retry(self._client.get, path)
+        except NoNodeError:
+            return None
+        return (json.loads(data) if data else None), stat
+
+    def _get_many(self, paths: list[str]) -> list[tuple[Any, ZnodeStat] | None]:
+        """Like `_get` for several znodes at once: the requests are pipelined on the session."""
+        pending = [self._client.get_async(path) for path in paths]
+        results: list[tuple[Any, ZnodeStat] | None] = []
+        for request in pending:
+            try:
+                data, stat = request.get()
+            except NoNodeError:
+                results.append(None)
+                continue
+            results.append(((json.loads(data) if data else None), stat))
+        return results
+
+    def _set_or_create(self, path: str, data: bytes) -> None:
+        for _ in range(_CAS_ATTEMPTS):
+            try:
+                self._client.set(path, data)
+                return
+            except NoNodeError:
+                pass
+            try:
+                self._client.create(path, data, makepath=True)
+                return
+            except NodeExistsError:
+                continue  # created meanwhile: set it
+        raise MetadataConflict(f"{path} keeps being created and deleted")
+
+    def _notify_config_change(self, entity_type: str, entity_name: str) -> None:
+        """Kafka's change notification: brokers watching /config/changes reload the entity."""
+        self._client.create(
+            f"{CONFIG_CHANGES_PATH}/{CONFIG_CHANGE_PREFIX}",
+            _encode({"version": 2, "entity_path": f"{entity_type}/{entity_name}"}),
+            sequence=True,
+        )
+        self._purge_config_changes()
+
+    def _purge_config_changes(self) -> None:
+        """Delete notifications older than Kafka's 15 minutes, which every broker has seen."""
+        horizon = int(time.time() * 1000) - CONFIG_CHANGE_EXPIRATION_MS
+        children = self._client.get_children(CONFIG_CHANGES_PATH)
+        stats = [self._client.exists_async(f"{CONFIG_CHANGES_PATH}/{c}") for c in children]
+        for child, request in zip(children, stats, strict=True):
+            stat = request.get()
+            if stat is not None and stat.ctime < horizon:
+                with contextlib.suppress(NoNodeError):
+                    self._client.delete(f"{CONFIG_CHANGES_PATH}/{child}")
+
+    # -- topics ---------------------------------------------------------------------------------
+
+    def create_topic(
+        self, name: str, topic_id: uuid.UUID, assignment: Mapping[int, list[int]], configs: Mapping[str, str]
+    ) -> None:
+        if not _legal(name):
+            raise KafkaError(ErrorCode.INVALID_TOPIC, f"topic name {name!r} is illegal")
+        config_path = f"{TOPIC_CONFIGS_PATH}/{name}"
+        config_data = _encode({"version": 1, "config": dict(configs)})
+        for _ in range(_CAS_ATTEMPTS):
+            # The config and the topic appear together (Kafka writes the config first, then the
+            # topic, so a watcher of topics always finds its config); a stale config is replaced.
+            transaction = self._client.transaction()
+            stale = self._client.exists(config_path)
+            if stale is None:
+                transaction.create(config_path, config_data)
+            else:
+                transaction.set_data(config_path, config_data, version=stale.version)
+            transaction.create(topic_path(name), _encode_topic(topic_id, assignment))
+            results = transaction.commit()
+            if not _failed(results):
+                return
+            if isinstance(results[1], NodeExistsError):
+                raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
+            if not isinstance(results[0], (NodeExistsError, NoNodeError, BadVersionError)):
+                raise _first_error(results)
+            # The config node changed between exists() and the commit: look again.
+        raise MetadataConflict(f"could not create topic {name}: its config keeps changing")
+
+    def delete_topic(self, name: str) -> None:
+        if not _legal(name) or self._client.exists(topic_path(name)) is None:
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{name}' does not exist.")
+        # Kafka's controller order: the topic with its partition states, then its config.
+        try:
+            self._client.delete(topic_path(name), recursive=True)
+        except NoNodeError:
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{name}' does not exist.") from None
+        for path in (f"{TOPIC_CONFIGS_PATH}/{name}", f"{DELETE_TOPICS_PATH}/{name}"):
+            with contextlib.suppress(NoNodeError):
+                self._client.delete(path)
+
+    def get_topic(self, name: str) -> TopicRecord | None:
+        if not _legal(name):
+            return None
+        topic, config = self._get_many([topic_path(name), f"{TOPIC_CONFIGS_PATH}/{name}"])
+        if topic is None:
+            return None
+        return _decode_topic(name, topic[0], config[0] if config else None)
+
+    def list_topics(self) -> list[TopicRecord]:
+        names = self._client.retry(self._client.get_children, TOPICS_PATH)
+        paths = [p for n in names for p in (topic_path(n), f"{TOPIC_CONFIGS_PATH}/{n}")]
+        results = self._get_many(paths)
+        records = []
+        for i, name in enumerate(names):
+            topic, config = results[2 * i], results[2 * i + 1]
+            if topic is not None:  # deleted since it was listed
+                records.append(_decode_topic(name, topic[0], config[0] if config else None))
+        return records
+
+    def add_partitions(self, name: str, assignment: Mapping[int, list[int]]) -> None:
+        path = topic_path(name)
+        for _ in range(_CAS_ATTEMPTS):
+            current = self._get(path) if _legal(name) else None
+            if current is None:
+                raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{name}' does not exist.")
+            document, stat = current
+            partitions = {**document.get("partitions", {}), **{str(p): list(r) for p, r in assignment.items()}}
+            document = {**document, "version": 3, "partitions": partitions}
+            try:
+                self._client.set(path, _encode(document), version=stat.version)
+                return
+            except BadVersionError:
+                continue  # changed meanwhile: merge into the newer assignment
+            except NoNodeError:
+                raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{name}' does not exist.") from None
+        raise MetadataConflict(f"could not add partitions to {name}: its assignment keeps changing")
+
+    def set_topic_configs(self, name: str, configs: Mapping[str, str]) -> None:
+        if not _legal(name) or self._client.exists(topic_path(name)) is None:
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{name}' does not exist.")
+        self._set_or_create(f"{TOPIC_CONFIGS_PATH}/{name}", _encode({"version": 1, "config": dict(configs)}))
+        self._notify_config_change("topics", name)
+
+    def watch_topics(self, callback: Callable[[set[str]], None]) -> Unwatch:
+        watch = _Cancellable()
+
+        def on_children(children: list[str]) -> bool | None:
+            if watch.cancelled:
+                return False
+            _call(callback, set(children))
+            return None
+
+        ChildrenWatch(self._client, TOPICS_PATH, on_children)
+        return watch.cancel
+
+    # -- configs --------------------------------------------------------------------------------
+
+    def get_broker_configs(self, broker_id: int | None) -> dict[str, str]:
+        found = self._get(f"{BROKER_CONFIGS_PATH}/{_entity(broker_id)}")
+        if found is None or not found[0]:
+            return {}
+        return {k: str(v) for k, v in found[0].get("config", {}).items()}
+
+    def set_broker_configs(self, broker_id: int | None, configs: Mapping[str, str]) -> None:
+        # Kafka keeps the entity's znode, with an empty config, when its last override goes.
+        self._set_or_create(
+            f"{BROKER_CONFIGS_PATH}/{_entity(broker_id)}", _encode({"version": 1, "config": dict(configs)})
+        )
+        self._notify_config_change("brokers", _entity(broker_id))
+
+    def watch_config_changes(self, callback: Callable[[str, str], None]) -> Unwatch:
+        watch = _Cancellable()
+        existing = self._client.retry(self._client.get_children, CONFIG_CHANGES_PATH)
+        last_seen = max((_sequence(c) for c in existing), default=-1)
+
+        def on_children(children: list[str]) -> bool | None:
+            nonlocal last_seen
+            if watch.cancelled:
+                return False
+            new = sorted((s, c) for c in children if (s := _sequence(c)) > last_seen)
+            found = self._get_many([f"{CONFIG_CHANGES_PATH}/{c}" for _, c in new])
+            for (sequence, _), result in zip(new, found, strict=True):
+                last_seen = sequence
+                if result is None or not result[0]:
+                    continue  # purged before we read it
+                entity_type, _, entity_name = str(result[0].get("entity_path", "")).partition("/")
+                _call(callback, entity_type, entity_name)
+            return None
+
+        ChildrenWatch(self._client, CONFIG_CHANGES_PATH, on_children)
+        return watch.cancel
+
+    # -- partition leadership -------------------------------------------------------------------
+
+    def get_partition_state(self, topic: str, partition: int) -> PartitionState | None:
+        found = self._get(partition_state_path(topic, partition)) if _legal(topic) else None
+        return None if found is None else _decode_state(found[0], found[1].version)
+
+    def create_partition_states(self, topic: str, states: Mapping[int, PartitionState]) -> None:
+        for _ in range(_CAS_ATTEMPTS):
+            record = self.get_topic(topic)
+            if record is None:
+                raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{topic}' does not exist.")
+            missing = sorted(set(states) - set(record.assignment))
+            if missing:
+                raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{topic}' has no partition {missing[0]}.")
+            partitions_path = f"{topic_path(topic)}/partitions"
+            parents = [partitions_path, *(f"{partitions_path}/{p}" for p in sorted(states))]
+            exists = [self._client.exists_async(path) for path in parents]
+            transaction = self._client.transaction()
+            for path, request in zip(parents, exists, strict=True):
+                if request.get() is None:
+                    transaction.create(path)
+            for partition, state in sorted(states.items()):
+                transaction.create(partition_state_path(topic, partition), _encode_state(state))
+            results = transaction.commit()
+            if not _failed(results):
+                return
+            # Results follow the operations: the parents created first, then the states.
+            state_results = results[len(results) - len(states):]
+            if any(isinstance(r, NodeExistsError) for r in state_results):
+                raise MetadataConflict(f"a partition of {topic} already has a state")
+            # Otherwise a parent appeared (another creator) or the topic went: look again.
+        raise MetadataConflict(f"could not create the partition states of {topic}")
+
+    def set_partition_state(self, topic: str, partition: int, state: PartitionState, expected_version: int) -> int:
+        path = partition_state_path(topic, partition)
+        what = f"state of {topic}-{partition}"
+        if not _legal(topic):
+            raise VersionConflict(what, expected_version, None)
+        try:
+            stat = self._client.set(path, _encode_state(state), version=expected_version)
+        except BadVersionError:
+            current = self._client.exists(path)
+            raise VersionConflict(what, expected_version, None if current is None else current.version) from None
+        except NoNodeError:
+            raise VersionConflict(what, expected_version, None) from None
+        return stat.version
+
+    def watch_partition_state(
+        self, topic: str, partition: int, callback: Callable[[PartitionState | None], None]
+    ) -> Unwatch:
+        watch = _Cancellable()
+
+        def on_data(data: bytes | None, stat: ZnodeStat | None) -> bool | None:
+            if watch.cancelled:
+                return False
+            state = None if data is None or stat is None else _decode_state(json.loads(data), stat.version)
+            _call(callback, state)
+            return None
+
+        DataWatch(self._client, partition_state_path(topic, partition), on_data)
+        return watch.cancel
+
+    # -- brokers --------------------------------------------------------------------------------
+
+    def register_broker(self, registration: BrokerRegistration) -> None:
+        if not registration.timestamp_ms:
+            registration = BrokerRegistration(
+                registration.broker_id, registration.endpoints, registration.rack, int(time.time() * 1000)
+            )
+        self._create_registration(registration)
+        self._registration = registration
+
+    def _create_registration(self, registration: BrokerRegistration) -> None:
+        path = broker_path(registration.broker_id)
+        data = _encode_broker(registration)
+        try:
+            self._client.create(path, data, ephemeral=True)
+            return
+        except NodeExistsError:
+            pass
+        # Ours already (a retry, or a new registration in the same session): replace it.
+        stat = self._client.exists(path)
+        if stat is not None and stat.ephemeralOwner == self.session_id:
+            self._client.set(path, data, version=stat.version)
+            return
+        raise BrokerIdInUse(
+            f"broker.id {registration.broker_id} is registered by another live broker (ZooKeeper session "
+            f"{stat.ephemeralOwner if stat else '?'})"
+        )
+
+    def live_brokers(self) -> dict[int, BrokerRegistration]:
+        children = self._client.retry(self._client.get_children, BROKER_IDS_PATH)
+        return self._read_brokers(children)
+
+    def _read_brokers(self, children: list[str]) -> dict[int, BrokerRegistration]:
+        ids = sorted(int(c) for c in children if c.isdigit())
+        results = self._get_many([broker_path(i) for i in ids])
+        return {i: _decode_broker(i, found[0]) for i, found in zip(ids, results, strict=True) if found is not None}
+
+    def watch_brokers(self, callback: Callable[[dict[int, BrokerRegistration]], None]) -> Unwatch:
+        watch = _Cancellable()
+
+        def on_children(children: list[str]) -> bool | None:
+            if watch.cancelled:
+                return False
+            _call(callback, self._read_brokers(children))
+            return None
+
+        ChildrenWatch(self._client, BROKER_IDS_PATH, on_children)
+        return watch.cancel
+
+    # -- controller -----------------------------------------------------------------------------
+
+    def try_become_controller(self, broker_id: int) -> int | None:
+        """Kafka's election: create the ephemeral /controller and bump /controller_epoch in one
+        transaction, the epoch compared by version, so two winners (or two equal epochs) are
+        impossible even if ZooKeeper sessions race."""
+        controller_data = _encode({"version": 2, "brokerid": broker_id, "timestamp": str(int(time.time() * 1000)),
+                                   "kraftControllerEpoch": -1})
+        for _ in range(_CAS_ATTEMPTS):
+            epoch, epoch_version = self._read_controller_epoch()
+            transaction = self._client.transaction()
+            transaction.create(CONTROLLER_PATH, controller_data, ephemeral=True)
+            transaction.set_data(CONTROLLER_EPOCH_PATH, str(epoch + 1).encode(), version=epoch_version)
+            results = transaction.commit()
+            if not _failed(results):
+                log.info("broker %d is the controller, epoch %d", broker_id, epoch + 1)
+                return epoch + 1
+            if isinstance(results[0], NodeExistsError):
+                holder = self._client.exists(CONTROLLER_PATH)
+                if holder is not None and holder.ephemeralOwner == self.session_id and self.controller_id() == broker_id:
+                    return self.controller_epoch()
+                if holder is not None:
+                    return None
+                continue  # the holder's session ended meanwhile: try again
+            if not isinstance(results[1], BadVersionError):
+                raise _first_error(results)
+            # Another election bumped the epoch between our read and our commit: read again.
+        raise MetadataConflict("controller election did not settle")
+
+    def _read_controller_epoch(self) -> tuple[int, int]:
+        """The epoch and its znode version, creating /controller_epoch with 0 the first time."""
+        try:
+            data, stat = self._client.retry(self._client.get, CONTROLLER_EPOCH_PATH)
+        except NoNodeError:
+            with contextlib.suppress(NodeExistsError):
+                self._client.create(CONTROLLER_EPOCH_PATH, b"0")
+            data, stat = self._client.get(CONTROLLER_EPOCH_PATH)
+        return int(data), stat.version
+
+    def controller_id(self) -> int | None:
+        found = self._get(CONTROLLER_PATH)
+        return None if found is None or not found[0] else int(found[0]["brokerid"])
+
+    def controller_epoch(self) -> int:
+        try:
+            data, _ = self._client.retry(self._client.get, CONTROLLER_EPOCH_PATH)
+        except NoNodeError:
+            return 0
+        return int(data)
+
+    def watch_controller(self, callback: Callable[[int | None], None]) -> Unwatch:
+        watch = _Cancellable()
+
+        def on_data(data: bytes | None, stat: ZnodeStat | None) -> bool | None:
+            if watch.cancelled:
+                return False
+            _call(callback, int(json.loads(data)["brokerid"]) if data else None)
+            return None
+
+        DataWatch(self._client, CONTROLLER_PATH, on_data)
+        return watch.cancel
+
+    # -- cluster --------------------------------------------------------------------------------
+
+    def get_or_create_cluster_id(self, proposed: str | None = None) -> str:
+        found = self._get(CLUSTER_ID_PATH)
+        if found is None:
+            # If another broker was first, its id is the one read back.
+            with contextlib.suppress(NodeExistsError):
+                self._client.create(CLUSTER_ID_PATH, _encode({"version": "1", "id": proposed or new_cluster_id()}),
+                                    makepath=True)
+            found = self._get(CLUSTER_ID_PATH)
+            assert found is not None
+        return str(found[0]["id"])
+
+
+# -- encoding -------------------------------------------------------------------------------------
+
+
+class _Cancellable:
+    """A kazoo watch stops when its function returns False: this is the flag it reads."""
+
+    def __init__(self) -> None:
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+def _call(callback: Callable[..., None], *args: Any) -> None:
+    """A failing callback is logged: letting it raise would stop kazoo's watch for good."""
+    try:
+        callback(*args)
+    except Exception:
+        log.exception("metadata watch callback %r failed", callback)
+
+
+def _encode(document: Mapping[str, Any]) -> bytes:
+    return json.dumps(document, separators=(",", ":")).encode()
+
+
+def _legal(topic: str) -> bool:
+    """Names that are one path segment; anything else cannot be a topic (and must not be let
+    near a path: "a/partitions" would read another topic's subtree)."""
+    return bool(_LEGAL_TOPIC.fullmatch(topic)) and topic not in (".", "..")
+
+
+def _failed(results: list[Any]) -> bool:
+    return any(isinstance(r, Exception) for r in results)
+
+
+def _first_error(results: list[Any]) -> Exception:
+    """The operation that failed a transaction (the others report being rolled back or skipped)."""
+    return next(
+        r for r in results if isinstance(r, Exception) and not isinstance(r, (RolledBackError, RuntimeInconsistency))
+    )
+
+
+def _entity(broker_id: int | None) -> str:
+    return CLUSTER_DEFAULT if broker_id is None else str(broker_id)
+
+
+def _sequence(child: str) -> int:
+    suffix = child[len(CONFIG_CHANGE_PREFIX):] if child.startswith(CONFIG_CHANGE_PREFIX) else ""
+    return int(suffix) if suffix.isdigit() else -1
+
+
+def kafka_uuid(topic_id: uuid.UUID) -> str:
+    """Kafka's Uuid.toString: URL-safe base64 of the 16 bytes, without padding."""
+    return base64.urlsafe_b64encode(topic_id.bytes).decode().rstrip("=")
+
+
+def parse_kafka_uuid(text: str) -> uuid.UUID:
+    return uuid.UUID(bytes=base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
+
+
+def _encode_topic(topic_id: uuid.UUID, assignment: Mapping[int, list[int]]) -> bytes:
+    return _encode({
+        "version": 3,
+        "topic_id": kafka_uuid(topic_id),
+        "partitions": {str(p): list(r) for p, r in sorted(assignment.items())},
+        "adding_replicas": {},
+        "removing_replicas": {},
+    })
+
+
+def _decode_topic(name: str, document: dict[str, Any], config: dict[str, Any] | None) -> TopicRecord:
+    topic_id = document.get("topic_id")
+    return TopicRecord(
+        name=name,
+        # A topic written by a Kafka older than 2.8 has no id: give it a stable one.
+        topic_id=parse_kafka_uuid(topic_id) if topic_id else uuid.uuid5(uuid.NAMESPACE_URL, f"kafka-topic:{name}"),
+        assignment={int(p): list(r) for p, r in document.get("partitions", {}).items()},
+        configs={k: str(v) for k, v in ((config or {}).get("config") or {}).items()},
+    )
+
+
+def _encode_state(state: PartitionState) -> bytes:
+    return _encode({"controller_epoch": state.controller_epoch, "leader": state.leader, "version": 1,
+                    "leader_epoch": state.leader_epoch, "isr": list(state.isr)})
+
+
+def _decode_state(document: dict[str, Any], version: int) -> PartitionState:
+    return PartitionState(
+        leader=int(document["leader"]),
+        leader_epoch=int(document["leader_epoch"]),
+        isr=[int(b) for b in document["isr"]],
+        controller_epoch=int(document["controller_epoch"]),
+        version=version,
+    )
+
+
+def _encode_broker(registration: BrokerRegistration) -> bytes:
+    # Like Kafka: the top-level host/port (for old clients) are those of the first PLAINTEXT endpoint.
+    plaintext = next((e for e in registration.endpoints if e.security_protocol == "PLAINTEXT"), None)
+    document: dict[str, Any] = {
+        "features": {},
+        "listener_security_protocol_map": {e.listener: e.security_protocol for e in registration.endpoints},
+        "endpoints": [f"{e.listener}://{_bracket(e.host)}:{e.port}" for e in registration.endpoints],
+        "jmx_port": -1,
+        "port": plaintext.port if plaintext else -1,
+        "host": plaintext.host if plaintext else None,
+        "version": 5,
+        "timestamp": str(registration.timestamp_ms),
+    }
+    if registration.rack is not None:
+        document["rack"] = registration.rack
+    return _encode(document)
+
+
+def _decode_broker(broker_id: int, document: dict[str, Any]) -> BrokerRegistration:
+    protocols = document.get("listener_security_protocol_map") or {}
+    endpoints = []
+    for text in document.get("endpoints", []):
+        match = re.fullmatch(r"([A-Za-z0-9_]+)://(\[[^\]]*\]|[^:]*):(-?\d+)", text)
+        if match is None:
+            log.warning("broker %d: cannot parse endpoint %r", broker_id, text)
+            continue
+        listener = match.group(1)
+        endpoints.append(BrokerEndpoint(listener, match.group(2).strip("[]"), int(match.group(3)),
+                                        protocols.get(listener, listener)))
+    return BrokerRegistration(broker_id, tuple(endpoints), document.get("rack"), int(document.get("timestamp", 0)))
+
+
+def _bracket(host: str) -> str:
+    return f"[{host}]" if ":" in host else host

@@ -1,0 +1,445 @@
+"""One contract for both metadata stores: the local file store and ZooKeeper (a real server).
+
+The controller is written against `MetadataStore` only, so each test runs against both
+implementations. A "peer" is a second broker's view of the same metadata: another ZooKeeper
+session, or, on the single node, the same store (its one process is the whole cluster). The
+tests at the end are ZooKeeper's own: races between sessions, session expiry, Kafka's znodes.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kazoo.client import KazooClient
+from kazoo.recipe.watchers import DataWatch
+
+from kbroker.metadata.local_store import LocalMetadataStore
+from kbroker.metadata.store import (
+    BrokerEndpoint,
+    BrokerIdInUse,
+    BrokerRegistration,
+    MetadataConflict,
+    MetadataStore,
+    PartitionState,
+    VersionConflict,
+)
+from kbroker.metadata.zk_store import ZooKeeperMetadataStore, kafka_uuid
+from protocol.errors import ErrorCode, KafkaError
+
+WAIT_S = 10.0
+
+
+@dataclass
+class Backend:
+    kind: str
+    open: Callable[[], MetadataStore]  # a new session over the same metadata
+
+    def peer(self, store: MetadataStore) -> MetadataStore:
+        return self.open() if self.kind == "zookeeper" else store
+
+
+@pytest.fixture(params=["local", "zookeeper"])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
+    opened: list[MetadataStore] = []
+
+    if request.param == "local":
+        def open_store() -> MetadataStore:
+            opened.append(LocalMetadataStore(tmp_path))
+            return opened[-1]
+    else:
+        connect = request.getfixturevalue("zk_connect")
+
+        def open_store() -> MetadataStore:
+            opened.append(ZooKeeperMetadataStore(connect, session_timeout_ms=6000))
+            return opened[-1]
+
+    yield Backend(request.param, open_store)
+    for store in opened:
+        store.close()
+
+
+@pytest.fixture
+def store(backend: Backend) -> MetadataStore:
+    return backend.open()
+
+
+class Recorder:
+    """What a watch reported, from whichever thread it runs on; waits on a condition, not a clock."""
+
+    def __init__(self) -> None:
+        self.calls: list[Any] = []
+        self._changed = threading.Condition()
+
+    def __call__(self, *args: Any) -> None:
+        with self._changed:
+            self.calls.append(args[0] if len(args) == 1 else args)
+            self._changed.notify_all()
+
+    def wait_latest(self, predicate: Callable[[Any], bool]) -> Any:
+        with self._changed:
+            ok = self._changed.wait_for(lambda: bool(self.calls) and predicate(self.calls[-1]), WAIT_S)
+            assert ok, f"the watch never reported the expected value; it reported {self.calls}"
+            return self.calls[-1]
+
+    def wait_count(self, count: int) -> list[Any]:
+        with self._changed:
+            assert self._changed.wait_for(lambda: len(self.calls) >= count, WAIT_S), self.calls
+            return list(self.calls)
+
+
+def endpoint(port: int) -> tuple[BrokerEndpoint, ...]:
+    return (BrokerEndpoint("PLAINTEXT", "127.0.0.1", port),)
+
+
+def state(leader: int, epoch: int, isr: list[int], controller_epoch: int = 1) -> PartitionState:
+    return PartitionState(leader, epoch, isr, controller_epoch)
+
+
+# -- the contract, on both stores ------------------------------------------------------------------
+
+
+def test_topics_and_configs_are_shared_and_kept(backend: Backend, store: MetadataStore) -> None:
+    topic_id = uuid.uuid4()
+    store.create_topic("orders", topic_id, {0: [1, 2], 1: [2, 3]}, {"retention.ms": "1000"})
+    store.add_partitions("orders", {2: [3, 1]})
+    store.set_topic_configs("orders", {"cleanup.policy": "compact"})
+    store.create_topic("gone", uuid.uuid4(), {0: [1]}, {})
+    store.delete_topic("gone")
+    store.set_broker_configs(None, {"log.retention.ms": "5"})
+    store.set_broker_configs(1, {"message.max.bytes": "7"})
+    store.set_broker_configs(2, {"message.max.bytes": "8"})
+    store.set_broker_configs(2, {})
+
+    other = backend.open()  # a restarted broker, or another broker of the cluster
+    record = other.get_topic("orders")
+    assert record is not None
+    assert record.topic_id == topic_id
+    assert record.assignment == {0: [1, 2], 1: [2, 3], 2: [3, 1]}
+    assert record.configs == {"cleanup.policy": "compact"}
+    assert other.get_topic("gone") is None
+    assert [t.name for t in other.list_topics()] == ["orders"]
+    assert other.get_broker_configs(None) == {"log.retention.ms": "5"}
+    assert other.get_broker_configs(1) == {"message.max.bytes": "7"}
+    assert other.get_broker_configs(2) == {}
+    assert other.get_broker_configs(3) == {}
+
+
+def test_duplicate_and_missing_topics_are_kafka_errors(store: MetadataStore) -> None:
+    store.create_topic("t", uuid.uuid4(), {0: [1]}, {})
+    with pytest.raises(KafkaError) as exists:
+        store.create_topic("t", uuid.uuid4(), {0: [1]}, {})
+    assert exists.value.code == ErrorCode.TOPIC_ALREADY_EXISTS
+    for change in (
+        lambda: store.delete_topic("nope"),
+        lambda: store.add_partitions("nope", {1: [1]}),
+        lambda: store.set_topic_configs("nope", {}),
+        lambda: store.create_partition_states("nope", {0: state(1, 0, [1])}),
+        lambda: store.create_partition_states("t", {5: state(1, 0, [1])}),
+    ):
+        with pytest.raises(KafkaError) as missing:
+            change()
+        assert missing.value.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    assert store.get_topic("nope") is None
+    assert store.get_topic("no/such") is None
+
+
+def test_partition_state_is_compare_and_set(backend: Backend, store: MetadataStore) -> None:
+    store.create_topic("p", uuid.uuid4(), {0: [1, 2], 1: [2, 1]}, {})
+    assert store.get_partition_state("p", 0) is None
+    store.create_partition_states("p", {0: state(1, 0, [1, 2]), 1: state(2, 0, [2, 1])})
+    first = store.get_partition_state("p", 0)
+    assert first == PartitionState(1, 0, [1, 2], 1, version=0)
+
+    # Two controllers read version 0; the first write wins, the second is refused.
+    assert store.set_partition_state("p", 0, state(2, 1, [2], 2), expected_version=0) == 1
+    with pytest.raises(VersionConflict) as stale:
+        store.set_partition_state("p", 0, state(1, 1, [1], 2), expected_version=0)
+    assert (stale.value.expected, stale.value.actual) == (0, 1)
+    with pytest.raises(VersionConflict) as missing:
+        store.set_partition_state("p", 7, state(1, 1, [1]), expected_version=0)
+    assert missing.value.actual is None
+    with pytest.raises(MetadataConflict):
+        store.create_partition_states("p", {1: state(1, 0, [1])})
+
+    # Versions live in the store: a new controller (or a restarted node) continues from them.
+    other = backend.open()
+    assert other.get_partition_state("p", 0) == PartitionState(2, 1, [2], 2, version=1)
+    assert other.set_partition_state("p", 0, state(2, 2, [2, 1], 2), expected_version=1) == 2
+
+    store.delete_topic("p")
+    assert store.get_partition_state("p", 0) is None
+    assert store.get_partition_state("p", 1) is None
+
+
+def test_creating_partition_states_is_all_or_nothing(store: MetadataStore) -> None:
+    store.create_topic("grown", uuid.uuid4(), {0: [1], 1: [1], 2: [1]}, {})
+    store.create_partition_states("grown", {1: state(1, 0, [1])})
+    with pytest.raises(MetadataConflict):
+        store.create_partition_states("grown", {0: state(1, 0, [1]), 1: state(1, 0, [1]), 2: state(1, 0, [1])})
+    assert store.get_partition_state("grown", 0) is None
+    assert store.get_partition_state("grown", 2) is None
+
+
+def test_watches_see_another_brokers_changes(backend: Backend, store: MetadataStore) -> None:
+    peer = backend.peer(store)
+    topics, partition, configs = Recorder(), Recorder(), Recorder()
+    peer.watch_topics(topics)
+    peer.watch_partition_state("w", 0, partition)
+    peer.watch_config_changes(configs)
+    assert topics.wait_count(1) == [set()]  # reported right away
+    assert partition.wait_count(1) == [None]
+
+    store.create_topic("w", uuid.uuid4(), {0: [1, 2]}, {})
+    topics.wait_latest(lambda names: names == {"w"})
+    store.create_partition_states("w", {0: state(1, 0, [1, 2])})
+    partition.wait_latest(lambda s: s is not None and s.leader == 1)
+    store.set_partition_state("w", 0, state(2, 1, [2]), expected_version=0)
+    assert partition.wait_latest(lambda s: s is not None and s.version == 1) == PartitionState(2, 1, [2], 1, 1)
+
+    store.set_topic_configs("w", {"retention.ms": "1"})
+    store.set_broker_configs(None, {"log.retention.ms": "2"})
+    store.set_broker_configs(3, {"log.retention.ms": "3"})
+    assert configs.wait_count(3) == [("topics", "w"), ("brokers", "<default>"), ("brokers", "3")]
+
+    store.delete_topic("w")
+    topics.wait_latest(lambda names: names == set())
+    partition.wait_latest(lambda s: s is None)
+
+
+def test_a_cancelled_watch_hears_nothing_more(backend: Backend, store: MetadataStore) -> None:
+    peer = backend.peer(store)
+    cancelled, kept = Recorder(), Recorder()
+    unwatch = peer.watch_topics(cancelled)
+    peer.watch_topics(kept)
+    cancelled.wait_count(1)
+    unwatch()
+    store.create_topic("after", uuid.uuid4(), {0: [1]}, {})
+    kept.wait_latest(lambda names: names == {"after"})
+    assert cancelled.calls == [set()]
+
+
+def test_a_registration_lasts_as_long_as_its_session(backend: Backend, store: MetadataStore) -> None:
+    peer = backend.peer(store)
+    brokers = Recorder()
+    peer.watch_brokers(brokers)
+    store.register_broker(BrokerRegistration(1, endpoint(9092), rack="r1"))
+    live = brokers.wait_latest(lambda b: 1 in b)
+    assert live[1].endpoints == endpoint(9092)
+    assert live[1].rack == "r1"
+    assert live[1].timestamp_ms > 0
+    assert peer.live_brokers() == live
+
+    store.close()
+    brokers.wait_latest(lambda b: b == {})
+    assert peer.live_brokers() == {}
+
+
+def test_one_controller_at_a_time_with_increasing_epochs(backend: Backend, store: MetadataStore) -> None:
+    peer = backend.peer(store)
+    controller = Recorder()
+    peer.watch_controller(controller)
+    assert controller.wait_count(1) == [None]
+    assert store.controller_epoch() == 0
+
+    assert store.try_become_controller(1) == 1
+    assert peer.try_become_controller(2) is None  # broker 2 loses while broker 1's session lives
+    assert store.try_become_controller(1) == 1  # asking again changes nothing
+    assert peer.controller_id() == 1
+    controller.wait_latest(lambda c: c == 1)
+
+    store.close()  # the controller's session ends: the others hear it and elect a new one
+    controller.wait_latest(lambda c: c is None)
+    assert peer.try_become_controller(2) == 2
+    controller.wait_latest(lambda c: c == 2)
+    assert peer.controller_epoch() == 2
+    assert backend.open().controller_epoch() == 2  # the epoch is kept, never reused
+
+
+def test_the_cluster_id_is_chosen_once(backend: Backend, store: MetadataStore) -> None:
+    assert store.get_or_create_cluster_id("first-id") == "first-id"
+    assert backend.open().get_or_create_cluster_id("second-id") == "first-id"
+    assert store.get_or_create_cluster_id() == "first-id"
+
+
+# -- ZooKeeper's own -------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def zk_raw(zk_connect: str) -> Iterator[KazooClient]:
+    """A plain kazoo client on the test's chroot, to look at the znodes as an operator would."""
+    ZooKeeperMetadataStore(zk_connect).close()  # creates the chroot
+    client = KazooClient(zk_connect)
+    client.start()
+    yield client
+    client.stop()
+    client.close()
+
+
+def read_json(client: KazooClient, path: str) -> Any:
+    return json.loads(client.get(path)[0])
+
+
+def test_znodes_are_kafkas(zk_connect: str, zk_raw: KazooClient) -> None:
+    store = ZooKeeperMetadataStore(zk_connect)
+    try:
+        topic_id = uuid.uuid4()
+        store.create_topic("orders", topic_id, {0: [1, 2], 1: [2, 1]}, {"retention.ms": "60000"})
+        store.create_partition_states("orders", {0: state(1, 0, [1, 2], 3)})
+        store.set_broker_configs(None, {"log.retention.ms": "5"})
+        store.register_broker(BrokerRegistration(1, (BrokerEndpoint("PLAINTEXT", "127.0.0.1", 9092),
+                                                     BrokerEndpoint("SECURE", "::1", 9093, "SSL"))))
+        store.try_become_controller(1)
+        cluster_id = store.get_or_create_cluster_id()
+
+        assert read_json(zk_raw, "/brokers/topics/orders") == {
+            "version": 3, "topic_id": kafka_uuid(topic_id), "partitions": {"0": [1, 2], "1": [2, 1]},
+            "adding_replicas": {}, "removing_replicas": {},
+        }
+        assert len(kafka_uuid(topic_id)) == 22  # Kafka's Uuid: base64 without padding
+        assert read_json(zk_raw, "/brokers/topics/orders/partitions/0/state") == {
+            "controller_epoch": 3, "leader": 1, "version": 1, "leader_epoch": 0, "isr": [1, 2],
+        }
+        assert read_json(zk_raw, "/config/topics/orders") == {"version": 1, "config": {"retention.ms": "60000"}}
+        assert read_json(zk_raw, "/config/brokers/<default>") == {"version": 1, "config": {"log.retention.ms": "5"}}
+        [change] = zk_raw.get_children("/config/changes")
+        assert change.startswith("config_change_")
+        assert read_json(zk_raw, f"/config/changes/{change}") == {"version": 2, "entity_path": "brokers/<default>"}
+
+        broker, broker_stat = zk_raw.get("/brokers/ids/1")
+        assert broker_stat.ephemeralOwner == store.session_id
+        registration = json.loads(broker)
+        assert {k: v for k, v in registration.items() if k != "timestamp"} == {
+            "version": 5, "host": "127.0.0.1", "port": 9092, "jmx_port": -1, "features": {},
+            "endpoints": ["PLAINTEXT://127.0.0.1:9092", "SECURE://[::1]:9093"],
+            "listener_security_protocol_map": {"PLAINTEXT": "PLAINTEXT", "SECURE": "SSL"},
+        }
+        assert registration["timestamp"].isdigit()
+        assert store.live_brokers()[1].endpoints[1] == BrokerEndpoint("SECURE", "::1", 9093, "SSL")
+
+        controller, controller_stat = zk_raw.get("/controller")
+        assert controller_stat.ephemeralOwner == store.session_id
+        assert {k: v for k, v in json.loads(controller).items() if k != "timestamp"} == {
+            "version": 2, "brokerid": 1, "kraftControllerEpoch": -1,
+        }
+        assert zk_raw.get("/controller_epoch")[0] == b"1"
+        assert read_json(zk_raw, "/cluster/id") == {"version": "1", "id": cluster_id}
+
+        store.delete_topic("orders")
+        assert zk_raw.exists("/brokers/topics/orders") is None
+        assert zk_raw.exists("/config/topics/orders") is None
+    finally:
+        store.close()
+
+
+def test_a_topic_written_by_kafka_is_read(zk_connect: str, zk_raw: KazooClient) -> None:
+    """Kafka's own JSON, key order and all, including a pre-2.8 topic without an id."""
+    zk_raw.create("/brokers/topics/legacy", b'{"version":1,"partitions":{"1":[2],"0":[1]}}')
+    zk_raw.create("/brokers/topics/modern", b'{"removing_replicas":{},"partitions":{"0":[0]},'
+                                            b'"topic_id":"ZOLr9CLNQjSW70hyIHx6BQ","adding_replicas":{},"version":3}')
+    zk_raw.create("/config/topics/modern", b'{"version":1,"config":{"retention.ms":"100000"}}')
+    store = ZooKeeperMetadataStore(zk_connect)
+    try:
+        legacy, modern = store.get_topic("legacy"), store.get_topic("modern")
+        assert legacy is not None and modern is not None
+        assert legacy.assignment == {0: [1], 1: [2]}
+        assert legacy.topic_id == store.get_topic("legacy").topic_id  # stable without a stored id
+        assert kafka_uuid(modern.topic_id) == "ZOLr9CLNQjSW70hyIHx6BQ"
+        assert modern.configs == {"retention.ms": "100000"}
+    finally:
+        store.close()
+
+
+def test_racing_elections_have_one_winner(zk_connect: str) -> None:
+    stores = [ZooKeeperMetadataStore(zk_connect) for _ in range(5)]
+    try:
+        start = threading.Barrier(len(stores))
+        results: dict[int, int | None] = {}
+
+        def elect(broker_id: int) -> None:
+            start.wait()
+            results[broker_id] = stores[broker_id].try_become_controller(broker_id)
+
+        threads = [threading.Thread(target=elect, args=(i,)) for i in range(len(stores))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        winners = {b: epoch for b, epoch in results.items() if epoch is not None}
+        assert len(winners) == 1, results
+        [(winner, epoch)] = winners.items()
+        assert epoch == 1
+        assert stores[0].controller_id() == winner
+    finally:
+        for store in stores:
+            store.close()
+
+
+def test_a_broker_id_is_taken_while_its_session_lives(zk_connect: str) -> None:
+    first, second = ZooKeeperMetadataStore(zk_connect), ZooKeeperMetadataStore(zk_connect)
+    try:
+        first.register_broker(BrokerRegistration(1, endpoint(9092)))
+        first.register_broker(BrokerRegistration(1, endpoint(9093)))  # its own: replaced
+        with pytest.raises(BrokerIdInUse):
+            second.register_broker(BrokerRegistration(1, endpoint(9094)))
+        assert second.live_brokers()[1].endpoints == endpoint(9093)
+        first.close()
+        second.register_broker(BrokerRegistration(1, endpoint(9094)))
+        assert second.live_brokers()[1].endpoints == endpoint(9094)
+    finally:
+        first.close()
+        second.close()
+
+
+def test_a_broker_registers_again_after_its_session_expires(zk_connect: str, zk_raw: KazooClient) -> None:
+    store = ZooKeeperMetadataStore(zk_connect)
+    try:
+        store.register_broker(BrokerRegistration(1, endpoint(9092)))
+        owners = Recorder()
+        DataWatch(zk_raw, "/brokers/ids/1", lambda data, stat: owners(stat.ephemeralOwner if stat else None))
+        expired = store.session_id
+        owners.wait_latest(lambda owner: owner == expired)
+
+        # Expire the session as ZooKeeper would after a long partition: another client takes it
+        # over with its id and password and closes it.
+        thief = KazooClient(zk_connect, client_id=(expired, store._client.client_id[1]))
+        thief.start()
+        thief.stop()
+        thief.close()
+
+        owners.wait_latest(lambda owner: owner is not None and owner != expired)
+        assert zk_raw.get("/brokers/ids/1")[1].ephemeralOwner == store.session_id
+        assert store.live_brokers()[1].endpoints == endpoint(9092)
+    finally:
+        store.close()
+
+
+def test_an_election_that_read_an_old_epoch_cannot_reuse_it(zk_connect: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The race the epoch's compare-and-set exists for: broker 1 reads epoch 0; meanwhile broker
+    2 wins (epoch 1) and dies. Broker 1 must not then become controller with epoch 1 again."""
+    slow, fast = ZooKeeperMetadataStore(zk_connect), ZooKeeperMetadataStore(zk_connect)
+    try:
+        read_epoch = slow._read_controller_epoch
+        calls = 0
+
+        def read_then_lose_the_race() -> tuple[int, int]:
+            nonlocal calls
+            calls += 1
+            result = read_epoch()
+            if calls == 1:
+                assert fast.try_become_controller(2) == 1
+                fast.close()
+            return result
+
+        monkeypatch.setattr(slow, "_read_controller_epoch", read_then_lose_the_race)
+        assert slow.try_become_controller(1) == 2
+        assert calls == 2
+    finally:
+        slow.close()
+        fast.close()
