@@ -435,12 +435,9 @@ def test_repeated_polls_deliver_each_round_once(java: JavaHarness, java_broker: 
     assert result["extra"] == []
 
 
-# -- Transactions (not on this branch yet: issue 4) -----------------------------------------------
-
-transactions = pytest.mark.xfail(reason="transactions: issue 4", strict=False)
+# -- Transactions ---------------------------------------------------------------------------------
 
 
-@transactions
 def test_transactions_commit_and_abort(java: JavaHarness, java_broker: BrokerProcess) -> None:
     topic = create_topic(java_broker.bootstrap, f"java-txn-{uuid.uuid4().hex[:8]}")
     result = java.run("txn_commit_abort", bootstrap=java_broker.bootstrap, topic=topic,
@@ -465,7 +462,6 @@ def test_transactions_commit_and_abort(java: JavaHarness, java_broker: BrokerPro
     assert uncommitted["end"] == {"0": 11}
 
 
-@transactions
 def test_transactions_send_offsets_to_transaction(java: JavaHarness, java_broker: BrokerProcess) -> None:
     suffix = uuid.uuid4().hex[:8]
     source = create_topic(java_broker.bootstrap, f"java-txn-in-{suffix}")
@@ -480,7 +476,6 @@ def test_transactions_send_offsets_to_transaction(java: JavaHarness, java_broker
     assert [(r["offset"], r["value"]) for r in output["records"]] == [(i, b"WORD%d" % i) for i in range(4)]
 
 
-@transactions
 def test_transactions_fence_a_zombie_producer(java: JavaHarness, java_broker: BrokerProcess) -> None:
     topic = create_topic(java_broker.bootstrap, f"java-fence-{uuid.uuid4().hex[:8]}")
     result = java.run("txn_fencing", bootstrap=java_broker.bootstrap, topic=topic,
