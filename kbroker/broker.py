@@ -10,7 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from kbroker.cluster.configs import ConfigService
+from kbroker.cluster.controller import ClusterView
 from kbroker.cluster.producer_ids import ProducerIdManager
+from kbroker.cluster.replica_fetcher import FetcherConfig
 from kbroker.cluster.replica_manager import ReplicaManager
 from kbroker.cluster.topics import TopicManager
 from kbroker.config import BrokerConfig, load_or_create_meta
@@ -19,7 +21,7 @@ from kbroker.coordinator.offsets_topic import InternalTopic, OffsetsTopic
 from kbroker.coordinator.txn_coordinator import TOPIC as TRANSACTION_TOPIC
 from kbroker.coordinator.txn_coordinator import TransactionCoordinator, TxnConfig
 from kbroker.metadata.local_store import LocalMetadataStore
-from kbroker.metadata.store import BrokerEndpoint, BrokerRegistration, MetadataStore
+from kbroker.metadata.store import BrokerEndpoint, BrokerIdInUse, BrokerRegistration, MetadataStore
 from kbroker.server.server import Server
 from kbroker.storage.log_manager import LogManager
 
@@ -50,7 +52,11 @@ class Broker:
             cleaner_backoff_ms=config.log_cleaner_backoff_ms,
             checkpoint_interval_ms=config.checkpoint_interval_ms,
         )
-        self.replicas = ReplicaManager(config.broker_id, self.log_manager)
+        self.replicas = ReplicaManager(config.broker_id, self.log_manager, fetcher_config=FetcherConfig(
+            max_wait_ms=config.get("replica.fetch.wait.max.ms"), min_bytes=config.get("replica.fetch.min.bytes"),
+            max_bytes=config.get("replica.fetch.response.max.bytes"),
+            partition_max_bytes=config.get("replica.fetch.max.bytes"), backoff_ms=config.get("replica.fetch.backoff.ms"),
+        ))
         self.topics = TopicManager(
             self.store,
             self.replicas,
@@ -59,7 +65,12 @@ class Broker:
             config.num_partitions,
             config.default_replication_factor,
         )
-        self.producer_ids = ProducerIdManager(log_dirs[0])
+        self.cluster: ClusterView | None = None
+        if config.zookeeper_connect:
+            self.cluster = ClusterView(self.store, config.broker_id, self.replicas, self.topics)
+            self.topics.cluster = self.cluster
+        # In a cluster, ids carry the broker id in their high bits, so brokers never hand out the same one.
+        self.producer_ids = ProducerIdManager(log_dirs[0], namespace=config.broker_id if self.cluster else 0)
         self.groups = GroupCoordinator(
             OffsetsTopic(
                 self.topics,
@@ -126,8 +137,29 @@ class Broker:
             port = await self.server.start(listener.host, listener.port)
             self.bound.append((listener.name, listener.host, port))
         # Once it can be reached: the other brokers (and the controller) learn of it now.
-        self.store.register_broker(self.registration())
+        await self._register()
+        if self.cluster is not None:
+            self.cluster.start()
         self._ticker = asyncio.create_task(self._tick_forever())
+
+    async def _register(self) -> None:
+        """Announce this broker. After a crash its previous ZooKeeper session may still hold the
+        id (with this broker's own address) until that session times out: wait for that, as long
+        as a session can live. Another broker using the id is refused at once."""
+        deadline = time.monotonic() + self.config.get("zookeeper.session.timeout.ms") / 1000 + 5
+        registration = self.registration()
+        while True:
+            try:
+                self.store.register_broker(registration)
+                return
+            except BrokerIdInUse:
+                holder = self.store.live_brokers().get(self.config.broker_id)
+                stale = holder is not None and holder.endpoints == registration.endpoints
+                if not stale or time.monotonic() > deadline:
+                    raise
+                log.info("broker.id %d is still held by a previous session; waiting for it to expire",
+                         self.config.broker_id)
+                await asyncio.sleep(0.25)
 
     def registration(self) -> BrokerRegistration:
         """This broker's advertised listeners, with the ports actually bound for port 0."""
@@ -139,7 +171,10 @@ class Broker:
         )
 
     def broker_endpoints(self) -> list[dict[str, Any]]:
-        """This broker as Metadata describes it: the first advertised listener."""
+        """The live brokers as Metadata describes them: each one's first advertised listener."""
+        if self.cluster is not None and self.cluster.brokers:
+            return [{"node_id": b.broker_id, "host": b.endpoints[0].host, "port": b.endpoints[0].port,
+                     "rack": b.rack} for _, b in sorted(self.cluster.brokers.items()) if b.endpoints]
         advertised = self.config.advertised_listeners_parsed()[0]
         port = advertised.port or self.bound[0][2]
         return [{"node_id": self.config.broker_id, "host": advertised.host, "port": port, "rack": None}]
@@ -158,6 +193,7 @@ class Broker:
                     self.groups.expire_offsets(now_ms)
                 except Exception:
                     log.exception("expiring committed offsets failed")
+            self.replicas.shrink_isrs(now_ms, self.config.get("replica.lag.time.max.ms"))
             if now_ms >= self._next_producer_expiry_ms:
                 self._next_producer_expiry_ms = now_ms + self.config.get("producer.id.expiration.check.interval.ms")
                 self._expire_producers(now_ms)
@@ -186,6 +222,8 @@ class Broker:
         await self.server.stop()
         await self.replicas.stop()
         self.log_manager.shutdown()
+        if self.cluster is not None:
+            self.cluster.stop()
         self.store.close()  # last, as Kafka does: the registration goes when the data is safe
         self._stopped.set()
 

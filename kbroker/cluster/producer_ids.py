@@ -7,11 +7,13 @@ from pathlib import Path
 
 BLOCK_SIZE = 1000
 FILE_NAME = "producer-id-block"
+NAMESPACE_SHIFT = 40  # a broker's ids: its id above bit 40, so 2**40 ids per broker
 
 
 class ProducerIdManager:
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, namespace: int = 0) -> None:
         self._path = directory / FILE_NAME
+        self._base = namespace << NAMESPACE_SHIFT
         self._next = 0
         self._block_end = 0
 
@@ -20,7 +22,7 @@ class ProducerIdManager:
             self._claim_block()
         producer_id = self._next
         self._next += 1
-        return producer_id
+        return self._base + producer_id
 
     def _claim_block(self) -> None:
         start = int(self._path.read_text()) if self._path.exists() else 0

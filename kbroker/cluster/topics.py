@@ -12,6 +12,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from kbroker.cluster.controller import ClusterView, initial_state
 from kbroker.cluster.replica_manager import ReplicaManager
 from kbroker.metadata.store import MetadataStore, TopicRecord
 from kbroker.storage.log_config import LogConfig
@@ -60,9 +61,10 @@ class TopicManager:
         self.topic_defaults = dict(topic_defaults)
         self.default_partitions = default_partitions
         self.default_replication_factor = default_replication_factor
+        self.cluster: ClusterView | None = None  # set in a ZooKeeper cluster
 
     def live_brokers(self) -> list[int]:
-        return [self.broker_id]
+        return self.cluster.live_broker_ids() if self.cluster is not None else [self.broker_id]
 
     def log_config(self, topic_configs: Mapping[str, str]) -> LogConfig:
         return LogConfig.from_properties({**self.topic_defaults, **topic_configs})
@@ -73,10 +75,22 @@ class TopicManager:
             self._host(record)
 
     def _host(self, record: TopicRecord) -> None:
+        if self.cluster is not None:
+            self._create_partition_states(record)  # each replica takes its role from the state's watch
+            return
         config = self.log_config(record.configs)
         for index, replicas in sorted(record.assignment.items()):
             if self.broker_id in replicas:
                 self.replicas.host(record.name, index, record.topic_id, config, replicas)
+
+    def _create_partition_states(self, record: TopicRecord) -> None:
+        assert self.cluster is not None
+        live = set(self.live_brokers())
+        missing = {index: initial_state(replicas, live, self.cluster.controller_epoch)
+                   for index, replicas in record.assignment.items()
+                   if self.store.get_partition_state(record.name, index) is None}
+        if missing:
+            self.store.create_partition_states(record.name, missing)
 
     def create(self, spec: TopicSpec, validate_only: bool = False) -> TopicRecord:
         validate_topic_name(spec.name)

@@ -119,7 +119,9 @@ class InternalTopic:
         return partition_for(key, self.partition_count())
 
     def hosted(self, key: str) -> Partition | None:
-        return self.replicas.find(self.name, self.partition_of(key))
+        """The key's partition if this broker leads it (coordinates the key), else None."""
+        partition = self.replicas.find(self.name, self.partition_of(key))
+        return partition if partition is not None and partition.is_leader else None
 
     def write(
         self, key: str, entries: list[tuple[bytes, bytes | None]], now_ms: int, *,

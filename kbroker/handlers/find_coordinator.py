@@ -38,6 +38,14 @@ def _coordinator(ctx: RequestContext, key: str, key_type: int) -> dict[str, Any]
         raise KafkaError(ErrorCode.INVALID_REQUEST, "empty transactional id")
     topic = ctx.broker.groups.topic if key_type == GROUP else ctx.broker.transactions.topic
     topic.ensure()
+    cluster = ctx.broker.cluster
+    if cluster is not None:
+        # The coordinator is whichever broker leads the key's partition of the internal topic.
+        state = cluster.state_of(topic.name, topic.partition_of(key))
+        address = cluster.endpoint_of(state.leader) if state is not None and state.leader >= 0 else None
+        if state is None or address is None:
+            raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        return {"node_id": state.leader, "host": address[0], "port": address[1]}
     if topic.hosted(key) is None:
         raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE)
     endpoint = ctx.broker.broker_endpoints()[0]

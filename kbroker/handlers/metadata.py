@@ -6,6 +6,7 @@ import uuid
 from typing import Any
 
 from kbroker.cluster.authorization import cluster_operations, topic_operations
+from kbroker.cluster.controller import ClusterView
 from kbroker.cluster.topics import INTERNAL_TOPICS, TopicSpec
 from kbroker.handlers import RequestContext
 from protocol.errors import ErrorCode, KafkaError
@@ -40,7 +41,7 @@ async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
         "throttle_time_ms": 0,
         "brokers": broker.broker_endpoints(),
         "cluster_id": broker.cluster_id,
-        "controller_id": broker.config.broker_id,
+        "controller_id": _controller(ctx),
         "topics": topics,
         "cluster_authorized_operations": cluster_operations(request.include_cluster_authorized_operations),
     }
@@ -94,7 +95,17 @@ def _auto_create(ctx: RequestContext, name: str) -> ErrorCode | None:
     return None
 
 
+def _controller(ctx: RequestContext) -> int:
+    cluster = ctx.broker.cluster
+    if cluster is None:
+        return ctx.broker.config.broker_id
+    return cluster.controller if cluster.controller is not None else -1
+
+
 def describe_partition(ctx: RequestContext, topic: str, index: int, replicas: list[int]) -> dict[str, Any]:
+    cluster = ctx.broker.cluster
+    if cluster is not None:
+        return _cluster_partition(cluster, topic, index, replicas)
     partition = ctx.broker.replicas.find(topic, index)
     if partition is None:
         return {
@@ -115,3 +126,17 @@ def describe_partition(ctx: RequestContext, topic: str, index: int, replicas: li
         "isr_nodes": partition.isr,
         "offline_replicas": [],
     }
+
+
+def _cluster_partition(cluster: ClusterView, topic: str, index: int, replicas: list[int]) -> dict[str, Any]:
+    """Leadership as the cluster's partition state says, with the replicas that are not alive."""
+    state = cluster.state_of(topic, index)
+    live = set(cluster.brokers)
+    offline = [r for r in replicas if r not in live]
+    if state is None or state.leader < 0 or state.leader not in live:
+        return {"error_code": ErrorCode.LEADER_NOT_AVAILABLE, "partition_index": index, "leader_id": -1,
+                "leader_epoch": state.leader_epoch if state else -1, "replica_nodes": replicas,
+                "isr_nodes": state.isr if state else [], "offline_replicas": offline}
+    return {"error_code": ErrorCode.NO_ERROR, "partition_index": index, "leader_id": state.leader,
+            "leader_epoch": state.leader_epoch, "replica_nodes": replicas, "isr_nodes": state.isr,
+            "offline_replicas": offline}

@@ -69,13 +69,16 @@ def test_a_three_broker_cluster_shares_its_topics_through_zookeeper(tmp_path: Pa
                 meta = (Path(broker["directory"]) / "logs" / "meta.properties").read_text()
                 assert f"cluster.id={cluster_id}\n" in meta
 
-            # Created through broker 2, which hosts it (replication is not built yet) ...
+            # Created through broker 2, spread over the live brokers ...
             name = f"cluster-{uuid.uuid4().hex[:8]}"
             admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{ports[2]}"})
             admin.create_topics([NewTopic(name, 2, 1, config={"retention.ms": "60000"})])[name].result(timeout=30)
             topic = json.loads(zk.get(f"/brokers/topics/{name}")[0])
             assert topic["version"] == 3
-            assert topic["partitions"] == {"0": [2], "1": [2]}
+            assert sorted(topic["partitions"]) == ["0", "1"]
+            placed = [replicas for replicas in topic["partitions"].values()]
+            assert all(len(r) == 1 for r in placed) and len({r[0] for r in placed}) == 2
+            assert {r[0] for r in placed} <= {1, 2, 3}
             assert json.loads(zk.get(f"/config/topics/{name}")[0]) == {"version": 1, "config": {"retention.ms": "60000"}}
 
             # ... and every broker knows it, with the same id, through the store.

@@ -1,0 +1,230 @@
+"""Cluster mode: every broker's view of the cluster, and the controller's leader elections.
+
+`ClusterView` runs on every broker of a ZooKeeper cluster. From the store's watches it keeps
+the live brokers and each partition's state (leader, leader epoch, ISR), turns the states of the
+partitions assigned to this broker into roles (`ReplicaManager.become_leader/_follower`, the
+equivalent of Kafka's LeaderAndIsr requests), and persists the ISR changes its leaders make with
+compare-and-set. One broker at a time is also the controller (`/controller` in ZooKeeper): when
+a leader's broker dies it elects a new leader from the live ISR (never outside it: unclean
+leader election is off) with the next leader epoch.
+
+Watch callbacks arrive on kazoo's thread and are handed to the event loop; all state here is
+touched on the loop only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from kbroker.metadata.store import (
+    BrokerRegistration,
+    MetadataConflict,
+    MetadataStore,
+    PartitionState,
+    TopicRecord,
+    Unwatch,
+)
+
+if TYPE_CHECKING:
+    from kbroker.cluster.partition import Partition
+    from kbroker.cluster.replica_manager import ReplicaManager
+    from kbroker.cluster.topics import TopicManager
+
+log = logging.getLogger("kbroker.controller")
+
+NO_LEADER = -1
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def initial_state(replicas: list[int], live: set[int], controller_epoch: int) -> PartitionState:
+    """A new partition's first leadership: its first live replica leads, live replicas are in sync."""
+    in_sync = [r for r in replicas if r in live]
+    return PartitionState(in_sync[0] if in_sync else NO_LEADER, 0, in_sync or replicas[:1], controller_epoch)
+
+
+def elect_leader(replicas: list[int], state: PartitionState, live: set[int]) -> int:
+    """Kafka's offline-partition election: the first replica (in preference order) that is alive and
+    in the ISR; none if no ISR member lives (unclean.leader.election.enable=false)."""
+    return next((r for r in replicas if r in live and r in state.isr), NO_LEADER)
+
+
+class ClusterView:
+    def __init__(self, store: MetadataStore, broker_id: int, replicas: ReplicaManager, topics: TopicManager) -> None:
+        self.store = store
+        self.broker_id = broker_id
+        self.replicas = replicas
+        self.topics = topics
+        self.brokers: dict[int, BrokerRegistration] = {}
+        self.records: dict[str, TopicRecord] = {}
+        self.states: dict[tuple[str, int], PartitionState] = {}
+        self.controller: int | None = None
+        self.controller_epoch = 0
+        self._unwatch: list[Unwatch] = []
+        self._state_watches: dict[tuple[str, int], Unwatch] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self.replicas.isr_writer = self._write_isr
+        self.replicas.endpoint_of = self.endpoint_of
+        self._unwatch.append(self.store.watch_brokers(self._hop(self._on_brokers)))
+        self._unwatch.append(self.store.watch_topics(self._hop(self._on_topics)))
+        self._unwatch.append(self.store.watch_controller(self._hop(self._on_controller)))
+
+    def stop(self) -> None:
+        for unwatch in [*self._unwatch, *self._state_watches.values()]:
+            unwatch()
+        self._unwatch.clear()
+        self._state_watches.clear()
+
+    def _hop(self, handler: Callable[..., None]) -> Callable[..., None]:
+        """A watch callback that runs `handler` on the event loop (kazoo calls from its thread)."""
+        loop = self._loop
+        assert loop is not None
+
+        def callback(*args: object) -> None:
+            if not loop.is_closed():
+                loop.call_soon_threadsafe(self._guarded, handler, *args)
+        return callback
+
+    @staticmethod
+    def _guarded(handler: Callable[..., None], *args: object) -> None:
+        try:
+            handler(*args)
+        except Exception:
+            log.exception("handling a cluster change failed")
+
+    # -- lookups ------------------------------------------------------------------------------
+
+    def live_broker_ids(self) -> list[int]:
+        return sorted(self.brokers)
+
+    def endpoint_of(self, broker_id: int) -> tuple[str, int] | None:
+        registration = self.brokers.get(broker_id)
+        if registration is None or not registration.endpoints:
+            return None
+        endpoint = registration.endpoints[0]
+        return endpoint.host, endpoint.port
+
+    def state_of(self, topic: str, index: int) -> PartitionState | None:
+        return self.states.get((topic, index))
+
+    # -- watches ------------------------------------------------------------------------------
+
+    def _on_brokers(self, brokers: dict[int, BrokerRegistration]) -> None:
+        gone = set(self.brokers) - set(brokers)
+        self.brokers = dict(brokers)
+        if gone:
+            log.info("brokers %s went away; live: %s", sorted(gone), sorted(brokers))
+        self._elect_offline_leaders()
+
+    def _on_controller(self, controller: int | None) -> None:
+        self.controller = controller
+        if controller is None:
+            epoch = self.store.try_become_controller(self.broker_id)
+            if epoch is not None:
+                self.controller, self.controller_epoch = self.broker_id, epoch
+                log.info("broker %d is the controller (epoch %d)", self.broker_id, epoch)
+        self._elect_offline_leaders()
+
+    def _on_topics(self, names: set[str]) -> None:
+        for name in set(self.records) - names:
+            self._forget_topic(name)
+        for name in names - set(self.records):
+            record = self.store.get_topic(name)
+            if record is not None:
+                self._add_topic(record)
+
+    def _add_topic(self, record: TopicRecord) -> None:
+        self.records[record.name] = record
+        for index in record.assignment:
+            key = (record.name, index)
+            if key not in self._state_watches:
+                self._state_watches[key] = self.store.watch_partition_state(
+                    record.name, index, self._hop(lambda state, key=key: self._on_state(key, state)))
+
+    def _forget_topic(self, name: str) -> None:
+        record = self.records.pop(name)
+        for index in record.assignment:
+            unwatch = self._state_watches.pop((name, index), None)
+            if unwatch is not None:
+                unwatch()
+            self.states.pop((name, index), None)
+            if self.replicas.find(name, index) is not None:
+                self.replicas.stop_replica(name, index, delete=True)
+
+    def _on_state(self, key: tuple[str, int], state: PartitionState | None) -> None:
+        if state is None:
+            return
+        self.states[key] = state
+        self._apply_role(key, state)
+        if state.leader == NO_LEADER or state.leader not in self.brokers:
+            self._elect_offline_leaders()
+
+    def _apply_role(self, key: tuple[str, int], state: PartitionState) -> None:
+        topic, index = key
+        record = self.records.get(topic)
+        if record is None:
+            return
+        replicas = record.assignment.get(index, [])
+        if self.broker_id not in replicas:
+            return
+        config = self.topics.log_config(record.configs)
+        if state.leader == self.broker_id:
+            self.replicas.become_leader(topic, index, record.topic_id, config, state.leader_epoch, replicas,
+                                        state.isr, now_ms())
+        else:
+            self.replicas.become_follower(topic, index, record.topic_id, config, state.leader, state.leader_epoch,
+                                          replicas, state.isr)
+
+    # -- the controller's work ----------------------------------------------------------------
+
+    def _elect_offline_leaders(self) -> None:
+        if self.controller != self.broker_id or not self.brokers:
+            return
+        live = set(self.brokers)
+        for (topic, index), state in list(self.states.items()):
+            if state.leader != NO_LEADER and state.leader in live:
+                continue
+            record = self.records.get(topic)
+            if record is None:
+                continue
+            leader = elect_leader(record.assignment[index], state, live)
+            if leader == NO_LEADER and state.leader == NO_LEADER:
+                continue  # still offline: wait for an ISR member to come back
+            # Without a live ISR member the partition goes offline and its ISR stays as it was, as in
+            # Kafka, so an ISR member that returns can lead again with all acknowledged data.
+            isr = [r for r in state.isr if r in live] if leader != NO_LEADER else state.isr
+            new_state = PartitionState(leader, state.leader_epoch + 1, isr, self.controller_epoch)
+            try:
+                self.store.set_partition_state(topic, index, new_state, state.version)
+            except MetadataConflict:
+                continue  # the state moved on; its watch brings the new one and another look
+            log.info("%s-%d: leader %d -> %d (epoch %d), ISR %s", topic, index, state.leader, leader,
+                     new_state.leader_epoch, isr)
+
+    # -- ISR changes by this broker's leaders ---------------------------------------------------
+
+    def _write_isr(self, partition: Partition, isr: list[int]) -> bool:
+        key = (partition.topic, partition.index)
+        state = self.states.get(key)
+        if state is None or state.leader != self.broker_id or state.leader_epoch != partition.leader_epoch:
+            return False
+        new_state = PartitionState(state.leader, state.leader_epoch, list(isr), state.controller_epoch)
+        try:
+            version = self.store.set_partition_state(partition.topic, partition.index, new_state, state.version)
+        except MetadataConflict:
+            return False
+        self.states[key] = PartitionState(new_state.leader, new_state.leader_epoch, new_state.isr,
+                                          new_state.controller_epoch, version)
+        log.info("%s: ISR is now %s", partition.name, isr)
+        return True

@@ -1,0 +1,143 @@
+"""Three real brokers on a real ZooKeeper: replicated topics, leader failover under load, and
+min.insync.replicas. (Bounded versions of issue 5's acceptance tests; the soak repeats more.)"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from kbroker.client import Client
+from protocol.errors import ErrorCode, KafkaError
+from protocol.record_batch import Record, encode_batch
+from tests.brokers import BrokerProcess
+
+LAG_SETTINGS = {"replica.lag.time.max.ms": "3000", "replica.fetch.wait.max.ms": "100",
+                "replica.fetch.backoff.ms": "100", "zookeeper.session.timeout.ms": "4000",
+                "group.initial.rebalance.delay.ms": "0"}
+
+
+@pytest.fixture
+def cluster(tmp_path: Path, zk_connect: str) -> Iterator[list[BrokerProcess]]:
+    brokers = [BrokerProcess(tmp_path / f"b{i}", overrides={"broker.id": str(i), "zookeeper.connect": zk_connect,
+                                                             **LAG_SETTINGS}).start()
+               for i in range(3)]
+    yield brokers
+    for broker in brokers:
+        broker.kill()
+
+
+def bootstrap(brokers: list[BrokerProcess]) -> str:
+    return ",".join(b.bootstrap for b in brokers if b.alive)
+
+
+def wait_until(condition: Callable[[], bool], timeout_s: float = 30.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"{what} not reached in {timeout_s} s"
+        time.sleep(0.1)  # polling the cluster's state: nothing pushes it to the test
+
+
+def partition_info(brokers: list[BrokerProcess], topic: str) -> dict[int, tuple[int, list[int], list[int]]]:
+    """partition -> (leader, replicas, isr) as a live broker's Metadata says."""
+    with Client(bootstrap(brokers)) as client:
+        meta = client.metadata([topic], refresh=True).topic(topic)
+        return {i: (p.leader, sorted(p.replicas), sorted(p.isr)) for i, p in meta.partitions.items()}
+
+
+def create_replicated_topic(brokers: list[BrokerProcess], name: str, partitions: int) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap(brokers)})
+    futures = admin.create_topics([NewTopic(name, partitions, 3, config={"min.insync.replicas": "2"})])
+    futures[name].result(30)
+    wait_until(lambda: all(len(isr) == 3 and leader >= 0
+                           for leader, _, isr in partition_info(brokers, name).values()), what="a full ISR")
+
+
+def read_all(brokers: list[BrokerProcess], topic: str, partitions: int, expected: int) -> dict[int, list[bytes]]:
+    consumer = Consumer({"bootstrap.servers": bootstrap(brokers), "group.id": f"check-{random.random()}",
+                         "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    values: dict[int, list[bytes]] = {p: [] for p in range(partitions)}
+    deadline = time.monotonic() + 60
+    while sum(map(len, values.values())) < expected and time.monotonic() < deadline:
+        message = consumer.poll(0.5)
+        if message is not None and message.error() is None:
+            values[message.partition()].append(message.value())
+    consumer.close()
+    return values
+
+
+def test_replicated_topic_has_a_leader_and_full_isr_on_every_broker(cluster: list[BrokerProcess]) -> None:
+    create_replicated_topic(cluster, "spread", 3)
+    info = partition_info(cluster, "spread")
+    assert sorted(leader for leader, _, _ in info.values()) == [0, 1, 2]  # leaders spread over the brokers
+    assert all(replicas == [0, 1, 2] for _, replicas, _ in info.values())
+    with Client(cluster[0].bootstrap) as client:
+        assert sorted(client.metadata(refresh=True).brokers) == [0, 1, 2]
+
+
+def test_acknowledged_messages_survive_leader_kills(cluster: list[BrokerProcess]) -> None:
+    topic, partitions = "durable", 2
+    create_replicated_topic(cluster, topic, partitions)
+    producer = Producer({"bootstrap.servers": bootstrap(cluster), "acks": "all", "enable.idempotence": True,
+                         "linger.ms": 5, "message.timeout.ms": 60000, "retry.backoff.ms": 100})
+    acked: dict[int, list[bytes]] = {p: [] for p in range(partitions)}
+    failed: list[object] = []
+
+    def delivered(error: object, message: object) -> None:
+        if error is None:
+            acked[message.partition()].append(message.value())  # type: ignore[attr-defined]
+        else:
+            failed.append(error)
+
+    sent = 0
+    for round_ in range(3):
+        for _ in range(300):
+            producer.produce(topic, f"m{sent}".encode(), partition=sent % partitions, on_delivery=delivered)
+            sent += 1
+            producer.poll(0)
+        producer.flush(60)
+        leader = partition_info(cluster, topic)[round_ % partitions][0]
+        victim = cluster[leader]
+        victim.kill()  # kill -9 the leader of a partition while the producer keeps going
+        for _ in range(300):
+            producer.produce(topic, f"m{sent}".encode(), partition=sent % partitions, on_delivery=delivered)
+            sent += 1
+            producer.poll(0)
+        assert producer.flush(60) == 0
+        victim.start()
+        wait_until(lambda: all(len(isr) == 3 for _, _, isr in partition_info(cluster, topic).values()),
+                   what="the restarted broker back in the ISR")
+    assert failed == []
+    stored = read_all(cluster, topic, partitions, sent)
+    for p in range(partitions):
+        assert stored[p] == acked[p]  # every acknowledged message, once, in order
+    assert sum(map(len, stored.values())) == sent
+
+
+def test_not_enough_replicas_when_two_of_three_are_down(cluster: list[BrokerProcess]) -> None:
+    topic = "strict"
+    create_replicated_topic(cluster, topic, 1)
+    leader = partition_info(cluster, topic)[0][0]
+    producer = Producer({"bootstrap.servers": bootstrap(cluster), "acks": "all", "message.timeout.ms": 5000})
+    producer.produce(topic, b"before")
+    assert producer.flush(30) == 0
+    others = [b for i, b in enumerate(cluster) if i != leader]
+    for broker in others:
+        broker.kill()
+    wait_until(lambda: partition_info(cluster, topic)[0][2] == [leader], what="the ISR shrinking to the leader")
+    # Clients retry NOT_ENOUGH_REPLICAS until their timeout; the broker's answer itself is this:
+    with Client(bootstrap(cluster)) as client, pytest.raises(KafkaError) as refused:
+        client.produce(topic, 0, encode_batch([Record(0, int(time.time() * 1000), None, b"refused")]), acks=-1)
+    assert refused.value.code == ErrorCode.NOT_ENOUGH_REPLICAS
+    assert read_all(cluster, topic, 1, 1)[0] == [b"before"]  # committed data is still readable
+    others[0].start()
+    wait_until(lambda: len(partition_info(cluster, topic)[0][2]) == 2, what="a second ISR member")
+    writer = Producer({"bootstrap.servers": bootstrap(cluster), "acks": "all"})
+    writer.produce(topic, b"after")
+    assert writer.flush(30) == 0  # writes resume once the ISR is back at min.insync.replicas
