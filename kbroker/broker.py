@@ -10,13 +10,14 @@ from pathlib import Path
 from typing import Any
 
 from kbroker.cluster.configs import ConfigService
-from kbroker.cluster.controller import ClusterView
+from kbroker.cluster.controller import ClusterView, MarkerSender
 from kbroker.cluster.producer_ids import ProducerIdManager
 from kbroker.cluster.replica_fetcher import FetcherConfig
 from kbroker.cluster.replica_manager import ReplicaManager
 from kbroker.cluster.topics import TopicManager
 from kbroker.config import BrokerConfig, load_or_create_meta
 from kbroker.coordinator.group_coordinator import GroupConfig, GroupCoordinator
+from kbroker.coordinator.offsets_topic import TOPIC as OFFSETS_TOPIC
 from kbroker.coordinator.offsets_topic import InternalTopic, OffsetsTopic
 from kbroker.coordinator.txn_coordinator import TOPIC as TRANSACTION_TOPIC
 from kbroker.coordinator.txn_coordinator import TransactionCoordinator, TxnConfig
@@ -139,8 +140,21 @@ class Broker:
         # Once it can be reached: the other brokers (and the controller) learn of it now.
         await self._register()
         if self.cluster is not None:
+            self.transactions.remote_markers = MarkerSender(self.cluster, self.config.broker_id)
+            self.cluster.on_leadership_change = self._on_leadership_change
             self.cluster.start()
         self._ticker = asyncio.create_task(self._tick_forever())
+
+    def _on_leadership_change(self, topic: str, index: int, leads: bool) -> None:
+        """Coordinator failover: the new leader of an internal partition replays it and takes over
+        its groups or transactional ids; the old one lets them go."""
+        coordinator = {OFFSETS_TOPIC: self.groups, TRANSACTION_TOPIC: self.transactions}.get(topic)
+        if coordinator is None:
+            return
+        if leads:
+            coordinator.load(index)
+        else:
+            coordinator.unload(index)
 
     async def _register(self) -> None:
         """Announce this broker. After a crash its previous ZooKeeper session may still hold the

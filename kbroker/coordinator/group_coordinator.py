@@ -82,12 +82,14 @@ class GroupCoordinator:
 
     # -- startup ---------------------------------------------------------------------------------
 
-    def load(self) -> None:
-        """Rebuild groups and offsets from `__consumer_offsets` (called once the logs are open)."""
+    def load(self, only: int | None = None) -> None:
+        """Rebuild groups and offsets from `__consumer_offsets` (called once the logs are open):
+        every partition this broker leads, or partition `only` when it just became its leader."""
         if not self.topic.exists():
             return
         records: dict[str, GroupValue | None] = {}
-        for item in self.topic.replay():
+        loaded_before = set(self.groups)
+        for item in self.topic.replay(only):
             if isinstance(item, Marker):
                 self._finish_pending(item.producer_id, item.committed, item.partition)
                 continue
@@ -113,7 +115,29 @@ class GroupCoordinator:
                 del self.offsets[group_id]
             elif group_id not in self.groups:
                 self.groups[group_id] = Group(group_id, state_timestamp_ms=-1)
-        log.info("loaded %d groups and the offsets of %d groups", len(self.groups), len(self.offsets))
+        if only is not None:
+            for group_id in set(self.groups) - loaded_before:
+                for member in self.groups[group_id].members.values():
+                    self._touch(self.groups[group_id], member)
+        where = "" if only is None else f" from partition {only}"
+        log.info("loaded %d groups and the offsets of %d groups%s", len(self.groups) - len(loaded_before),
+                 len(self.offsets), where)
+
+    def unload(self, partition: int) -> None:
+        """This broker no longer leads `partition` of `__consumer_offsets`: forget its groups
+        (their members find the new coordinator), as Kafka's coordinator does on resignation."""
+        for group_id in [g for g in self.groups if self.topic.partition_of(g) == partition]:
+            group = self.groups.pop(group_id)
+            if group.join_timer is not None:
+                group.join_timer.cancel()
+            for member in group.members.values():
+                if member.session_timer is not None:
+                    member.session_timer.cancel()
+        for group_id in [g for g in self.offsets if self.topic.partition_of(g) == partition]:
+            del self.offsets[group_id]
+        for by_group in self.pending.values():
+            for group_id in [g for g in by_group if self.topic.partition_of(g) == partition]:
+                del by_group[group_id]
 
     def _restore(self, group_id: str, value: GroupValue) -> Group:
         group = Group(

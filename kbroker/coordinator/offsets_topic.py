@@ -44,6 +44,7 @@ log = logging.getLogger("kbroker.coordinator")
 
 TOPIC = "__consumer_offsets"
 READ_CHUNK_BYTES = 1 << 20
+REPLICATION_TIMEOUT_S = 5.0  # offsets.commit.timeout.ms
 
 
 def java_string_hash(text: str) -> int:
@@ -140,9 +141,26 @@ class InternalTopic:
                              base_sequence=0 if transactional else -1, transactional=transactional)
         partition.append_as_leader(batch, now_ms, origin=AppendOrigin.COORDINATOR)
 
-    def batches(self) -> Iterator[tuple[Partition, RecordBatch]]:
-        """Every batch of every hosted partition, in log order."""
+    async def wait_replicated(self, key: str, timeout_s: float = REPLICATION_TIMEOUT_S) -> int:
+        """What acks=all gives a producer, for the coordinator's own writes: an error code once
+        everything written to `key`'s partition is on every in-sync replica (immediate on one
+        node). Kafka answers a commit that could not be replicated with COORDINATOR_NOT_AVAILABLE."""
+        partition = self.hosted(key)
+        if partition is None:
+            return ErrorCode.NOT_COORDINATOR
+        code = await partition.wait_for_replication(partition.log_end_offset, timeout_s)
+        if code in (ErrorCode.NOT_ENOUGH_REPLICAS, ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+                    ErrorCode.REQUEST_TIMED_OUT):
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        if code == ErrorCode.NOT_LEADER_OR_FOLLOWER:
+            return ErrorCode.NOT_COORDINATOR
+        return code
+
+    def batches(self, only: int | None = None) -> Iterator[tuple[Partition, RecordBatch]]:
+        """Every batch of every partition this broker leads (or of partition `only`), in log order."""
         for partition in self.replicas.partitions_of(self.name):
+            if not partition.is_leader or (only is not None and partition.index != only):
+                continue
             log_ = partition.log
             offset = log_.log_start_offset
             while offset < log_.log_end_offset:
@@ -174,9 +192,9 @@ class OffsetsTopic(InternalTopic):
     def group_entry(group_id: str, value: GroupValue | None) -> tuple[bytes, bytes | None]:
         return encode_group_key(group_id), encode_group_value(value) if value is not None else None
 
-    def replay(self) -> Iterator[Replayed | Marker]:
-        """Records and transaction markers of every hosted partition, in log order."""
-        for partition, batch in self.batches():
+    def replay(self, only: int | None = None) -> Iterator[Replayed | Marker]:
+        """Records and transaction markers of every led partition (or of `only`), in log order."""
+        for partition, batch in self.batches(only):
             if batch.is_control:
                 marker = _marker(batch, partition.index)
                 if marker is not None:

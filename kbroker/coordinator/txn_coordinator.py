@@ -14,8 +14,10 @@ producer, and aborts what it left open.
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -102,21 +104,30 @@ class TransactionCoordinator:
         self.groups = groups
         self.partition_exists = partition_exists  # (topic, partition) -> bool
         self.transactions: dict[str, TxnMetadata] = {}
+        # In a cluster: (partitions, producer id, epoch, committed) -> markers written on their leaders.
+        self.remote_markers: Callable[[list[tuple[str, int]], int, int, bool], Awaitable[None]] | None = None
+        self._marker_tasks: set[asyncio.Task[None]] = set()
 
     # -- startup ---------------------------------------------------------------------------------
 
-    def load(self) -> None:
-        """Rebuild every transactional id from the log and finish transactions caught mid-commit."""
+    def load(self, only: int | None = None) -> None:
+        """Rebuild the transactional ids of the partitions this broker leads (or of partition
+        `only`, just taken over) and finish transactions caught mid-commit."""
         if not self.topic.exists():
             return
-        for partition, batch in self.topic.batches():
+        for partition, batch in self.topic.batches(only):
             for record in batch.records:
                 self._replay(partition.name, record.key, record.value)
-        for txn in self.transactions.values():
+        for txn in list(self.transactions.values()):
             if txn.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
                 log.info("completing transaction %s left in %s", txn.transactional_id, txn.state.display)
                 self._write_markers_and_complete(txn)
         log.info("loaded %d transactional ids", len(self.transactions))
+
+    def unload(self, partition: int) -> None:
+        """Another broker coordinates `partition` of `__transaction_state` now."""
+        for transactional_id in [t for t in self.transactions if self.topic.partition_of(t) == partition]:
+            del self.transactions[transactional_id]
 
     def _replay(self, where: str, key: bytes | None, value: bytes | None) -> None:
         if key is None:
@@ -160,6 +171,9 @@ class TransactionCoordinator:
             # The previous incarnation left a transaction open: fence it and abort what it wrote.
             self._bump_epoch(txn)
             self._end(txn, committed=False)
+            if txn.state == TxnState.PREPARE_ABORT:
+                # Markers are on their way to other brokers: the producer retries, as with Kafka.
+                raise KafkaError(E.CONCURRENT_TRANSACTIONS)
         else:
             self._bump_epoch(txn)
         txn.timeout_ms = timeout_ms
@@ -201,6 +215,8 @@ class TransactionCoordinator:
             raise KafkaError(E.INVALID_TXN_STATE, "a transactional write without a transactional id")
         code = self.add_partitions(transactional_id, producer_id, producer_epoch, [(topic, partition)],
                                    verify_only=True)[(topic, partition)]
+        if code == E.NOT_COORDINATOR and self.remote_markers is not None:
+            return  # coordinated by another broker: asking it (AddPartitionsToTxn verify_only) is to come
         if code in (E.NOT_COORDINATOR, E.COORDINATOR_NOT_AVAILABLE, E.COORDINATOR_LOAD_IN_PROGRESS,
                     E.CONCURRENT_TRANSACTIONS):
             raise KafkaError(E.NOT_ENOUGH_REPLICAS, "transaction verification is not possible yet")  # retriable
@@ -259,17 +275,40 @@ class TransactionCoordinator:
                  len(txn.partition_list()))
 
     def _write_markers_and_complete(self, txn: TxnMetadata) -> None:
+        """Markers to every partition of the transaction, then Complete*. Partitions led here get
+        theirs at once; those led by other brokers get WriteTxnMarkers from a background task, and
+        the transaction stays in Prepare* (CONCURRENT_TRANSACTIONS to its producer) until then."""
         committed = txn.state == TxnState.PREPARE_COMMIT
         now = now_ms()
+        remote = []
         for topic, index in txn.partition_list():
+            partition = self.replicas.find(topic, index)
+            if self.remote_markers is not None and (partition is None or not partition.is_leader):
+                remote.append((topic, index))
+                continue
             try:
                 write_marker(self.replicas, self.groups, topic, index, txn.producer_id, txn.producer_epoch,
                              COORDINATOR_EPOCH, committed, now)
             except KafkaError as e:
                 if e.code != E.UNKNOWN_TOPIC_OR_PARTITION:  # deleted since it joined the transaction
                     raise
+        if remote and self.remote_markers is not None:
+            task = asyncio.get_running_loop().create_task(self._complete_remotely(txn, remote, committed))
+            self._marker_tasks.add(task)
+            task.add_done_callback(self._marker_tasks.discard)
+            return
+        self._complete(txn, committed)
+
+    def _complete(self, txn: TxnMetadata, committed: bool) -> None:
         txn.partitions = {}
         self._persist(txn, TxnState.COMPLETE_COMMIT if committed else TxnState.COMPLETE_ABORT)
+
+    async def _complete_remotely(self, txn: TxnMetadata, partitions: list[tuple[str, int]], committed: bool) -> None:
+        assert self.remote_markers is not None
+        epoch = (txn.producer_id, txn.producer_epoch)
+        await self.remote_markers(partitions, txn.producer_id, txn.producer_epoch, committed)
+        if self.transactions.get(txn.transactional_id) is txn and (txn.producer_id, txn.producer_epoch) == epoch:
+            self._complete(txn, committed)
 
     # -- timeouts and queries --------------------------------------------------------------------
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from kbroker.handlers import RequestContext
-from protocol.errors import ErrorCode, KafkaError
+from protocol.errors import KafkaError
 
 API_KEY = 26
 MIN_VERSION = 0
@@ -19,4 +19,6 @@ async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
         )
     except KafkaError as e:
         return {"throttle_time_ms": 0, "error_code": ctx.fenced_code(e.code, known_since=2)}
-    return {"throttle_time_ms": 0, "error_code": ErrorCode.NO_ERROR}
+    # The outcome is acknowledged once __transaction_state has it on every in-sync replica.
+    code = await ctx.broker.transactions.topic.wait_replicated(request.transactional_id)
+    return {"throttle_time_ms": 0, "error_code": code}

@@ -25,6 +25,9 @@ async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
         )
     except KafkaError as e:
         return _result(ctx.fenced_code(e.code, known_since=4), -1, -1)
+    code = await ctx.broker.transactions.topic.wait_replicated(request.transactional_id)
+    if code != ErrorCode.NO_ERROR:
+        return _result(code, -1, -1)
     return _result(ErrorCode.NO_ERROR, producer_id, epoch)
 
 

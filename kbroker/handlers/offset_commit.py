@@ -6,6 +6,7 @@ from typing import Any
 
 from kbroker.coordinator.group_coordinator import OffsetCommit
 from kbroker.handlers import RequestContext
+from protocol.errors import ErrorCode
 
 API_KEY = 8
 MIN_VERSION = 0
@@ -22,8 +23,13 @@ async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
     generation = request.generation_id_or_member_epoch if ctx.version >= 1 else -1
     member_id = request.member_id if ctx.version >= 1 else ""
     errors = iter(ctx.broker.groups.commit(request.group_id, generation, member_id, request.group_instance_id, commits))
+    codes = list(errors)
+    if ErrorCode.NO_ERROR in codes:  # acknowledged only once the commit is replicated
+        replicated = await ctx.broker.groups.topic.wait_replicated(request.group_id)
+        codes = [replicated if code == ErrorCode.NO_ERROR else code for code in codes]
+    results = iter(codes)
     topics = [
-        {"name": t.name, "partitions": [{"partition_index": p.partition_index, "error_code": next(errors)}
+        {"name": t.name, "partitions": [{"partition_index": p.partition_index, "error_code": next(results)}
                                         for p in t.partitions]}
         for t in request.topics
     ]

@@ -12,7 +12,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from kbroker.client import Client
+from kbroker.client import TRANSACTION_KEY, Client
 from protocol.errors import ErrorCode, KafkaError
 from protocol.record_batch import Record, encode_batch
 from tests.brokers import BrokerProcess
@@ -141,3 +141,73 @@ def test_not_enough_replicas_when_two_of_three_are_down(cluster: list[BrokerProc
     writer = Producer({"bootstrap.servers": bootstrap(cluster), "acks": "all"})
     writer.produce(topic, b"after")
     assert writer.flush(30) == 0  # writes resume once the ISR is back at min.insync.replicas
+
+
+def test_a_consumer_group_and_a_transaction_survive_their_coordinators_death(cluster: list[BrokerProcess]) -> None:
+    topic = "work"
+    create_replicated_topic(cluster, topic, 3)
+    producer = Producer({"bootstrap.servers": bootstrap(cluster), "acks": "all"})
+    for i in range(300):
+        producer.produce(topic, f"w{i}".encode(), partition=i % 3)
+    assert producer.flush(30) == 0
+
+    def consumer() -> Consumer:
+        c = Consumer({"bootstrap.servers": bootstrap(cluster), "group.id": "survivors", "enable.auto.commit": False,
+                      "auto.offset.reset": "earliest", "isolation.level": "read_committed"})
+        c.subscribe([topic])
+        return c
+
+    first = consumer()
+    seen: list[bytes] = []
+    while len(seen) < 150:
+        message = first.poll(1.0)
+        if message is not None and message.error() is None:
+            seen.append(message.value())
+    first.commit(asynchronous=False)
+    committed = {tp.partition: tp.offset for tp in first.committed([TopicPartition(topic, p) for p in range(3)])}
+    first.close()
+    with Client(bootstrap(cluster)) as client:
+        coordinator = client.find_coordinator("survivors").node_id
+    cluster[coordinator].kill()
+
+    second = consumer()
+    resumed = {tp.partition: tp.offset
+               for tp in second.committed([TopicPartition(topic, p) for p in range(3)], timeout=30)}
+    assert resumed == committed  # the new coordinator replayed the replicated offsets
+    rest: list[bytes] = []
+    deadline = time.monotonic() + 60
+    while len(rest) < 300 - len(seen) and time.monotonic() < deadline:
+        message = second.poll(1.0)
+        if message is not None and message.error() is None:
+            rest.append(message.value())
+    second.close()
+    assert sorted(seen + rest) == sorted(f"w{i}".encode() for i in range(300))  # nothing read twice
+
+    # A transactional producer whose coordinator dies: a new incarnation fences the old one and commits.
+    cluster[coordinator].start()  # min.insync.replicas=2 needs two brokers once the next one dies
+    wait_until(lambda: all(len(isr) == 3 for _, _, isr in partition_info(cluster, topic).values()),
+               what="the restarted broker back in the ISR")
+    txn_id = "survivor-tx"
+    tx = Producer({"bootstrap.servers": bootstrap(cluster), "transactional.id": txn_id})
+    tx.init_transactions(30)
+    tx.begin_transaction()
+    tx.produce(topic, b"open", partition=0)
+    tx.flush(30)
+    with Client(bootstrap(cluster)) as client:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                txn_coordinator = client._find_coordinator(txn_id, TRANSACTION_KEY).node_id
+                break
+            except KafkaError:
+                assert time.monotonic() < deadline
+                time.sleep(0.2)
+    cluster[txn_coordinator].kill()
+    again = Producer({"bootstrap.servers": bootstrap(cluster), "transactional.id": txn_id})
+    again.init_transactions(60)  # the new coordinator aborts the open transaction
+    again.begin_transaction()
+    for p in range(3):  # leaders on every broker: markers go to other brokers as WriteTxnMarkers
+        again.produce(topic, b"committed", partition=p)
+    again.commit_transaction(60)
+    stored = read_all(cluster, topic, 3, 303)  # read_committed (librdkafka's default): needs every marker
+    assert [v for p in range(3) for v in stored[p] if not v.startswith(b"w")] == [b"committed"] * 3
