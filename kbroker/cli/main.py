@@ -7,6 +7,7 @@ import os
 import sys
 from collections.abc import Callable
 
+from kbroker.bench import cli as bench
 from kbroker.cli import configs, console_consumer, console_producer, consumer_groups, start, topics
 from kbroker.cli.common import CommandError, describe_error
 from kbroker.client import BrokerUnreachable
@@ -26,6 +27,8 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callab
                          console_consumer.add_arguments, console_consumer.run),
     "consumer-groups": ("list, describe, reset offsets of and delete consumer groups (like kafka-consumer-groups.sh)",
                         consumer_groups.add_arguments, consumer_groups.run),
+    "bench": ("benchmark kbroker against librdkafka's mock cluster (throughput, latency, memory)",
+              bench.add_arguments, bench.run),
 }
 
 
