@@ -323,6 +323,7 @@ def run(args: argparse.Namespace) -> int:
     if args.runs < 1:
         print("error: --runs must be at least 1", file=sys.stderr)
         return 1
+    args.out.mkdir(parents=True, exist_ok=True)  # py-spy writes its samples there during the run
     ui = make_ui(args.quiet)
     session = Session(args, ui)
     started = time.time()

@@ -123,12 +123,19 @@ def produce(ch: Channel, bootstrap: str, topic: str, message_size: int, duration
 
 def consume(ch: Channel, bootstrap: str, topic: str, partitions: int, passes: int, message_size: int,
             config: dict[str, Any]) -> dict[str, Any]:
-    """Read every message of the topic `passes` times (assign, no group: no rebalance to wait for)."""
+    """Read every message of the topic `passes` times (assign, no group: no rebalance to wait for).
+
+    Each pass has a consumer of its own, connected beforehand: one consumer re-assigned for the
+    next pass would first wait out the long-poll fetch it left at the end of the log
+    (fetch.wait.max.ms), which would measure the client's setting, not the broker.
+    """
     from confluent_kafka import Consumer, TopicPartition
 
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": BENCH_GROUP, "enable.auto.commit": False,
-                         "enable.partition.eof": False, **config})
-    marks = [consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30) for p in range(partitions)]
+    consumers = [Consumer({"bootstrap.servers": bootstrap, "group.id": BENCH_GROUP, "enable.auto.commit": False,
+                           "enable.partition.eof": False, **config}) for _ in range(passes)]
+    marks = [consumers[0].get_watermark_offsets(TopicPartition(topic, p), timeout=30) for p in range(partitions)]
+    for consumer in consumers[1:]:
+        consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=30)  # connects it
     per_pass = sum(high - low for low, high in marks)
     if per_pass <= 0:
         raise WorkerError(f"{topic} is empty")
@@ -138,7 +145,7 @@ def consume(ch: Channel, bootstrap: str, topic: str, partitions: int, passes: in
     cpu_start = time.process_time()
     first_message: float | None = None
     total = 0
-    for _ in range(passes):
+    for consumer in consumers:
         consumer.assign([TopicPartition(topic, p, low) for p, (low, _high) in enumerate(marks)])
         got = 0
         last_progress = time.monotonic()
@@ -159,10 +166,10 @@ def consume(ch: Channel, bootstrap: str, topic: str, partitions: int, passes: in
             last_progress = now
             ch.progress(total + got)
         total += got
-        consumer.unassign()
     end = time.monotonic()
     cpu_s = time.process_time() - cpu_start
-    consumer.close()
+    for consumer in consumers:
+        consumer.close()
     return {"messages": total, "bytes": total * message_size, "start": start, "end": end,
             "first_message": first_message, "per_pass": per_pass, "cpu_s": cpu_s}
 
