@@ -333,9 +333,11 @@ def run(args: argparse.Namespace) -> int:
         "benchmark": args.benchmark, "runs": args.runs, "machine": report.machine(),
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
     }
+    from confluent_kafka import KafkaException
+
     try:
         results.update(BENCHMARKS[args.benchmark](session, args))
-    except (BenchError, WorkerError, ServerError) as e:
+    except (BenchError, WorkerError, ServerError, KafkaException) as e:
         ui.close()
         print(f"error: {e}", file=sys.stderr)
         return 1

@@ -92,10 +92,12 @@ class _AdminTopics:
         if self._admin is None:
             from confluent_kafka.admin import AdminClient
 
-            self._admin = AdminClient({"bootstrap.servers": bootstrap})
+            # Creating thousands of partitions can take kbroker minutes (docs/performance.md);
+            # librdkafka otherwise gives up on any request after socket.timeout.ms (60 s).
+            self._admin = AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 300_000})
         return self._admin
 
-    def create(self, bootstrap: str, topics: dict[str, int], timeout_s: float = 600) -> None:
+    def create(self, bootstrap: str, topics: dict[str, int], timeout_s: float = 300) -> None:
         from confluent_kafka.admin import NewTopic
 
         admin = self._admin_client(bootstrap)
