@@ -88,10 +88,10 @@ def _short(frame: str) -> str:
     match = _FRAME.match(frame)
     if not match:
         return frame
-    path = match.group("file")
+    path = "/" + match.group("file")  # py-spy gives paths under the working directory relative
     for anchor in ("/kbroker/", "/protocol/", "/asyncio/", "/construct/"):
         if anchor in path:
-            path = path[path.index(anchor) + 1:]
+            path = path[path.rindex(anchor) + 1:]
             break
     else:
         path = Path(path).name

@@ -195,12 +195,12 @@ def _memory(plt: Any, out: Path, memory: dict[str, Any]) -> str:
 
 def _profile(plt: Any, out: Path, profile: dict[str, Any]) -> str:
     rows = profile["self"][:15][::-1]
-    fig, ax = plt.subplots(figsize=(9, 5.5))
-    ax.barh([r["function"][:70] for r in rows], [r["share"] * 100 for r in rows], color="tab:blue")
+    fig, ax = plt.subplots(figsize=(10, 5.5))
+    ax.barh([r["function"][:72] for r in rows], [r["share"] * 100 for r in rows], color="tab:blue")
     ax.set_xlabel("% of busy samples (self time)")
-    ax.set_title(f"kbroker during the produce benchmark: top self time ({profile['samples']:,} samples)")
+    ax.set_title(f"kbroker during the produce benchmark\ntop self time, {profile['samples']:,} py-spy samples")
     ax.tick_params(axis="y", labelsize=7)
-    fig.tight_layout()
+    fig.subplots_adjust(left=0.42, right=0.97, top=0.88, bottom=0.1)
     fig.savefig(out / "profile-produce.png", dpi=110)
     plt.close(fig)
     return "profile-produce.png"
