@@ -7,6 +7,7 @@ import os
 import sys
 from collections.abc import Callable
 
+from kbroker.bench import cli as bench
 from kbroker.cli import (
     cluster,
     configs,
@@ -39,6 +40,8 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callab
                         consumer_groups.add_arguments, consumer_groups.run),
     "transactions": ("list, describe and abort hanging transactions (like kafka-transactions.sh)",
                      transactions.add_arguments, transactions.run),
+    "bench": ("benchmark kbroker against librdkafka's mock cluster (throughput, latency, memory)",
+              bench.add_arguments, bench.run),
 }
 
 

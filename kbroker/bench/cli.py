@@ -1,0 +1,370 @@
+"""`kbroker bench BENCHMARK [options]`: run benchmarks, write DIR/results.json, plots and summary.md."""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from kbroker.bench import benchmarks, report
+from kbroker.bench.benchmarks import MIB, BenchError, Env
+from kbroker.bench.servers import (
+    ExternalServer,
+    KbrokerServer,
+    MockServer,
+    Server,
+    ServerError,
+    kafka_reference_status,
+    new_data_dir,
+)
+from kbroker.bench.ui import UI, make_ui
+from kbroker.bench.workers import WorkerError
+from kbroker.config import parse_properties as parse_properties_file
+
+PROJECT_CONF = Path(__file__).resolve().parents[2] / "conf"
+COMPRESSIONS = ("none", "gzip", "snappy", "lz4", "zstd")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--out", type=Path, default=Path("bench-results"),
+                        help="directory for results.json, summary.md and the plots (default bench-results)")
+    common.add_argument("--runs", type=int, default=3, help="runs per broker, alternated (default 3)")
+    common.add_argument("--bootstrap", help="measure a running broker instead of starting one "
+                        "(no cold start, memory or restart benchmarks then)")
+    common.add_argument("--broker-pid", type=int, help="with --bootstrap: its pid, for CPU share and --profile")
+    common.add_argument("--server-config", help="server.properties for the kbroker the benchmark starts")
+    common.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                        help="a broker property for the kbroker the benchmark starts; repeatable")
+    common.add_argument("--work-dir", help="where the started brokers keep their data (default: a temp dir)")
+    common.add_argument("--quiet", action="store_true", help="no progress output")
+
+    sub = parser.add_subparsers(dest="benchmark", required=True, metavar="BENCHMARK")
+
+    def command(name: str, help_text: str) -> argparse.ArgumentParser:
+        return sub.add_parser(name, parents=[common], help=help_text, description=help_text)
+
+    produce = command("produce", "producer throughput")
+    produce.add_argument("--message-size", type=int, nargs="+", default=[1024], help="bytes; several for a sweep")
+    _producer_options(produce, linger_ms=5)
+    produce.add_argument("--partitions", type=int, default=1)
+    produce.add_argument("--producers", type=int, default=1, help="producer processes")
+    produce.add_argument("--duration", type=float, default=3.0, help="seconds per run")
+    produce.add_argument("--profile", action="store_true", help="one more kbroker run under py-spy")
+
+    consume = command("consume", "consumer throughput, from the page cache and after a cold start")
+    consume.add_argument("--mode", choices=("cache", "cold", "both"), default="both")
+    consume.add_argument("--partitions", type=int, default=8)
+    consume.add_argument("--message-size", type=int, default=1024)
+    consume.add_argument("--mib-per-partition", type=float, default=4.0,
+                         help="data per partition (the mock keeps at most 5 MiB per partition; default 4)")
+    consume.add_argument("--passes", type=int, default=3, help="reads of the whole topic per page-cache run")
+    consume.add_argument("--consumer-config", action="append", default=[], metavar="KEY=VALUE")
+
+    latency = command("latency", "end-to-end latency at a fixed rate")
+    latency.add_argument("--message-size", type=int, default=1024)
+    _latency_options(latency)
+    latency.add_argument("--partitions", type=int, default=1)
+    # linger.ms=1 rather than 0: at tens of thousands of messages per second, 0 makes nearly every
+    # message its own produce request, and kbroker's per-request cost then dominates (docs/performance.md).
+    _producer_options(latency, linger_ms=1)
+    latency.add_argument("--fetch-wait-max-ms", type=int, default=5,
+                         help="consumer fetch.wait.max.ms (default 5: the mock cluster answers an empty fetch "
+                              "only after this wait, data or not)")
+    latency.add_argument("--consumer-config", action="append", default=[], metavar="KEY=VALUE")
+
+    partitions = command("partitions", "producer throughput vs partition count (keyed messages)")
+    partitions.add_argument("--counts", type=int, nargs="+", default=[1, 8, 64, 512])
+    partitions.add_argument("--message-size", type=int, default=1024)
+    partitions.add_argument("--duration", type=float, default=2.0)
+    _producer_options(partitions, linger_ms=5)
+
+    memory = command("memory", "broker RSS vs idle partitions, and start time with them")
+    memory.add_argument("--partitions", type=int, default=10_000)
+    memory.add_argument("--steps", type=int, default=5, help="RSS is read after each of these steps")
+    memory.add_argument("--restarts", type=int, default=3, help="timed restarts with all the partitions")
+    memory.add_argument("--topic-partitions", type=int, default=1000, help="partitions per created topic")
+
+    profiles = command("profiles", "the low-latency and high-throughput configurations side by side")
+    profiles.add_argument("--names", nargs="+", default=["low-latency", "high-throughput"],
+                          help="profiles: CONF_DIR/NAME.properties (broker) + NAME.client.properties")
+    profiles.add_argument("--conf-dir", type=Path, default=PROJECT_CONF)
+    profiles.add_argument("--message-size", type=int, default=1024)
+    profiles.add_argument("--duration", type=float, default=3.0, help="seconds per produce run")
+    _latency_options(profiles)
+
+    everything = command("all", "every benchmark with default sizes (a few minutes)")
+    everything.add_argument("--smoke", action="store_true", help="tiny sizes and durations: checks the harness")
+    everything.add_argument("--memory-partitions", type=int, default=2000)
+    everything.add_argument("--no-profile", action="store_true", help="skip the py-spy run")
+
+
+def _producer_options(parser: argparse.ArgumentParser, linger_ms: float) -> None:
+    parser.add_argument("--acks", default="1", choices=("0", "1", "all", "-1"))
+    parser.add_argument("--linger-ms", type=float, default=linger_ms)
+    parser.add_argument("--batch-size", type=int, default=1_000_000)
+    parser.add_argument("--compression", default="none", choices=COMPRESSIONS)
+    parser.add_argument("--producer-config", action="append", default=[], metavar="KEY=VALUE",
+                        help="any other librdkafka producer property; repeatable")
+
+
+def _latency_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--rate", type=float, help="messages per second (default: --rate-fraction of the "
+                        "maximum kbroker producer rate, measured first)")
+    parser.add_argument("--rate-fraction", type=float, default=0.2)
+    parser.add_argument("--latency-duration", "--duration-latency", dest="latency_duration", type=float,
+                        default=5.0, help="measured seconds per latency run")
+    parser.add_argument("--warmup", type=float, default=1.0, help="unmeasured seconds before each latency run")
+
+
+def _pairs(items: list[str], option: str) -> dict[str, str]:
+    pairs = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise BenchError(f"invalid {option} {item!r}: expected KEY=VALUE")
+        pairs[key.strip()] = value
+    return pairs
+
+
+class Session:
+    """The brokers of one `kbroker bench` invocation, started when first needed and always stopped."""
+
+    def __init__(self, args: argparse.Namespace, ui: UI) -> None:
+        self.args = args
+        self.ui = ui
+        self.started: list[Server] = []
+        self.data_dirs: list[Path] = []
+        self.notes: list[str] = []
+        self.skipped: dict[str, str] = {}
+        self._env: Env | None = None
+        self._mock: MockServer | None = None
+        available, reason = kafka_reference_status()
+        if not available:
+            self.skipped["kafka"] = reason
+            ui.log(f"note: {reason}")
+
+    def mock(self) -> MockServer:
+        if self._mock is None:
+            self._mock = MockServer()
+            self.started.append(self._mock)
+        return self._mock
+
+    def kbroker(self, config_file: str | None = None, overrides: dict[str, str] | None = None) -> Server:
+        if self.args.bootstrap:
+            return ExternalServer(self.args.bootstrap, self.args.broker_pid)
+        data_dir = new_data_dir(self.args.work_dir, "kbroker-bench-")
+        self.data_dirs.append(data_dir)
+        server = KbrokerServer(data_dir, config_file=config_file,
+                               overrides=overrides if overrides is not None else _pairs(self.args.override,
+                                                                                      "--override"))
+        self.started.append(server)
+        server.start()
+        return server
+
+    def env(self, kbroker: Server | None = None) -> Env:
+        """kbroker and the references; a given kbroker gets an Env of its own."""
+        if kbroker is None and self._env is not None:
+            return self._env
+        env = Env([kbroker or self.kbroker(self.args.server_config), self.mock()], self.ui, self.args.runs,
+                  self.args.out, self.args.work_dir, self.notes)
+        if kbroker is None:
+            self._env = env
+        return env
+
+    def close(self) -> None:
+        for server in reversed(self.started):
+            try:
+                server.close()
+            except (ServerError, OSError) as e:
+                self.ui.log(f"warning: stopping {server.name}: {e}")
+        for directory in self.data_dirs:
+            shutil.rmtree(directory, ignore_errors=True)
+
+
+# -- benchmarks -------------------------------------------------------------------------------------------
+
+
+def bench_produce(session: Session, args: argparse.Namespace) -> dict[str, Any]:
+    env = session.env()
+    config = _producer_config(args)
+    cases = [benchmarks.produce_case(env, size, config, args.partitions, args.producers, args.duration,
+                                     profile=args.profile and index == 0)
+             for index, size in enumerate(args.message_size)]
+    return {"produce": cases}
+
+
+def bench_consume(session: Session, args: argparse.Namespace) -> dict[str, Any]:
+    env = session.env()
+    modes = {"cache": [False], "cold": [True], "both": [False, True]}[args.mode]
+    if args.bootstrap and True in modes:
+        session.notes.append("cold-start consume skipped: a --bootstrap broker is not restarted by the benchmark")
+        modes = [m for m in modes if not m]
+    per_partition = int(args.mib_per_partition * MIB)
+    if per_partition > benchmarks.MOCK_PARTITION_BYTES:
+        session.notes.append("more than 5 MiB per partition: the mock cluster drops the oldest batches, so it "
+                             "serves less data than kbroker (the throughputs stay comparable, not the totals)")
+    preload = {"acks": "1", "linger.ms": 50, "batch.size": 1_000_000}
+    consumer = _pairs(args.consumer_config, "--consumer-config")
+    return {"consume": [benchmarks.consume_case(env, cold, args.partitions, args.message_size, per_partition,
+                                                args.passes, consumer, preload) for cold in modes]}
+
+
+def bench_latency(session: Session, args: argparse.Namespace) -> dict[str, Any]:
+    env = session.env()
+    producer = _producer_config(args)
+    rate = args.rate or args.rate_fraction * benchmarks.probe_max_rate(
+        env, args.message_size, {**producer, "linger.ms": 5}, 2.0)
+    consumer = {"fetch.wait.max.ms": args.fetch_wait_max_ms, **_pairs(args.consumer_config, "--consumer-config")}
+    return {"latency": [benchmarks.latency_case(env, rate, args.message_size, args.latency_duration, args.warmup,
+                                                args.partitions, producer, consumer)]}
+
+
+def bench_partitions(session: Session, args: argparse.Namespace) -> dict[str, Any]:
+    env = session.env()
+    config = _producer_config(args)
+    return {"partitions": [benchmarks.produce_case(env, args.message_size, config, count, 1, args.duration,
+                                                   keyed=True, label=f"produce keyed {args.message_size} B p={count}")
+                           for count in args.counts]}
+
+
+def bench_memory(session: Session, args: argparse.Namespace) -> dict[str, Any]:
+    if args.bootstrap:
+        session.notes.append("memory benchmark skipped: it needs a broker of its own (no --bootstrap)")
+        return {}
+    env = Env([], session.ui, 1, args.out, args.work_dir, session.notes)
+    return {"memory": benchmarks.memory_bench(env, args.partitions, args.steps, args.restarts,
+                                              args.topic_partitions, args.server_config,
+                                              _pairs(args.override, "--override"))}
+
+
+def bench_profiles(session: Session, args: argparse.Namespace) -> dict[str, Any]:
+    if args.bootstrap:
+        session.notes.append("profiles skipped: each profile needs a broker started with its configuration")
+        return {}
+    rate = args.rate
+    results = []
+    for name in args.names:
+        server_file = args.conf_dir / f"{name}.properties"
+        client = parse_properties_file((args.conf_dir / f"{name}.client.properties").read_text())
+        producer = {k.removeprefix("producer."): v for k, v in client.items() if k.startswith("producer.")}
+        consumer = {k.removeprefix("consumer."): v for k, v in client.items() if k.startswith("consumer.")}
+        env = session.env(session.kbroker(str(server_file), {}))
+        if rate is None:
+            # One rate for every profile, so their latencies are comparable.
+            rate = args.rate_fraction * benchmarks.probe_max_rate(env, args.message_size,
+                                                                  {"acks": "1", "linger.ms": 5}, 2.0)
+        produce = benchmarks.produce_case(env, args.message_size, producer, 1, 1, args.duration,
+                                          label=f"{name}: produce {args.message_size} B")
+        latency = benchmarks.latency_case(env, rate, args.message_size, args.latency_duration, args.warmup, 1,
+                                          producer, consumer, label=f"{name}: latency at {rate:,.0f} msg/s")
+        env.kbroker.close()
+        results.append({"name": name, "server_config": str(server_file), "producer_config": producer,
+                        "consumer_config": consumer, "produce": produce, "latency": latency})
+    return {"profiles": results}
+
+
+def bench_all(session: Session, args: argparse.Namespace) -> dict[str, Any]:
+    smoke = args.smoke
+    sizes = [1024, 4096] if smoke else [100, 1024, 10_240]
+    duration = 0.5 if smoke else 2.0
+    env = session.env()
+    base = benchmarks.producer_config("1", 5, 1_000_000, "none")
+    produce = [benchmarks.produce_case(env, size, base, 1, 1, duration,
+                                       profile=size == 1024 and not args.no_profile and not smoke)
+               for size in sizes]
+    if not smoke:
+        produce.append(benchmarks.produce_case(env, 1024, {**base, "acks": "all"}, 1, 1, duration))
+        produce.append(benchmarks.produce_case(env, 1024, {**base, "compression.type": "lz4"}, 1, 1, duration))
+    results: dict[str, Any] = {"produce": produce}
+    consume = argparse.Namespace(**{**vars(args), "mode": "both", "partitions": 2 if smoke else 8,
+                                    "message_size": 1024, "mib_per_partition": 0.25 if smoke else 4.0,
+                                    "passes": 1 if smoke else 3, "consumer_config": []})
+    results.update(bench_consume(session, consume))
+    one_kb = next(c for c in produce if c["params"]["message_size"] == 1024)
+    rate = 0.2 * one_kb["servers"]["kbroker"]["median"]["msgs_per_s"]
+    latency = argparse.Namespace(**{**vars(args), "rate": rate, "message_size": 1024,
+                                    "latency_duration": 0.5 if smoke else 4.0, "warmup": 0.3 if smoke else 1.0,
+                                    "partitions": 1, "acks": "1", "linger_ms": 1, "batch_size": 1_000_000,
+                                    "compression": "none", "producer_config": [], "fetch_wait_max_ms": 5,
+                                    "consumer_config": []})
+    results.update(bench_latency(session, latency))
+    sweep = argparse.Namespace(**{**vars(args), "counts": [1, 4] if smoke else [1, 8, 64, 512], "message_size": 1024,
+                                  "duration": duration, "acks": "1", "linger_ms": 5, "batch_size": 1_000_000,
+                                  "compression": "none", "producer_config": []})
+    results.update(bench_partitions(session, sweep))
+    memory = argparse.Namespace(**{**vars(args), "partitions": 20 if smoke else args.memory_partitions,
+                                   "steps": 2 if smoke else 4, "restarts": 1, "topic_partitions": 1000})
+    results.update(bench_memory(session, memory))
+    profiles = argparse.Namespace(**{**vars(args), "names": ["low-latency", "high-throughput"],
+                                     "conf_dir": PROJECT_CONF, "message_size": 1024, "duration": duration,
+                                     "rate": rate, "latency_duration": 0.5 if smoke else 4.0,
+                                     "warmup": 0.3 if smoke else 1.0})
+    results.update(bench_profiles(session, profiles))
+    return results
+
+
+BENCHMARKS: dict[str, Callable[[Session, argparse.Namespace], dict[str, Any]]] = {
+    "produce": bench_produce, "consume": bench_consume, "latency": bench_latency,
+    "partitions": bench_partitions, "memory": bench_memory, "profiles": bench_profiles, "all": bench_all,
+}
+
+
+def _producer_config(args: argparse.Namespace) -> dict[str, Any]:
+    return benchmarks.producer_config(args.acks, args.linger_ms, args.batch_size, args.compression,
+                                      _pairs(args.producer_config, "--producer-config"))
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.runs < 1:
+        print("error: --runs must be at least 1", file=sys.stderr)
+        return 1
+    args.out.mkdir(parents=True, exist_ok=True)  # py-spy writes its samples there during the run
+    ui = make_ui(args.quiet)
+    session = Session(args, ui)
+    started = time.time()
+    results: dict[str, Any] = {
+        "schema": report.SCHEMA,
+        "command": "kbroker bench " + " ".join(sys.argv[sys.argv.index("bench") + 1:] if "bench" in sys.argv else []),
+        "benchmark": args.benchmark, "runs": args.runs, "machine": report.machine(),
+        "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
+    }
+    from confluent_kafka import KafkaException
+
+    try:
+        results.update(BENCHMARKS[args.benchmark](session, args))
+    except (BenchError, WorkerError, ServerError, KafkaException) as e:
+        ui.close()
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    finally:
+        servers = {s.name: s.description for s in session.started if s.name != "kbroker"}
+        kbroker = next((s for s in session.started if s.name == "kbroker"), None)
+        if args.bootstrap:
+            servers = {"kbroker": ExternalServer(args.bootstrap).description, **servers}
+        elif kbroker is not None:
+            servers = {"kbroker": kbroker.description, **servers}
+        else:
+            servers = results.get("memory", {}).get("servers", {})
+        session.close()
+    ui.close()
+    results.update({
+        "duration_s": round(time.time() - started, 1), "servers": servers, "skipped": session.skipped,
+        "notes": session.notes,
+    })
+    results["targets"] = report.targets(results)
+    args.out.mkdir(parents=True, exist_ok=True)
+    results["plots"] = report.plot(results, args.out)
+    if not report.can_plot():
+        results["notes"].append("no plots: matplotlib is not installed (pip install 'kbroker[bench]')")
+    path = report.write(results, args.out)
+    summary = "\n".join(report.summary_lines(results)) + "\n"
+    (args.out / "summary.md").write_text(summary)
+    if not args.quiet:
+        print(summary)
+    print(f"results: {path}")
+    return 0

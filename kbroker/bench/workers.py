@@ -1,0 +1,327 @@
+"""Load generators: confluent-kafka producers and consumers, each in its own process.
+
+Processes rather than threads because a Python loop calling produce() is itself CPU-bound: two
+producers in threads would share one interpreter lock. They are spawned (not forked) so no
+librdkafka thread state is copied. Each worker connects and fetches metadata, reports ready,
+and waits for a common start signal, so setup is never timed and parallel workers start
+together. Times are `time.monotonic()`, CLOCK_MONOTONIC on Linux: one clock for all processes
+of the machine, which is what lets a consumer process compare a producer process's timestamps.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import queue
+import random
+import string
+import struct
+import time
+import traceback
+from array import array
+from collections.abc import Callable
+from typing import Any
+
+BENCH_GROUP = "kbroker-bench"
+# Latency messages start with the producer's send time (ns) and a kind byte.
+LATENCY_HEAD = struct.Struct(">qB")
+WARMUP, MEASURED, END = 0, 1, 2
+PROGRESS_INTERVAL_S = 0.25
+STALL_TIMEOUT_S = 60.0
+
+
+class WorkerError(RuntimeError):
+    pass
+
+
+class Channel:
+    """A worker's line to the parent: ready/start handshake and throttled progress."""
+
+    def __init__(self, index: int, messages: Any, start: Any) -> None:
+        self.index = index
+        self._messages = messages
+        self._start = start
+        self._last_progress = 0.0
+
+    def ready_and_wait(self, timeout_s: float = 300) -> None:
+        self._messages.put(("ready", self.index, None))
+        if not self._start.wait(timeout_s):
+            raise WorkerError("no start signal")
+
+    def progress(self, count: int) -> None:
+        now = time.monotonic()
+        if now - self._last_progress >= PROGRESS_INTERVAL_S:
+            self._last_progress = now
+            self._messages.put(("progress", self.index, count))
+
+
+def payload(size: int, seed: int = 7) -> bytes:
+    """Random capital letters, as Kafka's producer-perf-test sends: compressible like text is."""
+    rng = random.Random(seed)
+    return "".join(rng.choices(string.ascii_uppercase, k=size)).encode()
+
+
+# -- workers (run in child processes) -----------------------------------------------------------
+
+
+def produce(ch: Channel, bootstrap: str, topic: str, message_size: int, duration_s: float,
+            config: dict[str, Any], max_messages: int = 0, keyed: bool = False,
+            partitions: int = 0) -> dict[str, Any]:
+    """Send as fast as the client allows for duration_s (or max_messages); time includes the final flush.
+
+    keyed: keys spread the messages over all partitions (the partition sweep). partitions > 0:
+    max_messages per partition, sent partition by partition (preloading a topic evenly).
+    """
+    from confluent_kafka import Producer
+
+    errors: list[str] = []
+
+    def on_delivery(err: Any, _msg: Any) -> None:
+        if err is not None:
+            errors.append(str(err))
+
+    producer = Producer({"bootstrap.servers": bootstrap, **config, "delivery.report.only.error": True,
+                         "on_delivery": on_delivery})
+    producer.list_topics(topic, timeout=30)
+    value = payload(message_size)
+    keys = [b"key-%d" % i for i in range(4096)]
+    send = producer.produce
+    poll = producer.poll
+    ch.ready_and_wait()
+
+    start = time.monotonic()
+    cpu_start = time.process_time()  # all threads: the Python loop and librdkafka's own
+    deadline = start + duration_s
+    sent = 0
+    plan = [(p, max_messages) for p in range(partitions)] if partitions else [(-1, max_messages or 1 << 62)]
+    for partition, count in plan:
+        done = 0
+        while done < count:
+            try:
+                if partition >= 0:
+                    send(topic, value, partition=partition)
+                elif keyed:
+                    send(topic, value, keys[sent & 4095])
+                else:
+                    send(topic, value)
+            except BufferError:
+                poll(0.0005)  # the client's queue is full: let it drain
+                continue
+            sent += 1
+            done += 1
+            if not sent & 1023:
+                poll(0)
+                now = time.monotonic()
+                if not partitions and now >= deadline:
+                    break
+                ch.progress(sent)
+    unsent = producer.flush(120)
+    end = time.monotonic()
+    acked = sent - len(errors) - unsent
+    return {"sent": sent, "acked": acked, "errors": len(errors), "first_error": errors[0] if errors else None,
+            "start": start, "end": end, "bytes": acked * message_size, "cpu_s": time.process_time() - cpu_start}
+
+
+def consume(ch: Channel, bootstrap: str, topic: str, partitions: int, passes: int, message_size: int,
+            config: dict[str, Any]) -> dict[str, Any]:
+    """Read every message of the topic `passes` times (assign, no group: no rebalance to wait for).
+
+    Each pass has a consumer of its own, connected beforehand: one consumer re-assigned for the
+    next pass would first wait out the long-poll fetch it left at the end of the log
+    (fetch.wait.max.ms), which would measure the client's setting, not the broker.
+    """
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumers = [Consumer({"bootstrap.servers": bootstrap, "group.id": BENCH_GROUP, "enable.auto.commit": False,
+                           "enable.partition.eof": False, **config}) for _ in range(passes)]
+    marks = [consumers[0].get_watermark_offsets(TopicPartition(topic, p), timeout=30) for p in range(partitions)]
+    for consumer in consumers[1:]:
+        consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=30)  # connects it
+    per_pass = sum(high - low for low, high in marks)
+    if per_pass <= 0:
+        raise WorkerError(f"{topic} is empty")
+    ch.ready_and_wait()
+
+    start = time.monotonic()
+    cpu_start = time.process_time()
+    first_message: float | None = None
+    total = 0
+    for consumer in consumers:
+        consumer.assign([TopicPartition(topic, p, low) for p, (low, _high) in enumerate(marks)])
+        got = 0
+        last_progress = time.monotonic()
+        while got < per_pass:
+            # Never ask for more than is left: consume() waits for a full batch or its timeout.
+            batch = consumer.consume(min(10_000, per_pass - got), 1.0)
+            now = time.monotonic()
+            if not batch:
+                if now - last_progress > STALL_TIMEOUT_S:
+                    raise WorkerError(f"no message for {STALL_TIMEOUT_S}s after {got} of {per_pass}")
+                continue
+            if first_message is None:
+                first_message = now
+            for message in batch:
+                if message.error():
+                    raise WorkerError(str(message.error()))
+            got += len(batch)
+            last_progress = now
+            ch.progress(total + got)
+        total += got
+    end = time.monotonic()
+    cpu_s = time.process_time() - cpu_start
+    for consumer in consumers:
+        consumer.close()
+    return {"messages": total, "bytes": total * message_size, "start": start, "end": end,
+            "first_message": first_message, "per_pass": per_pass, "cpu_s": cpu_s}
+
+
+def latency_consume(ch: Channel, bootstrap: str, topic: str, partitions: int,
+                    config: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+    """Receive timestamped messages from the end of the log; latency = receive time - send time."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": BENCH_GROUP, "enable.auto.commit": False,
+                         "enable.partition.eof": False, **config})
+    ends = [consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1] for p in range(partitions)]
+    consumer.assign([TopicPartition(topic, p, end) for p, end in enumerate(ends)])
+    ch.ready_and_wait()
+    latencies = array("q")
+    ended: set[int] = set()
+    deadline = time.monotonic() + timeout_s
+    warmup = 0
+    while len(ended) < partitions and time.monotonic() < deadline:
+        message = consumer.poll(0.1)
+        received = time.monotonic_ns()
+        if message is None:
+            continue
+        if message.error():
+            raise WorkerError(str(message.error()))
+        sent, kind = LATENCY_HEAD.unpack_from(message.value())
+        if kind == MEASURED:
+            latencies.append(received - sent)
+            ch.progress(len(latencies))
+        elif kind == END:
+            ended.add(message.partition())
+        else:
+            warmup += 1
+    consumer.close()
+    if len(ended) < partitions:
+        raise WorkerError(f"end markers missing after {timeout_s}s ({len(latencies)} messages received)")
+    return {"latencies_ns": latencies.tobytes(), "warmup_messages": warmup}
+
+
+def latency_produce(ch: Channel, bootstrap: str, topic: str, partitions: int, rate: float, duration_s: float,
+                    warmup_s: float, message_size: int, config: dict[str, Any]) -> dict[str, Any]:
+    """Send at a fixed rate; each message carries its send time.
+
+    Pacing sleeps until the next message is due and then sends every message due by now: a
+    busy-wait at tens of thousands of messages per second would take a core from the broker.
+    """
+    from confluent_kafka import Producer
+
+    errors: list[str] = []
+
+    def on_delivery(err: Any, _msg: Any) -> None:
+        if err is not None:
+            errors.append(str(err))
+
+    producer = Producer({"bootstrap.servers": bootstrap, **config, "delivery.report.only.error": True,
+                         "on_delivery": on_delivery})
+    producer.list_topics(topic, timeout=30)
+    padding = payload(max(0, message_size - LATENCY_HEAD.size))
+    pack = LATENCY_HEAD.pack
+    send = producer.produce
+    interval_ns = 1e9 / rate
+    ch.ready_and_wait()
+
+    start = time.monotonic_ns()
+    measure_from = start + int(warmup_s * 1e9)
+    stop_at = measure_from + int(duration_s * 1e9)
+    sent = measured = 0
+    while True:
+        now = time.monotonic_ns()
+        if now >= stop_at:
+            break
+        due = start + int(sent * interval_ns)
+        if now < due:
+            time.sleep(min(due - now, 1_000_000) / 1e9)
+            continue
+        while due <= now:
+            kind = MEASURED if now >= measure_from else WARMUP
+            send(topic, pack(time.monotonic_ns(), kind) + padding, partition=sent % partitions)
+            measured += kind == MEASURED
+            sent += 1
+            due = start + int(sent * interval_ns)
+        producer.poll(0)
+    for partition in range(partitions):
+        send(topic, pack(time.monotonic_ns(), END) + padding, partition=partition)
+    unsent = producer.flush(60)
+    return {"sent": sent, "measured": measured, "errors": len(errors) + unsent,
+            "first_error": errors[0] if errors else None, "rate": sent / ((time.monotonic_ns() - start) / 1e9)}
+
+
+WORKERS: dict[str, Callable[..., dict[str, Any]]] = {
+    "produce": produce,
+    "consume": consume,
+    "latency_consume": latency_consume,
+    "latency_produce": latency_produce,
+}
+
+
+def _worker_main(name: str, kwargs: dict[str, Any], index: int, messages: Any, start: Any) -> None:
+    try:
+        result = WORKERS[name](Channel(index, messages, start), **kwargs)
+        messages.put(("result", index, result))
+    except BaseException:  # the parent must hear about any failure, or it waits for nothing
+        messages.put(("error", index, traceback.format_exc()))
+
+
+def run_workers(specs: list[tuple[str, dict[str, Any]]], on_progress: Callable[[int], None] | None = None,
+                timeout_s: float = 600) -> list[dict[str, Any]]:
+    """Start the workers, release them together once all are ready, and return their results in order.
+
+    on_progress gets the sum of the workers' latest counts. A worker's failure stops the others
+    and raises WorkerError with its traceback.
+    """
+    ctx = multiprocessing.get_context("spawn")
+    messages = ctx.Queue()
+    start = ctx.Event()
+    procs = [ctx.Process(target=_worker_main, args=(name, kwargs, i, messages, start), daemon=True)
+             for i, (name, kwargs) in enumerate(specs)]
+    for proc in procs:
+        proc.start()
+    results: dict[int, dict[str, Any]] = {}
+    counts = [0] * len(specs)
+    ready = 0
+    deadline = time.monotonic() + timeout_s
+    try:
+        while len(results) < len(specs):
+            try:
+                kind, index, data = messages.get(timeout=1.0)
+            except queue.Empty:
+                if time.monotonic() > deadline:
+                    raise WorkerError(f"workers did not finish within {timeout_s}s") from None
+                dead = [p for i, p in enumerate(procs) if i not in results and not p.is_alive()]
+                if dead and messages.empty():
+                    raise WorkerError(f"worker exited with {dead[0].exitcode} without a result") from None
+                continue
+            if kind == "ready":
+                ready += 1
+                if ready == len(specs):
+                    start.set()
+            elif kind == "progress":
+                counts[index] = data
+                if on_progress is not None:
+                    on_progress(sum(counts))
+            elif kind == "result":
+                results[index] = data
+            else:
+                raise WorkerError(f"worker {specs[index][0]} failed:\n{data}")
+    finally:
+        start.set()  # a worker still waiting must not hang
+        for proc in procs:
+            proc.join(timeout=10)
+            if proc.is_alive():
+                proc.terminate()
+                proc.join(timeout=5)
+        messages.close()
+    return [results[i] for i in range(len(specs))]

@@ -1,0 +1,115 @@
+"""Smoke test of `kbroker bench`: every benchmark runs with tiny sizes and writes sensible JSON.
+
+It checks the harness (processes, references, JSON, ratios), not kbroker's performance: no number
+is compared with a target. Produce, latency and the partition sweep measure the session's broker
+(--bootstrap); the benchmarks that restart or configure a broker start their own.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from tests.brokers import PROJECT_ROOT, BrokerProcess
+
+
+def bench(tmp_path: Path, name: str, *args: str, broker: BrokerProcess | None = None) -> dict[str, Any]:
+    out = tmp_path / name
+    command = [sys.executable, "-m", "kbroker.cli.main", "bench", *args, "--out", str(out), "--runs", "1",
+               "--quiet", "--work-dir", str(tmp_path)]
+    if broker is not None:
+        assert broker.proc is not None
+        command += ["--bootstrap", broker.bootstrap, "--broker-pid", str(broker.proc.pid)]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=180, cwd=PROJECT_ROOT)
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert (out / "summary.md").exists()
+    results = json.loads((out / "results.json").read_text())
+    assert results["schema"] == "kbroker-bench/1"
+    assert results["machine"]["cpus"] >= 1
+    assert "kafka" in results["skipped"] or "kafka" in results.get("servers", {})
+    return results
+
+
+def check_case(case: dict[str, Any], metrics: list[str]) -> None:
+    assert set(case["servers"]) >= {"kbroker", "mock"}
+    for server in case["servers"].values():
+        assert len(server["runs"]) == 1
+        for metric in metrics:
+            assert server["median"][metric] > 0, (metric, server)
+    for metric in metrics:
+        assert case["ratios"]["mock"][metric] > 0
+
+
+def test_produce(tmp_path: Path, broker: BrokerProcess) -> None:
+    results = bench(tmp_path, "produce", "produce", "--message-size", "100", "1024", "--duration", "0.3",
+                    "--partitions", "2", broker=broker)
+    assert [c["params"]["message_size"] for c in results["produce"]] == [100, 1024]
+    for case in results["produce"]:
+        check_case(case, ["mb_per_s", "msgs_per_s", "server_cpu", "client_cpu"])
+        assert case["client_config"]["acks"] == "1"
+    target = next(t for t in results["targets"] if t["name"].startswith("produce 1 KB"))
+    assert target["measured"] > 0 and target["met"] in (True, False)
+    if importlib.util.find_spec("matplotlib") is not None:  # the `bench` extra; CI installs `test` only
+        assert results["plots"] == ["throughput-vs-message-size.png"]
+        assert (tmp_path / "produce" / "throughput-vs-message-size.png").stat().st_size > 0
+
+
+def test_consume_from_page_cache_and_cold(tmp_path: Path) -> None:
+    results = bench(tmp_path, "consume", "consume", "--partitions", "2", "--mib-per-partition", "0.1",
+                    "--passes", "2")
+    cache, cold = results["consume"]
+    assert not cache["params"]["cold"] and cold["params"]["cold"]
+    for case in (cache, cold):
+        check_case(case, ["mb_per_s", "msgs_per_s", "first_message_ms"])
+    assert cold["servers"]["kbroker"]["runs"][0]["restart_s"] > 0  # restarted with a cold page cache
+    messages = cache["servers"]["kbroker"]["runs"][0]["messages"]
+    assert messages == 2 * 2 * cache["params"]["messages_per_partition"]  # two passes over two partitions
+
+
+def test_latency(tmp_path: Path, broker: BrokerProcess) -> None:
+    results = bench(tmp_path, "latency", "latency", "--rate", "400", "--latency-duration", "0.5", "--warmup",
+                    "0.2", broker=broker)
+    (case,) = results["latency"]
+    check_case(case, ["p50_ms", "p99_ms", "p999_ms", "max_ms"])
+    for server in ("kbroker", "mock"):
+        run = case["servers"][server]["runs"][0]
+        assert run["samples"] > 0 and run["p50_ms"] <= run["p99_ms"] <= run["max_ms"]
+        assert case["cdf"][server][-1][1] == 1.0
+    assert any(t["name"].startswith("end-to-end") for t in results["targets"])
+
+
+def test_partition_sweep(tmp_path: Path, broker: BrokerProcess) -> None:
+    results = bench(tmp_path, "partitions", "partitions", "--counts", "1", "3", "--duration", "0.3",
+                    broker=broker)
+    assert [c["params"]["partitions"] for c in results["partitions"]] == [1, 3]
+    for case in results["partitions"]:
+        check_case(case, ["mb_per_s", "msgs_per_s"])
+        assert case["params"]["keyed"]
+
+
+def test_memory(tmp_path: Path) -> None:
+    results = bench(tmp_path, "memory", "memory", "--partitions", "20", "--steps", "2", "--restarts", "1",
+                    "--topic-partitions", "10")
+    memory = results["memory"]
+    for server in ("kbroker", "mock"):
+        points = memory[server]["points"]
+        assert [p[0] for p in points] == [0, 10, 20]
+        assert all(p[1] > 0 for p in points)
+        assert memory[server]["mb_per_100_partitions"] is not None
+    assert memory["kbroker"]["start_s_median"] > 0
+    names = [t["name"] for t in results["targets"]]
+    assert "broker RSS per 100 idle partitions" in names and "start with 10,000 partitions" in names
+
+
+def test_profiles(tmp_path: Path) -> None:
+    results = bench(tmp_path, "profiles", "profiles", "--rate", "300", "--duration", "0.3",
+                    "--latency-duration", "0.3", "--warmup", "0.2")
+    assert [p["name"] for p in results["profiles"]] == ["low-latency", "high-throughput"]
+    for profile in results["profiles"]:
+        check_case(profile["produce"], ["mb_per_s"])
+        check_case(profile["latency"], ["p99_ms"])
+    assert results["profiles"][1]["producer_config"]["compression.type"] == "lz4"
