@@ -4,6 +4,7 @@ min.insync.replicas. (Bounded versions of issue 5's acceptance tests; the soak r
 from __future__ import annotations
 
 import random
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -81,43 +82,103 @@ def test_replicated_topic_has_a_leader_and_full_isr_on_every_broker(cluster: lis
         assert sorted(client.metadata(refresh=True).brokers) == [0, 1, 2]
 
 
-def test_acknowledged_messages_survive_leader_kills(cluster: list[BrokerProcess]) -> None:
-    topic, partitions = "durable", 2
-    create_replicated_topic(cluster, topic, partitions)
-    producer = Producer({"bootstrap.servers": bootstrap(cluster), "acks": "all", "enable.idempotence": True,
-                         "linger.ms": 5, "message.timeout.ms": 60000, "retry.backoff.ms": 100})
-    acked: dict[int, list[bytes]] = {p: [] for p in range(partitions)}
-    failed: list[object] = []
+def replica_bytes(cluster: list[BrokerProcess], topic: str, partition: int) -> list[bytes]:
+    """Each replica's whole log of the partition, as stored (segments concatenated)."""
+    logs = []
+    for broker in cluster:
+        directory = broker.log_dir / f"{topic}-{partition}"
+        logs.append(b"".join(path.read_bytes() for path in sorted(directory.glob("*.log"))))
+    return logs
 
-    def delivered(error: object, message: object) -> None:
+
+class ContinuousProducer:
+    """A producer writing round-robin over the partitions from a thread until stopped."""
+
+    def __init__(self, brokers: str, topic: str, partitions: int, acks: str) -> None:
+        self.producer = Producer({"bootstrap.servers": brokers, "acks": acks, "enable.idempotence": acks == "all",
+                                  "linger.ms": 5, "message.timeout.ms": 120000, "retry.backoff.ms": 100})
+        self.topic, self.partitions = topic, partitions
+        self.acked: dict[int, list[bytes]] = {p: [] for p in range(partitions)}
+        self.failed: list[object] = []
+        self.sent = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _delivered(self, error: object, message: object) -> None:
         if error is None:
-            acked[message.partition()].append(message.value())  # type: ignore[attr-defined]
+            self.acked[message.partition()].append(message.value())  # type: ignore[attr-defined]
         else:
-            failed.append(error)
+            self.failed.append(error)
 
-    sent = 0
-    for round_ in range(3):
-        for _ in range(300):
-            producer.produce(topic, f"m{sent}".encode(), partition=sent % partitions, on_delivery=delivered)
-            sent += 1
-            producer.poll(0)
-        producer.flush(60)
-        leader = partition_info(cluster, topic)[round_ % partitions][0]
-        victim = cluster[leader]
-        victim.kill()  # kill -9 the leader of a partition while the producer keeps going
-        for _ in range(300):
-            producer.produce(topic, f"m{sent}".encode(), partition=sent % partitions, on_delivery=delivered)
-            sent += 1
-            producer.poll(0)
-        assert producer.flush(60) == 0
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.producer.produce(self.topic, f"m{self.sent}".encode(), partition=self.sent % self.partitions,
+                                      on_delivery=self._delivered)
+                self.sent += 1
+            except BufferError:
+                pass  # the local queue is full while a leader is moving: poll below drains it
+            self.producer.poll(0.001)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        assert self.producer.flush(120) == 0
+
+
+def kill_and_restart_rounds(cluster: list[BrokerProcess], topic: str, rounds: int, seed: int) -> None:
+    rng = random.Random(seed)
+    for _ in range(rounds):
+        victim_id = rng.randrange(len(cluster))
+        victim = cluster[victim_id]
+        victim.kill()
+        wait_until(lambda victim_id=victim_id: all(leader not in (victim_id, -1)
+                                                   for leader, _, _ in partition_info(cluster, topic).values()),
+                   what="leadership moved off the killed broker")
         victim.start()
         wait_until(lambda: all(len(isr) == 3 for _, _, isr in partition_info(cluster, topic).values()),
                    what="the restarted broker back in the ISR")
-    assert failed == []
-    stored = read_all(cluster, topic, partitions, sent)
+
+
+def test_acknowledged_messages_survive_repeated_broker_kills(cluster: list[BrokerProcess]) -> None:
+    """Issue 5 acceptance 1: rf=3, min.insync.replicas=2, an idempotent acks=all producer writing
+    all the time while a random broker is killed with kill -9 and restarted, ten times."""
+    topic, partitions = "durable", 2
+    create_replicated_topic(cluster, topic, partitions)
+    producer = ContinuousProducer(bootstrap(cluster), topic, partitions, "all")
+    kill_and_restart_rounds(cluster, topic, rounds=10, seed=5)
+    producer.stop()
+    assert producer.failed == []
+    stored = read_all(cluster, topic, partitions, producer.sent)
     for p in range(partitions):
-        assert stored[p] == acked[p]  # every acknowledged message, once, in order
-    assert sum(map(len, stored.values())) == sent
+        assert stored[p] == producer.acked[p]  # every acknowledged message, once, in order
+        wait_until(lambda p=p: len(set(replica_bytes(cluster, topic, p))) == 1, what="identical replicas")
+    assert sum(map(len, stored.values())) == producer.sent > 0
+
+
+def test_replicas_converge_after_leader_kills_with_acks_1(cluster: list[BrokerProcess]) -> None:
+    """Acceptance 2: with acks=1 a killed leader may lose what it had not replicated, but the
+    replicas end byte for byte identical (a returning leader truncates its divergent tail)."""
+    topic = "loose"
+    create_replicated_topic(cluster, topic, 1)
+    producer = ContinuousProducer(bootstrap(cluster), topic, 1, "1")
+    for _ in range(3):
+        leader = partition_info(cluster, topic)[0][0]
+        cluster[leader].kill()
+        wait_until(lambda leader=leader: partition_info(cluster, topic)[0][0] not in (leader, -1),
+                   what="a new leader")
+        cluster[leader].start()
+        wait_until(lambda: len(partition_info(cluster, topic)[0][2]) == 3, what="a full ISR again")
+    producer.stop()
+    wait_until(lambda: len(set(replica_bytes(cluster, topic, 0))) == 1, what="identical replicas")
+    watermarks = Consumer({"bootstrap.servers": bootstrap(cluster), "group.id": "hw"})
+    _, high = watermarks.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
+    watermarks.close()
+    stored = read_all(cluster, topic, 1, high)[0]
+    assert len(stored) == high
+    positions = [int(v[1:]) for v in stored]
+    assert positions == sorted(positions) and len(stored) > 0  # what survived is in order
 
 
 def test_not_enough_replicas_when_two_of_three_are_down(cluster: list[BrokerProcess]) -> None:
