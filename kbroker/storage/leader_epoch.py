@@ -70,9 +70,15 @@ class LeaderEpochCache:
         slot = bisect_right(starts, offset) - 1
         return self._entries[slot].epoch if slot >= 0 else UNDEFINED_EPOCH
 
-    def truncate_from_end(self, end_offset: int) -> None:
-        """Forget epochs starting at or after `end_offset` (the log was truncated there)."""
-        kept = [e for e in self._entries if e.start_offset < end_offset]
+    def truncate_from_end(self, end_offset: int, *, keep_epoch_at_end: bool = False) -> None:
+        """Forget epochs starting at or after `end_offset` (the log was truncated there).
+
+        `keep_epoch_at_end` keeps one that starts exactly at the end: on load, a leader's epoch
+        that began at the log end before anything was written in it is still true, and dropping
+        it only to have the leader assign it again costs two checkpoint writes per partition.
+        """
+        kept = [e for e in self._entries
+                if e.start_offset < end_offset or (keep_epoch_at_end and e.start_offset == end_offset)]
         if len(kept) != len(self._entries):
             self._save(kept)
 

@@ -202,7 +202,7 @@ class Log:
             self._flush_segments(self._segments)  # what recovery kept is now known to be on disk
         self.recovery_point = self._log_end_offset
         self.cleaner_checkpoint = self.log_start_offset
-        self.epochs.truncate_from_end(self._log_end_offset)
+        self.epochs.truncate_from_end(self._log_end_offset, keep_epoch_at_end=had_clean_shutdown)
         self.epochs.truncate_from_start(self.log_start_offset)
         self._load_producer_state(replay_from_at_most=first_recovered)
 

@@ -127,6 +127,8 @@ class LogManager:
         return created
 
     def _least_loaded_dir(self) -> Path:
+        if len(self.log_dirs) == 1:
+            return self.log_dirs[0]  # the common case: no need to count thousands of logs
         counts = {d: 0 for d in self.log_dirs}
         for existing in self._logs.values():
             parent = existing.directory.parent
