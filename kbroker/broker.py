@@ -145,6 +145,21 @@ class Broker:
             self.cluster.start()
         self._ticker = asyncio.create_task(self._tick_forever())
 
+    async def _controlled_shutdown(self, timeout_s: float = 10.0) -> None:
+        """Move leadership away and leave the ISRs before stopping; wait until the cluster's
+        states say so (the watches bring them back), for at most `timeout_s`."""
+        assert self.cluster is not None
+        try:
+            moved = self.cluster.controlled_shutdown()
+        except Exception:
+            log.exception("controlled shutdown failed; stopping anyway")
+            return
+        deadline = time.monotonic() + timeout_s
+        while self.cluster.leads_any(moved) and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)  # the store's watch updates the states on this loop
+        if moved:
+            log.info("controlled shutdown: leadership of %d partition(s) moved to other brokers", len(moved))
+
     def _on_leadership_change(self, topic: str, index: int, leads: bool) -> None:
         """Coordinator failover: the new leader of an internal partition replays it and takes over
         its groups or transactional ids; the old one lets them go."""
@@ -233,6 +248,8 @@ class Broker:
             self._ticker.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._ticker
+        if self.cluster is not None:
+            await self._controlled_shutdown()
         await self.server.stop()
         await self.replicas.stop()
         self.log_manager.shutdown()

@@ -208,6 +208,7 @@ class ClusterView:
         live = set(self.brokers)
         for (topic, index), state in list(self.states.items()):
             if state.leader != NO_LEADER and state.leader in live:
+                self._drop_dead_followers(topic, index, state, live)
                 continue
             record = self.records.get(topic)
             if record is None:
@@ -225,6 +226,49 @@ class ClusterView:
                 continue  # the state moved on; its watch brings the new one and another look
             log.info("%s-%d: leader %d -> %d (epoch %d), ISR %s", topic, index, state.leader, leader,
                      new_state.leader_epoch, isr)
+
+    def _drop_dead_followers(self, topic: str, index: int, state: PartitionState, live: set[int]) -> None:
+        """A dead follower leaves the ISR at once (as Kafka's controller does), so acks=all
+        produces need not wait replica.lag.time.max.ms for the leader to notice."""
+        isr = [r for r in state.isr if r in live]
+        if isr == state.isr:
+            return
+        try:
+            self.store.set_partition_state(topic, index, PartitionState(state.leader, state.leader_epoch, isr,
+                                                                        self.controller_epoch), state.version)
+        except MetadataConflict:
+            return
+        log.info("%s-%d: ISR %s -> %s (dead brokers removed)", topic, index, state.isr, isr)
+
+    def controlled_shutdown(self) -> list[tuple[str, int]]:
+        """Before this broker stops (SIGTERM): hand each partition it leads to another in-sync
+        replica and leave the ISR of those it follows, as Kafka's controlled shutdown does, so
+        clients see no leaderless moment and acks=all does not wait for a stopped follower.
+        Returns the partitions whose leadership moved."""
+        moved = []
+        others = set(self.brokers) - {self.broker_id}
+        for (topic, index), state in list(self.states.items()):
+            record = self.records.get(topic)
+            if record is None or self.broker_id not in state.isr:
+                continue
+            isr = [r for r in state.isr if r != self.broker_id]
+            if state.leader == self.broker_id:
+                leader = next((r for r in record.assignment.get(index, []) if r in others and r in isr), NO_LEADER)
+                if leader == NO_LEADER:
+                    continue  # the only in-sync replica: it keeps leading until it is gone
+                new_state = PartitionState(leader, state.leader_epoch + 1, isr, state.controller_epoch)
+            else:
+                new_state = PartitionState(state.leader, state.leader_epoch, isr, state.controller_epoch)
+            try:
+                self.store.set_partition_state(topic, index, new_state, state.version)
+            except MetadataConflict:
+                continue
+            if new_state.leader != state.leader:
+                moved.append((topic, index))
+        return moved
+
+    def leads_any(self, partitions: list[tuple[str, int]]) -> bool:
+        return any((s := self.states.get(p)) is not None and s.leader == self.broker_id for p in partitions)
 
     # -- ISR changes by this broker's leaders ---------------------------------------------------
 

@@ -87,7 +87,7 @@ class Partition:
         self.replicas, self.isr = list(replicas), list(isr)
         self.log.epochs.assign(leader_epoch, self.log.log_end_offset)
         self.followers = {r: FollowerState(last_caught_up_ms=now_ms) for r in replicas if r != self.local_id}
-        self._advance_high_watermark()
+        self.advance_high_watermark()
 
     def make_follower(self, leader_id: int, leader_epoch: int, replicas: list[int], isr: list[int]) -> None:
         self.leader_id, self.leader_epoch = leader_id, leader_epoch
@@ -111,7 +111,7 @@ class Partition:
                              f"the ISR of {self.name} is {self.isr}, below min.insync.replicas="
                              f"{self.min_insync_replicas}")
         info = self.log.append_as_leader(records, self.leader_epoch, now_ms, origin=origin)
-        self._advance_high_watermark()
+        self.advance_high_watermark()
         self.wake_waiters()
         return info
 
@@ -155,7 +155,7 @@ class Partition:
         state.log_end_offset = fetch_offset
         state.leader_end_at_last_fetch = leader_end
         self._maybe_expand_isr(replica_id, state)
-        self._advance_high_watermark()
+        self.advance_high_watermark()
 
     def _maybe_expand_isr(self, replica_id: int, state: FollowerState) -> None:
         if replica_id in self.isr or replica_id not in self.replicas:
@@ -171,7 +171,7 @@ class Partition:
         lagging = [r for r in self.isr if r != self.local_id and r in self.followers
                    and now_ms - self.followers[r].last_caught_up_ms > max_lag_ms]
         if lagging and self._change_isr([r for r in self.isr if r not in lagging]):
-            self._advance_high_watermark()
+            self.advance_high_watermark()
             return lagging
         return []
 
@@ -183,7 +183,7 @@ class Partition:
             self._fail_acks_waiters(ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND)
         return True
 
-    def _advance_high_watermark(self) -> None:
+    def advance_high_watermark(self) -> None:
         if not self.is_leader:
             return
         ends = [self.log.log_end_offset]

@@ -80,6 +80,7 @@ class ReplicaManager:
         self._stop_fetching(partition)
         if partition.is_leader and partition.leader_epoch == leader_epoch:
             partition.replicas, partition.isr = list(replicas), list(isr)  # an ISR change only
+            partition.advance_high_watermark()  # a smaller ISR may let the HW (and acks=all) move on
             return partition
         partition.make_leader(leader_epoch, replicas, isr, now_ms)
         return partition

@@ -272,3 +272,22 @@ def test_a_consumer_group_and_a_transaction_survive_their_coordinators_death(clu
     again.commit_transaction(60)
     stored = read_all(cluster, topic, 3, 303)  # read_committed (librdkafka's default): needs every marker
     assert [v for p in range(3) for v in stored[p] if not v.startswith(b"w")] == [b"committed"] * 3
+
+
+def test_controlled_shutdown_moves_leadership_before_stopping(cluster: list[BrokerProcess]) -> None:
+    topic = "handover"
+    create_replicated_topic(cluster, topic, 3)
+    before = partition_info(cluster, topic)
+    led = [p for p, (leader, _, _) in before.items() if leader == 0]
+    assert len(led) == 1
+    assert cluster[0].stop() == 0  # SIGTERM
+    assert "controlled shutdown: leadership of 1 partition(s) moved" in cluster[0].log_text()
+    after = partition_info(cluster, topic)
+    assert all(leader in (1, 2) and 0 not in isr for leader, _, isr in after.values())
+    producer = Producer({"bootstrap.servers": bootstrap(cluster), "acks": "all", "message.timeout.ms": 10000})
+    for p in range(3):
+        producer.produce(topic, b"still writable", partition=p)
+    assert producer.flush(30) == 0  # min.insync.replicas=2 with the two brokers left
+    cluster[0].start()
+    wait_until(lambda: all(len(isr) == 3 for _, _, isr in partition_info(cluster, topic).values()),
+               what="the restarted broker back in the ISR")
