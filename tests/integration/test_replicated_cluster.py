@@ -4,6 +4,7 @@ min.insync.replicas. (Bounded versions of issue 5's acceptance tests; the soak r
 from __future__ import annotations
 
 import random
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -291,3 +292,43 @@ def test_controlled_shutdown_moves_leadership_before_stopping(cluster: list[Brok
     cluster[0].start()
     wait_until(lambda: all(len(isr) == 3 for _, _, isr in partition_info(cluster, topic).values()),
                what="the restarted broker back in the ISR")
+
+
+def test_every_client_follows_a_leadership_change(cluster: list[BrokerProcess]) -> None:
+    """Acceptance 6: kafka-python, confluent-kafka and kcat keep producing and consuming across
+    a leader's death with no user action (they refresh metadata on NOT_LEADER_OR_FOLLOWER)."""
+    from kafka import KafkaConsumer, KafkaProducer
+
+    topic = "followers"
+    create_replicated_topic(cluster, topic, 1)
+    brokers = bootstrap(cluster)
+    kp = KafkaProducer(bootstrap_servers=brokers, acks="all", retries=20, retry_backoff_ms=200,
+                       request_timeout_ms=10000)
+    cp = Producer({"bootstrap.servers": brokers, "acks": "all"})
+    kc = KafkaConsumer(topic, bootstrap_servers=brokers, group_id="followers", auto_offset_reset="earliest",
+                       consumer_timeout_ms=1000)
+
+    def write_all(tag: str) -> None:
+        kp.send(topic, f"kafka-python {tag}".encode()).get(timeout=60)
+        cp.produce(topic, f"confluent {tag}".encode())
+        assert cp.flush(60) == 0
+        kcat = subprocess.run(["kcat", "-P", "-b", bootstrap(cluster), "-t", topic, "-X", "acks=all"],
+                              input=f"kcat {tag}\n", capture_output=True, text=True, timeout=60)
+        assert kcat.returncode == 0, kcat.stderr
+
+    def read(count: int) -> list[str]:
+        got: list[str] = []
+        deadline = time.monotonic() + 60
+        while len(got) < count and time.monotonic() < deadline:
+            got += [m.value.decode() for m in kc]  # ends after a second without messages
+        return got
+
+    write_all("before")
+    assert sorted(read(3)) == ["confluent before", "kafka-python before", "kcat before"]
+    leader = partition_info(cluster, topic)[0][0]
+    cluster[leader].kill()
+    wait_until(lambda: partition_info(cluster, topic)[0][0] not in (leader, -1), what="a new leader")
+    write_all("after")  # the long-lived producers find the new leader themselves
+    assert sorted(read(3)) == ["confluent after", "kafka-python after", "kcat after"]
+    kc.close()
+    kp.close()
