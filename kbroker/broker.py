@@ -111,6 +111,7 @@ class Broker:
         self._next_offset_expiry_ms = 0
         self._next_txn_abort_ms = 0
         self._next_producer_expiry_ms = 0
+        self._next_rebalance_ms = 0
         self.server = Server(self)
         self.bound: list[tuple[str, str, int]] = []  # (listener name, host, port)
         self._ticker: asyncio.Task[None] | None = None
@@ -223,6 +224,12 @@ class Broker:
                 except Exception:
                     log.exception("expiring committed offsets failed")
             self.replicas.shrink_isrs(now_ms, self.config.get("replica.lag.time.max.ms"))
+            if self._next_rebalance_ms == 0:  # as Kafka: the first check one interval after start
+                self._next_rebalance_ms = now_ms + self.config.get("leader.imbalance.check.interval.seconds") * 1000
+            if self.cluster is not None and now_ms >= self._next_rebalance_ms:
+                self._next_rebalance_ms = now_ms + self.config.get("leader.imbalance.check.interval.seconds") * 1000
+                if self.config.get("auto.leader.rebalance.enable"):
+                    self.cluster.rebalance_leaders(self.config.get("leader.imbalance.per.broker.percentage"))
             if now_ms >= self._next_producer_expiry_ms:
                 self._next_producer_expiry_ms = now_ms + self.config.get("producer.id.expiration.check.interval.ms")
                 self._expire_producers(now_ms)

@@ -43,6 +43,7 @@ LIST_GROUPS = 16
 DELETE_GROUPS = 42
 OFFSET_DELETE = 47
 WRITE_TXN_MARKERS = 27
+ELECT_LEADERS = 43
 DESCRIBE_PRODUCERS = 61
 DESCRIBE_TRANSACTIONS = 65
 LIST_TRANSACTIONS = 66
@@ -650,6 +651,23 @@ class Client:
                                      for t in response.topics for p in t.partitions}
 
     # -- lifecycle ---------------------------------------------------------------------------
+
+    def elect_leaders(self, unclean: bool, partitions: list[tuple[str, int]] | None
+                      ) -> dict[tuple[str, int], int]:
+        """ElectLeaders (preferred, or unclean) for `partitions` (None: all); error code per partition."""
+        topics: dict[str, list[int]] | None = None
+        if partitions is not None:
+            topics = {}
+            for topic, index in partitions:
+                topics.setdefault(topic, []).append(index)
+        body = {"election_type": 1 if unclean else 0, "timeout_ms": int(self.timeout * 1000),
+                "topic_partitions": None if topics is None else
+                [{"topic": t, "partitions": ps} for t, ps in topics.items()]}
+        controller = self.controller()
+        response = self.request(ELECT_LEADERS, body, node=controller)
+        check(response.error_code, context="ElectLeaders")
+        return {(t.topic, r.partition_id): r.error_code for t in response.replica_election_results
+                for r in t.partition_result}
 
     # -- transactions ------------------------------------------------------------------------
 

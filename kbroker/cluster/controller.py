@@ -267,6 +267,55 @@ class ClusterView:
                 moved.append((topic, index))
         return moved
 
+    def elect(self, topic: str, index: int, unclean: bool = False) -> ErrorCode:
+        """ElectLeaders for one partition: the preferred replica (the first assigned) when it is
+        alive and in sync; with `unclean`, any live replica of a partition that has no leader."""
+        record = self.records.get(topic)
+        state = self.states.get((topic, index))
+        if record is None or index not in record.assignment or state is None:
+            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        live = set(self.brokers)
+        replicas = record.assignment[index]
+        if unclean:
+            if state.leader in live:
+                return ErrorCode.ELECTION_NOT_NEEDED
+            leader = next((r for r in replicas if r in live), NO_LEADER)
+            if leader == NO_LEADER:
+                return ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE
+            isr = [leader]
+        else:
+            leader = replicas[0]
+            if state.leader == leader:
+                return ErrorCode.ELECTION_NOT_NEEDED
+            if leader not in live or leader not in state.isr:
+                return ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE
+            isr = state.isr
+        try:
+            self.store.set_partition_state(topic, index, PartitionState(leader, state.leader_epoch + 1, isr,
+                                                                        self.controller_epoch), state.version)
+        except MetadataConflict:
+            return ErrorCode.NOT_CONTROLLER  # the state moved meanwhile: the client retries
+        log.info("%s-%d: %s election moved leadership %d -> %d", topic, index,
+                 "unclean" if unclean else "preferred", state.leader, leader)
+        return ErrorCode.NO_ERROR
+
+    def rebalance_leaders(self, imbalance_percentage: int) -> int:
+        """auto.leader.rebalance.enable: when more than `imbalance_percentage` % of the partitions a
+        broker should lead (it is their first replica) are led elsewhere, move them back."""
+        if self.controller != self.broker_id:
+            return 0
+        preferred: dict[int, list[tuple[str, int]]] = {}
+        for topic, index in self.states:
+            record = self.records.get(topic)
+            if record is not None and record.assignment.get(index):
+                preferred.setdefault(record.assignment[index][0], []).append((topic, index))
+        moved = 0
+        for broker, partitions in preferred.items():
+            elsewhere = [p for p in partitions if self.states[p].leader != broker]
+            if broker in self.brokers and len(elsewhere) * 100 > imbalance_percentage * len(partitions):
+                moved += sum(self.elect(*p) == ErrorCode.NO_ERROR for p in elsewhere)
+        return moved
+
     def leads_any(self, partitions: list[tuple[str, int]]) -> bool:
         return any((s := self.states.get(p)) is not None and s.leader == self.broker_id for p in partitions)
 

@@ -73,6 +73,7 @@ HANDLER_MODULES = (
     "describe_producers",
     "describe_topic_partitions",
     "describe_transactions",
+    "elect_leaders",
     "end_txn",
     "fetch",
     "find_coordinator",

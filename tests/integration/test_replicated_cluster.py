@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -25,9 +26,11 @@ LAG_SETTINGS = {"replica.lag.time.max.ms": "3000", "replica.fetch.wait.max.ms": 
 
 
 @pytest.fixture
-def cluster(tmp_path: Path, zk_connect: str) -> Iterator[list[BrokerProcess]]:
+def cluster(tmp_path: Path, zk_connect: str, request: pytest.FixtureRequest) -> Iterator[list[BrokerProcess]]:
+    marker = request.node.get_closest_marker("cluster_overrides")
+    extra = marker.args[0] if marker else {}
     brokers = [BrokerProcess(tmp_path / f"b{i}", overrides={"broker.id": str(i), "zookeeper.connect": zk_connect,
-                                                             **LAG_SETTINGS}).start()
+                                                             **LAG_SETTINGS, **extra}).start()
                for i in range(3)]
     yield brokers
     for broker in brokers:
@@ -332,3 +335,49 @@ def test_every_client_follows_a_leadership_change(cluster: list[BrokerProcess]) 
     assert sorted(read(3)) == ["confluent after", "kafka-python after", "kcat after"]
     kc.close()
     kp.close()
+
+
+KBROKER = str(Path(sys.executable).parent / "kbroker")
+
+
+def test_preferred_leader_election_brings_leadership_back(cluster: list[BrokerProcess]) -> None:
+    topic = "preferred"
+    create_replicated_topic(cluster, topic, 3)
+    with Client(bootstrap(cluster)) as client:  # replicas in assignment order: the first is preferred
+        preferred = {i: p.replicas[0] for i, p in client.metadata([topic], refresh=True).topic(topic).partitions.items()}
+    led_by_0 = next(p for p, (leader, _, _) in partition_info(cluster, topic).items() if leader == 0)
+    cluster[0].kill()
+    wait_until(lambda: partition_info(cluster, topic)[led_by_0][0] not in (0, -1), what="leadership moved")
+    cluster[0].start()
+    wait_until(lambda: all(len(isr) == 3 for _, _, isr in partition_info(cluster, topic).values()),
+               what="the restarted broker back in the ISR")
+    assert partition_info(cluster, topic)[led_by_0][0] != 0  # not the preferred leader any more
+
+    def elect() -> subprocess.CompletedProcess:
+        return subprocess.run([KBROKER, "leader-election", "--bootstrap-server", bootstrap(cluster),
+                               "--election-type", "preferred", "--all-topic-partitions"],
+                              capture_output=True, text=True, timeout=60)
+
+    moved = elect()
+    assert moved.returncode == 0, moved.stderr
+    assert f"Successfully completed leader election (PREFERRED) for partitions {topic}-{led_by_0}" in moved.stdout
+    wait_until(lambda: {p: leader for p, (leader, _, _) in partition_info(cluster, topic).items()} == preferred,
+               what="every partition led by its preferred replica")
+    again = elect()
+    assert again.returncode == 0 and "Valid replica already elected for partitions" in again.stdout
+    assert "Successfully" not in again.stdout
+
+
+@pytest.mark.cluster_overrides({"leader.imbalance.check.interval.seconds": "1"})
+def test_auto_leader_rebalance_returns_leadership_to_preferred_replicas(cluster: list[BrokerProcess]) -> None:
+    topic = "rebalanced"
+    create_replicated_topic(cluster, topic, 3)
+    with Client(bootstrap(cluster)) as client:
+        preferred = {i: p.replicas[0] for i, p in client.metadata([topic], refresh=True).topic(topic).partitions.items()}
+    led_by_1 = next(p for p, broker in preferred.items() if broker == 1)
+    cluster[1].kill()
+    wait_until(lambda: partition_info(cluster, topic)[led_by_1][0] not in (1, -1), what="leadership moved")
+    cluster[1].start()
+    # Broker 1 leads none of its preferred partitions (100 % > 10 %): the controller moves it back.
+    wait_until(lambda: {p: leader for p, (leader, _, _) in partition_info(cluster, topic).items()} == preferred,
+               what="leadership back on the preferred replicas")

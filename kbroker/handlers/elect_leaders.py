@@ -1,0 +1,46 @@
+"""ElectLeaders: move leadership to the preferred replica, or (unclean) to any live replica.
+
+On one node every partition's only replica leads already: ELECTION_NOT_NEEDED. In a cluster
+the broker asked writes the new partition state itself (compare-and-set in ZooKeeper), as the
+controller would; the replicas take their new roles from the state's watch.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kbroker.handlers import RequestContext
+from protocol.errors import ErrorCode
+
+API_KEY = 43
+MIN_VERSION = 0
+MAX_VERSION = 2
+PREFERRED, UNCLEAN = 0, 1
+
+
+async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    election_type = request.election_type if ctx.version >= 1 else PREFERRED
+    if election_type not in (PREFERRED, UNCLEAN):
+        return {"throttle_time_ms": 0, "error_code": ErrorCode.INVALID_REQUEST, "replica_election_results": []}
+    wanted = _wanted(ctx, request.topic_partitions)
+    by_topic: dict[str, list[dict[str, Any]]] = {}
+    for topic, index in wanted:
+        code = _elect(ctx, topic, index, election_type == UNCLEAN)
+        by_topic.setdefault(topic, []).append({"partition_id": index, "error_code": code, "error_message": None})
+    results = [{"topic": t, "partition_result": ps} for t, ps in by_topic.items()]
+    return {"throttle_time_ms": 0, "error_code": ErrorCode.NO_ERROR, "replica_election_results": results}
+
+
+def _wanted(ctx: RequestContext, topic_partitions: Any) -> list[tuple[str, int]]:
+    if topic_partitions is None:  # every partition of the cluster
+        return [(t.name, i) for t in ctx.broker.topics.store.list_topics() for i in sorted(t.assignment)]
+    return [(t.topic, p) for t in topic_partitions for p in t.partitions]
+
+
+def _elect(ctx: RequestContext, topic: str, index: int, unclean: bool) -> ErrorCode:
+    cluster = ctx.broker.cluster
+    if cluster is not None:
+        return cluster.elect(topic, index, unclean)
+    if not ctx.broker.topics.partition_exists(topic, index):
+        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    return ErrorCode.ELECTION_NOT_NEEDED
