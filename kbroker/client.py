@@ -44,6 +44,8 @@ DELETE_GROUPS = 42
 OFFSET_DELETE = 47
 WRITE_TXN_MARKERS = 27
 ELECT_LEADERS = 43
+ALTER_PARTITION_REASSIGNMENTS = 45
+LIST_PARTITION_REASSIGNMENTS = 46
 DESCRIBE_PRODUCERS = 61
 DESCRIBE_TRANSACTIONS = 65
 LIST_TRANSACTIONS = 66
@@ -668,6 +670,29 @@ class Client:
         check(response.error_code, context="ElectLeaders")
         return {(t.topic, r.partition_id): r.error_code for t in response.replica_election_results
                 for r in t.partition_result}
+
+    def alter_partition_reassignments(self, targets: dict[tuple[str, int], list[int] | None]
+                                      ) -> dict[tuple[str, int], int]:
+        """Move partitions to these replicas (None cancels); error code per partition."""
+        topics: dict[str, list[dict[str, Any]]] = {}
+        for (topic, index), replicas in targets.items():
+            topics.setdefault(topic, []).append({"partition_index": index, "replicas": replicas})
+        body = {"timeout_ms": int(self.timeout * 1000),
+                "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]}
+        response = self.request(ALTER_PARTITION_REASSIGNMENTS, body, node=self.controller())
+        check(response.error_code, response.error_message, "AlterPartitionReassignments")
+        return {(t.name, p.partition_index): p.error_code for t in response.responses for p in t.partitions}
+
+    def list_partition_reassignments(self) -> dict[tuple[str, int], tuple[list[int], list[int], list[int]]]:
+        """(replicas, adding, removing) of the reassignments in progress, from every broker."""
+        ongoing = {}
+        for node in sorted(self.metadata(refresh=True).brokers):
+            response = self.request(LIST_PARTITION_REASSIGNMENTS, {"timeout_ms": 30000, "topics": None}, node=node)
+            check(response.error_code, response.error_message, "ListPartitionReassignments")
+            ongoing.update({(t.name, p.partition_index): (list(p.replicas), list(p.adding_replicas),
+                                                          list(p.removing_replicas))
+                            for t in response.topics for p in t.partitions})
+        return ongoing
 
     # -- transactions ------------------------------------------------------------------------
 

@@ -15,6 +15,7 @@ touched on the loop only.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -76,6 +77,8 @@ class ClusterView:
         self._unwatch: list[Unwatch] = []
         self._state_watches: dict[tuple[str, int], Unwatch] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
+        # Reassignments this broker drives: partition -> (target, original replicas) (KIP-455).
+        self.reassignments: dict[tuple[str, int], tuple[list[int], list[int]]] = {}
         # (topic, partition, leads now): coordinators load or drop the internal partitions they gain or lose.
         self.on_leadership_change: Callable[[str, int, bool], None] | None = None
 
@@ -174,8 +177,16 @@ class ClusterView:
     def _on_state(self, key: tuple[str, int], state: PartitionState | None) -> None:
         if state is None:
             return
+        changed = key in self.states  # not the watch's first call, which follows a fresh read
         self.states[key] = state
+        if changed:
+            # A reassignment changes the replicas and then touches the state: re-read the assignment.
+            record = self.store.get_topic(key[0])
+            if record is not None:
+                self.records[key[0]] = record
         self._apply_role(key, state)
+        if key in self.reassignments:
+            self._maybe_finish_reassignment(key, state)
         if state.leader == NO_LEADER or state.leader not in self.brokers:
             self._elect_offline_leaders()
 
@@ -186,6 +197,9 @@ class ClusterView:
             return
         replicas = record.assignment.get(index, [])
         if self.broker_id not in replicas:
+            if self.replicas.find(topic, index) is not None:  # reassigned away from this broker
+                log.info("%s-%d: no longer a replica here; deleting it", topic, index)
+                self.replicas.stop_replica(topic, index, delete=True)
             return
         config = self.topics.log_config(record.configs)
         current = self.replicas.find(topic, index)
@@ -315,6 +329,55 @@ class ClusterView:
             if broker in self.brokers and len(elsewhere) * 100 > imbalance_percentage * len(partitions):
                 moved += sum(self.elect(*p) == ErrorCode.NO_ERROR for p in elsewhere)
         return moved
+
+    # -- reassignment ---------------------------------------------------------------------------
+
+    def reassign(self, topic: str, index: int, target: list[int] | None) -> ErrorCode:
+        """AlterPartitionReassignments for one partition (None cancels). Phase one: the
+        assignment becomes target + current replicas, so the new ones start following and catch
+        up; phase two (`_maybe_finish_reassignment`) drops the old ones once every target
+        replica is in sync, moving leadership into the target if needed. Nothing is removed
+        before its replacement has the data."""
+        key = (topic, index)
+        record = self.records.get(topic)
+        state = self.states.get(key)
+        if record is None or index not in record.assignment or state is None:
+            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        if target is None:
+            return ErrorCode.NO_ERROR if self.reassignments.pop(key, None) is not None \
+                else ErrorCode.NO_REASSIGNMENT_IN_PROGRESS
+        if not target or len(set(target)) != len(target) or any(r not in self.brokers for r in target):
+            return ErrorCode.INVALID_REPLICATION_ASSIGNMENT
+        current = record.assignment[index]
+        if target == current:
+            return ErrorCode.NO_ERROR
+        self.reassignments[key] = (list(target), list(current))
+        self.store.add_partitions(topic, {index: [*target, *(r for r in current if r not in target)]})
+        self._touch_state(key, state)
+        log.info("%s-%d: reassigning %s -> %s", topic, index, current, target)
+        return ErrorCode.NO_ERROR
+
+    def _touch_state(self, key: tuple[str, int], state: PartitionState) -> None:
+        """Rewrite the state unchanged, so every broker's watch fires and re-reads the assignment."""
+        # On a conflict it changed anyway, and the watches fire for that change.
+        with contextlib.suppress(MetadataConflict):
+            self.store.set_partition_state(*key, PartitionState(state.leader, state.leader_epoch, state.isr,
+                                                                state.controller_epoch), state.version)
+
+    def _maybe_finish_reassignment(self, key: tuple[str, int], state: PartitionState) -> None:
+        target, _ = self.reassignments[key]
+        if not set(target) <= set(state.isr):
+            return  # still catching up
+        leader = state.leader if state.leader in target else next(r for r in target if r in state.isr)
+        isr = [r for r in state.isr if r in target]
+        self.store.add_partitions(key[0], {key[1]: list(target)})
+        try:
+            self.store.set_partition_state(*key, PartitionState(leader, state.leader_epoch + 1, isr,
+                                                                state.controller_epoch), state.version)
+        except MetadataConflict:
+            return  # re-checked when the newer state arrives
+        del self.reassignments[key]
+        log.info("%s-%d: reassignment to %s complete, leader %d", key[0], key[1], target, leader)
 
     def leads_any(self, partitions: list[tuple[str, int]]) -> bool:
         return any((s := self.states.get(p)) is not None and s.leader == self.broker_id for p in partitions)

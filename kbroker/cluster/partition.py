@@ -89,6 +89,17 @@ class Partition:
         self.followers = {r: FollowerState(last_caught_up_ms=now_ms) for r in replicas if r != self.local_id}
         self.advance_high_watermark()
 
+    def update_membership(self, replicas: list[int], isr: list[int], now_ms: int) -> None:
+        """Same leader and epoch, other replicas or ISR (a reassignment, or the controller
+        dropping a dead follower): new followers are tracked, removed ones forgotten."""
+        self.replicas, self.isr = list(replicas), list(isr)
+        for replica in replicas:
+            if replica != self.local_id and replica not in self.followers:
+                self.followers[replica] = FollowerState(last_caught_up_ms=now_ms)
+        for replica in [r for r in self.followers if r not in replicas]:
+            del self.followers[replica]
+        self.advance_high_watermark()  # a smaller ISR may let the HW (and acks=all) move on
+
     def make_follower(self, leader_id: int, leader_epoch: int, replicas: list[int], isr: list[int]) -> None:
         self.leader_id, self.leader_epoch = leader_id, leader_epoch
         self.replicas, self.isr = list(replicas), list(isr)

@@ -79,8 +79,7 @@ class ReplicaManager:
         partition = self._open(topic, index, topic_id, config, self.broker_id)
         self._stop_fetching(partition)
         if partition.is_leader and partition.leader_epoch == leader_epoch:
-            partition.replicas, partition.isr = list(replicas), list(isr)  # an ISR change only
-            partition.advance_high_watermark()  # a smaller ISR may let the HW (and acks=all) move on
+            partition.update_membership(replicas, isr, now_ms)  # ISR or replica changes only
             return partition
         partition.make_leader(leader_epoch, replicas, isr, now_ms)
         return partition

@@ -381,3 +381,37 @@ def test_auto_leader_rebalance_returns_leadership_to_preferred_replicas(cluster:
     # Broker 1 leads none of its preferred partitions (100 % > 10 %): the controller moves it back.
     wait_until(lambda: {p: leader for p, (leader, _, _) in partition_info(cluster, topic).items()} == preferred,
                what="leadership back on the preferred replicas")
+
+
+def test_a_new_broker_takes_over_replicas_by_reassignment_while_producing(
+        cluster: list[BrokerProcess], tmp_path: Path, zk_connect: str) -> None:
+    """Acceptance 5: a fourth broker joins; a partition moves from [0, 1, 2] to [3, 1, 2] while a
+    producer writes; nothing is lost and broker 0 no longer holds the partition."""
+    topic = "moving"
+    create_replicated_topic(cluster, topic, 1)
+    fourth = BrokerProcess(tmp_path / "b3", overrides={"broker.id": "3", "zookeeper.connect": zk_connect,
+                                                       **LAG_SETTINGS}).start()
+    cluster.append(fourth)  # the fixture kills it too
+    wait_until(lambda: len(partition_brokers(cluster)) == 4, what="four brokers")
+    with Client(bootstrap(cluster)) as client:
+        current = client.metadata([topic], refresh=True).topic(topic).partitions[0].replicas
+    target = [3, *(r for r in current if r != 0)]
+    producer = ContinuousProducer(bootstrap(cluster), topic, 1, "all")
+    with Client(bootstrap(cluster)) as client:
+        assert client.alter_partition_reassignments({(topic, 0): target}) == {(topic, 0): ErrorCode.NO_ERROR}
+    wait_until(lambda: partition_info(cluster, topic)[0][1] == sorted(target), what="the reassignment to finish")
+    with Client(bootstrap(cluster)) as client:
+        assert client.list_partition_reassignments() == {}
+    producer.stop()
+    assert producer.failed == []
+    stored = read_all(cluster, topic, 1, producer.sent)
+    assert stored[0] == producer.acked[0] and len(stored[0]) == producer.sent > 0
+    wait_until(lambda: not (cluster[0].log_dir / f"{topic}-0").exists(), what="broker 0 dropping its replica")
+    logs = [b.log_dir / f"{topic}-0" for b in cluster[1:]]
+    wait_until(lambda: len({b"".join(p.read_bytes() for p in sorted(d.glob("*.log"))) for d in logs}) == 1,
+               what="identical replicas on brokers 1, 2 and 3")
+
+
+def partition_brokers(cluster: list[BrokerProcess]) -> list[int]:
+    with Client(bootstrap(cluster)) as client:
+        return sorted(client.metadata(refresh=True).brokers)
