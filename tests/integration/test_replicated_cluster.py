@@ -3,6 +3,7 @@ min.insync.replicas. (Bounded versions of issue 5's acceptance tests; the soak r
 
 from __future__ import annotations
 
+import json
 import random
 import subprocess
 import sys
@@ -397,11 +398,20 @@ def test_a_new_broker_takes_over_replicas_by_reassignment_while_producing(
         current = client.metadata([topic], refresh=True).topic(topic).partitions[0].replicas
     target = [3, *(r for r in current if r != 0)]
     producer = ContinuousProducer(bootstrap(cluster), topic, 1, "all")
-    with Client(bootstrap(cluster)) as client:
-        assert client.alter_partition_reassignments({(topic, 0): target}) == {(topic, 0): ErrorCode.NO_ERROR}
+    plan = tmp_path / "move.json"
+    plan.write_text(json.dumps({"version": 1, "partitions": [{"topic": topic, "partition": 0, "replicas": target}]}))
+
+    def reassign(action: str) -> subprocess.CompletedProcess:
+        return subprocess.run([KBROKER, "reassign", "--bootstrap-server", bootstrap(cluster),
+                               "--reassignment-json-file", str(plan), action],
+                              capture_output=True, text=True, timeout=60)
+
+    started = reassign("--execute")
+    assert started.returncode == 0, started.stderr
+    assert f"Successfully started partition reassignment for {topic}-0" in started.stdout
     wait_until(lambda: partition_info(cluster, topic)[0][1] == sorted(target), what="the reassignment to finish")
-    with Client(bootstrap(cluster)) as client:
-        assert client.list_partition_reassignments() == {}
+    wait_until(lambda: reassign("--verify").returncode == 0, what="--verify to report completion")
+    assert f"Reassignment of partition {topic}-0 is completed." in reassign("--verify").stdout
     producer.stop()
     assert producer.failed == []
     stored = read_all(cluster, topic, 1, producer.sent)
