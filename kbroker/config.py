@@ -109,6 +109,8 @@ _DEFS = [
     ConfigDef("replica.fetch.max.bytes", _int, "1048576", "Bytes a follower fetches per partition."),
     ConfigDef("replica.fetch.response.max.bytes", _int, "10485760", "Bytes a follower fetches per request."),
     ConfigDef("replica.fetch.backoff.ms", _int, "1000", "How long a follower waits after a failed fetch."),
+    ConfigDef("unclean.leader.election.enable", _bool, "false",
+              "Elect a replica outside the ISR when no in-sync replica is alive (may lose data)."),
     ConfigDef("auto.leader.rebalance.enable", _bool, "true",
               "The controller moves leadership back to preferred replicas when too many are led elsewhere."),
     ConfigDef("leader.imbalance.check.interval.seconds", _int, "300", "How often leader imbalance is checked."),

@@ -79,6 +79,7 @@ class ClusterView:
         self._loop: asyncio.AbstractEventLoop | None = None
         # Reassignments this broker drives: partition -> (target, original replicas) (KIP-455).
         self.reassignments: dict[tuple[str, int], tuple[list[int], list[int]]] = {}
+        self.unclean_election = False  # unclean.leader.election.enable
         # (topic, partition, leads now): coordinators load or drop the internal partitions they gain or lose.
         self.on_leadership_change: Callable[[str, int, bool], None] | None = None
 
@@ -183,7 +184,7 @@ class ClusterView:
             # A reassignment changes the replicas and then touches the state: re-read the assignment.
             record = self.store.get_topic(key[0])
             if record is not None:
-                self.records[key[0]] = record
+                self._add_topic(record)  # new partitions (CreatePartitions) get their watches too
         self._apply_role(key, state)
         if key in self.reassignments:
             self._maybe_finish_reassignment(key, state)
@@ -228,6 +229,14 @@ class ClusterView:
             if record is None:
                 continue
             leader = elect_leader(record.assignment[index], state, live)
+            if leader == NO_LEADER and self.unclean_election:
+                # unclean.leader.election.enable: availability over consistency, as the operator chose.
+                leader = next((r for r in record.assignment[index] if r in live), NO_LEADER)
+                if leader != NO_LEADER:
+                    log.warning("%s-%d: unclean election of broker %d (not in the ISR %s): data may be lost",
+                                topic, index, leader, state.isr)
+                    state = PartitionState(state.leader, state.leader_epoch, [leader], state.controller_epoch,
+                                           state.version)
             if leader == NO_LEADER and state.leader == NO_LEADER:
                 continue  # still offline: wait for an ISR member to come back
             # Without a live ISR member the partition goes offline and its ISR stays as it was, as in
@@ -356,6 +365,13 @@ class ClusterView:
         self._touch_state(key, state)
         log.info("%s-%d: reassigning %s -> %s", topic, index, current, target)
         return ErrorCode.NO_ERROR
+
+    def announce_topic_change(self, topic: str) -> None:
+        """Make every broker re-read `topic`'s assignment (e.g. after CreatePartitions), by
+        rewriting its first partition's state unchanged: topic watches only see names."""
+        state = self.store.get_partition_state(topic, 0)
+        if state is not None:
+            self._touch_state((topic, 0), state)
 
     def _touch_state(self, key: tuple[str, int], state: PartitionState) -> None:
         """Rewrite the state unchanged, so every broker's watch fires and re-reads the assignment."""

@@ -193,6 +193,8 @@ class TopicManager:
             return
         self.store.add_partitions(name, new)
         self._host(self.require(name))
+        if self.cluster is not None:
+            self.cluster.announce_topic_change(name)
         log.info("topic %s grew from %d to %d partitions", name, current, count)
 
     def _check_new_assignment(

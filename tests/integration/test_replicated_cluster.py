@@ -425,3 +425,20 @@ def test_a_new_broker_takes_over_replicas_by_reassignment_while_producing(
 def partition_brokers(cluster: list[BrokerProcess]) -> list[int]:
     with Client(bootstrap(cluster)) as client:
         return sorted(client.metadata(refresh=True).brokers)
+
+
+def test_create_partitions_on_a_replicated_topic(cluster: list[BrokerProcess]) -> None:
+    from confluent_kafka.admin import NewPartitions
+
+    topic = "growing"
+    create_replicated_topic(cluster, topic, 1)
+    admin = AdminClient({"bootstrap.servers": bootstrap(cluster)})
+    admin.create_partitions([NewPartitions(topic, 3)])[topic].result(30)
+    wait_until(lambda: len(info := partition_info(cluster, topic)) == 3
+               and all(len(isr) == 3 and leader >= 0 for leader, _, isr in info.values()),
+               what="three replicated partitions with full ISRs")
+    producer = Producer({"bootstrap.servers": bootstrap(cluster), "acks": "all"})
+    for p in range(3):
+        producer.produce(topic, f"p{p}".encode(), partition=p)
+    assert producer.flush(30) == 0
+    assert {p: values for p, values in read_all(cluster, topic, 3, 3).items()} == {0: [b"p0"], 1: [b"p1"], 2: [b"p2"]}
