@@ -199,6 +199,7 @@ class Broker:
             self.config.broker_id,
             tuple(BrokerEndpoint(a.name, a.host, a.port or bound.get(a.name, 0))
                   for a in self.config.advertised_listeners_parsed()),
+            rack=self.config.get("broker.rack"),
         )
 
     def broker_endpoints(self) -> list[dict[str, Any]]:

@@ -109,6 +109,7 @@ _DEFS = [
     ConfigDef("replica.fetch.max.bytes", _int, "1048576", "Bytes a follower fetches per partition."),
     ConfigDef("replica.fetch.response.max.bytes", _int, "10485760", "Bytes a follower fetches per request."),
     ConfigDef("replica.fetch.backoff.ms", _int, "1000", "How long a follower waits after a failed fetch."),
+    ConfigDef("broker.rack", _str, None, "The rack of this broker: replicas of a partition go to different racks."),
     ConfigDef("unclean.leader.election.enable", _bool, "false",
               "Elect a replica outside the ISR when no in-sync replica is alive (may lose data)."),
     ConfigDef("auto.leader.rebalance.enable", _bool, "true",
@@ -149,6 +150,7 @@ _DEFS = [
     ConfigDef("log.preallocate", _bool, "false", "Default preallocate.", True),
     ConfigDef("compression.type", _str, "producer", "Default compression.type.", True),
     ConfigDef("min.insync.replicas", _int, "1", "Default min.insync.replicas.", True),
+    ConfigDef("broker.rack", _str, None, "The rack of this broker: replicas of a partition go to different racks."),
     ConfigDef("unclean.leader.election.enable", _bool, "false", "Default unclean.leader.election.enable.", True),
 ]
 BROKER_CONFIG_DEFS: dict[str, ConfigDef] = {d.name: d for d in _DEFS}

@@ -57,6 +57,16 @@ def initial_state(replicas: list[int], live: set[int], controller_epoch: int) ->
     return PartitionState(in_sync[0] if in_sync else NO_LEADER, 0, in_sync or replicas[:1], controller_epoch)
 
 
+def rack_alternated(racks: dict[int, str | None]) -> list[int]:
+    if not any(racks.values()):
+        return sorted(racks)
+    by_rack: dict[str, list[int]] = {}
+    for broker in sorted(racks):
+        by_rack.setdefault(racks[broker] or "", []).append(broker)
+    columns = [by_rack[rack] for rack in sorted(by_rack)]
+    return [column[i] for i in range(max(map(len, columns))) for column in columns if i < len(column)]
+
+
 def elect_leader(replicas: list[int], state: PartitionState, live: set[int]) -> int:
     """Kafka's offline-partition election: the first replica (in preference order) that is alive and
     in the ISR; none if no ISR member lives (unclean.leader.election.enable=false)."""
@@ -120,6 +130,12 @@ class ClusterView:
 
     def live_broker_ids(self) -> list[int]:
         return sorted(self.brokers)
+
+    def placement_order(self) -> list[int]:
+        """Live brokers in the order new replicas are placed: with racks (`broker.rack`), one
+        broker of each rack in turn, so consecutive replicas land on different racks (Kafka's
+        rack-alternated list); without, by id."""
+        return rack_alternated({b: r.rack for b, r in self.brokers.items()})
 
     def endpoint_of(self, broker_id: int) -> tuple[str, int] | None:
         registration = self.brokers.get(broker_id)

@@ -63,6 +63,9 @@ class TopicManager:
         self.default_replication_factor = default_replication_factor
         self.cluster: ClusterView | None = None  # set in a ZooKeeper cluster
 
+    def _placement_order(self) -> list[int]:
+        return self.cluster.placement_order() if self.cluster is not None else self.live_brokers()
+
     def live_brokers(self) -> list[int]:
         return self.cluster.live_broker_ids() if self.cluster is not None else [self.broker_id]
 
@@ -138,7 +141,7 @@ class TopicManager:
             raise KafkaError(ErrorCode.POLICY_VIOLATION, "Excessively large number of partitions per request.")
         if factor < 1:
             raise KafkaError(ErrorCode.INVALID_REPLICATION_FACTOR, "Replication factor must be larger than 0.")
-        brokers = self.live_brokers()
+        brokers = self._placement_order()
         if factor > len(brokers):
             raise KafkaError(
                 ErrorCode.INVALID_REPLICATION_FACTOR,
@@ -185,7 +188,7 @@ class TopicManager:
             raise KafkaError(ErrorCode.POLICY_VIOLATION, "Excessively large number of partitions per request.")
         factor = len(record.assignment[0])
         if assignment is None:
-            brokers = self.live_brokers()
+            brokers = self._placement_order()
             new = {p: [brokers[(p + r) % len(brokers)] for r in range(factor)] for p in range(current, count)}
         else:
             new = self._check_new_assignment(assignment, current, count, factor)
