@@ -103,7 +103,14 @@ class InternalTopic:
         """Create the topic on first use, as Kafka does when the first client looks for its coordinator."""
         if self.exists():
             return
-        factor = min(self.replication_factor, len(self.topics.live_brokers()))
+        live = len(self.topics.live_brokers())
+        factor = self.replication_factor
+        if self.topics.cluster is None:
+            factor = min(factor, live)  # the embedded single node: one replica, whatever the default says
+        elif live < factor:
+            # As Kafka: wait for enough brokers rather than create a topic that can never be replicated.
+            raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                             f"{self.name} needs {factor} brokers and {live} are alive")
         configs = {"cleanup.policy": "compact", "segment.bytes": str(self.segment_bytes),
                    "compression.type": "producer"}
         try:
