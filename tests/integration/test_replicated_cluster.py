@@ -4,6 +4,7 @@ min.insync.replicas. (Bounded versions of issue 5's acceptance tests; the soak r
 from __future__ import annotations
 
 import json
+import os
 import random
 import subprocess
 import sys
@@ -442,3 +443,19 @@ def test_create_partitions_on_a_replicated_topic(cluster: list[BrokerProcess]) -
         producer.produce(topic, f"p{p}".encode(), partition=p)
     assert producer.flush(30) == 0
     assert {p: values for p, values in read_all(cluster, topic, 3, 3).items()} == {0: [b"p0"], 1: [b"p1"], 2: [b"p2"]}
+
+
+@pytest.mark.slow
+def test_soak_many_broker_kills(cluster: list[BrokerProcess]) -> None:
+    """The long version of the kill test, outside CI: `scripts/test.sh -m slow -k soak`
+    (KBROKER_SOAK_ROUNDS rounds, 100 by default)."""
+    topic, partitions = "soak", 4
+    create_replicated_topic(cluster, topic, partitions)
+    producer = ContinuousProducer(bootstrap(cluster), topic, partitions, "all")
+    kill_and_restart_rounds(cluster, topic, rounds=int(os.environ.get("KBROKER_SOAK_ROUNDS", "100")), seed=11)
+    producer.stop()
+    assert producer.failed == []
+    stored = read_all(cluster, topic, partitions, producer.sent)
+    for p in range(partitions):
+        assert stored[p] == producer.acked[p]
+        wait_until(lambda p=p: len(set(replica_bytes(cluster, topic, p))) == 1, what="identical replicas")
