@@ -2,7 +2,8 @@
 
 It checks the harness (processes, references, JSON, ratios), not kbroker's performance: no number
 is compared with a target. Produce, latency and the partition sweep measure the session's broker
-(--bootstrap); the benchmarks that restart or configure a broker start their own.
+(--bootstrap); the benchmarks that restart or configure a broker start their own, and so do the
+cluster cases (--brokers 3: a ZooKeeper and three brokers against the mock cluster with three).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.brokers import PROJECT_ROOT, BrokerProcess
+from tests.conftest import require_zookeeper
 
 
 def bench(tmp_path: Path, name: str, *args: str, broker: BrokerProcess | None = None) -> dict[str, Any]:
@@ -113,3 +115,40 @@ def test_profiles(tmp_path: Path) -> None:
         check_case(profile["produce"], ["mb_per_s"])
         check_case(profile["latency"], ["p99_ms"])
     assert results["profiles"][1]["producer_config"]["compression.type"] == "lz4"
+
+
+def check_cluster_case(results: dict[str, Any], case: dict[str, Any]) -> None:
+    """A case measured on the 3-broker kbroker cluster against the 3-broker mock."""
+    assert {"kbroker (3 brokers)", "mock (3 brokers)"} <= set(results["servers"])
+    assert case["params"]["brokers"] == 3
+    assert case["params"]["replication_factor"] == 3 and case["params"]["min_insync_replicas"] == 2
+    assert case["producer_config" if "producer_config" in case else "client_config"]["acks"] == "all"
+    run = case["servers"]["kbroker"]["runs"][0]
+    assert run["leader_cpu"] > 0 and run["followers_cpu"] > 0  # the cluster's CPU, split by role
+    assert run["server_cpu"] >= run["leader_cpu"]
+
+
+def test_cluster_produce_acks_all(tmp_path: Path) -> None:
+    require_zookeeper()
+    results = bench(tmp_path, "cluster-produce", "produce", "--brokers", "3", "--acks", "all", "--duration", "0.3")
+    (case,) = results["produce"]
+    check_case(case, ["mb_per_s", "msgs_per_s", "server_cpu"])
+    check_cluster_case(results, case)
+    assert case["servers"]["kbroker"]["runs"][0]["errors"] == 0
+    (target,) = results["targets"]  # no acks=1 case here: only the cluster's
+    assert target["name"] == "produce 1 KB, acks=all, 3 brokers, one producer" and target["measured"] > 0
+
+
+def test_cluster_latency_acks_all(tmp_path: Path) -> None:
+    require_zookeeper()
+    # A low rate: the cluster answers an acks=all request per replication round (docs/performance.md).
+    results = bench(tmp_path, "cluster-latency", "latency", "--brokers", "3", "--acks", "all", "--rate", "50",
+                    "--latency-duration", "0.3", "--warmup", "0.2")
+    (case,) = results["latency"]
+    check_case(case, ["p50_ms", "p99_ms"])
+    check_cluster_case(results, case)
+    for server in ("kbroker", "mock"):
+        run = case["servers"][server]["runs"][0]
+        assert run["samples"] > 0 and run["lost"] == 0 and run["errors"] == 0
+    (target,) = results["targets"]
+    assert target["name"] == "end-to-end p99 at 20% of max throughput, acks=all, 3 brokers" and target["measured"] > 0

@@ -136,3 +136,28 @@ def test_followers_refuse_client_reads_and_writes(tmp_path: Path) -> None:
                 follower.delete_records(0)
 
     asyncio.run(asyncio.wait_for(scenario(), 60))
+
+
+def test_a_deleted_topic_leaves_the_fetcher_of_a_follower(tmp_path: Path) -> None:
+    """The broker that handles DeleteTopics removes the topic itself (its ZooKeeper watch then finds
+    nothing left to stop): as a follower it must stop fetching it too. A fetcher that kept asking
+    would get UNKNOWN_TOPIC_OR_PARTITION on every round and back off, delaying every other
+    partition it fetches from that leader (acks=all waited replica.fetch.backoff.ms per request)."""
+    async def scenario() -> None:
+        async with two_brokers(tmp_path) as (a, b):
+            b.replicas.fetcher_config = b.replicas.fetcher_config.__class__(max_wait_ms=100, backoff_ms=5000)
+            leader, follower = lead(a, 1, [0, 1]), follow(b, 0, 1)
+            a.replicas.become_leader("gone", 0, uuid.uuid4(), CONFIG, 1, [0, 1], [0, 1], now_ms())
+            b.replicas.become_follower("gone", 0, uuid.uuid4(), CONFIG, 0, 1, [0, 1], [0, 1])
+            info = leader.append_as_leader(batch(b"x"), now_ms(), required_acks=-1)
+            assert await leader.wait_for_replication(info.last_offset + 1, 10) == ErrorCode.NO_ERROR
+
+            b.replicas.remove_topic("gone")  # DeleteTopics on the follower
+            a.replicas.stop_replica("gone", 0, delete=True)  # the leader's watch
+            assert all(("gone", 0) not in fetcher.partitions for fetcher in b.replicas._fetchers.values())
+            for value in (b"y", b"z"):  # well within the 5 s backoff an error would cost
+                info = leader.append_as_leader(batch(value), now_ms(), required_acks=-1)
+                assert await leader.wait_for_replication(info.last_offset + 1, 2) == ErrorCode.NO_ERROR
+            assert follower.log_end_offset == 3
+
+    asyncio.run(asyncio.wait_for(scenario(), 60))

@@ -45,6 +45,23 @@ class Env:
     def kbroker(self) -> Server:
         return self.servers[0]
 
+    def cluster_label(self) -> str:
+        """What a case's label adds when kbroker is a cluster ("" for one broker)."""
+        server = self.kbroker
+        if server.brokers == 1:
+            return ""
+        return (f" on {server.brokers} brokers (rf={server.replication_factor}, "
+                f"min.insync.replicas={server.min_insync_replicas})")
+
+    def cluster_params(self) -> dict[str, int]:
+        server = self.kbroker
+        return {"brokers": server.brokers, "replication_factor": server.replication_factor,
+                "min_insync_replicas": server.min_insync_replicas}
+
+    def cpu_metrics(self) -> list[str]:
+        """The CPU metrics a case keeps: a cluster's total, and its leader's and followers' shares."""
+        return ["server_cpu", "leader_cpu", "followers_cpu"] if self.kbroker.brokers > 1 else ["server_cpu"]
+
 
 def topic_name(kind: str) -> str:
     return f"bench-{kind}-{uuid.uuid4().hex[:8]}"
@@ -99,8 +116,16 @@ def _cpu_share(server: Server, before: float | None, elapsed: float) -> float | 
     return round((after - before) / elapsed, 3)
 
 
+def _cpu_part_shares(server: Server, before: dict[str, float] | None, elapsed: float) -> dict[str, float]:
+    """A cluster's CPU during a run by part ("leader_cpu", "followers_cpu"), in cores; {} for one process."""
+    after = server.cpu_parts()
+    if before is None or after is None or elapsed <= 0:
+        return {}
+    return {f"{part}_cpu": round((after[part] - before.get(part, 0.0)) / elapsed, 3) for part in after}
+
+
 def _throughput(server: Server, results: list[dict[str, Any]], cpu_before: float | None,
-                message_size: int) -> dict[str, Any]:
+                message_size: int, parts_before: dict[str, float] | None = None) -> dict[str, Any]:
     acked = sum(r["acked"] for r in results)
     errors = sum(r["errors"] for r in results)
     if acked <= 0:
@@ -111,12 +136,15 @@ def _throughput(server: Server, results: list[dict[str, Any]], cpu_before: float
         "messages": acked, "errors": errors, "elapsed_s": round(elapsed, 3),
         "msgs_per_s": round(acked / elapsed, 1), "mb_per_s": round(acked * message_size / elapsed / MB, 3),
         "server_cpu": _cpu_share(server, cpu_before, elapsed),
+        **_cpu_part_shares(server, parts_before, elapsed),
         "client_cpu": round(sum(r["cpu_s"] for r in results) / elapsed, 3),
     }
 
 
 def _describe_throughput(result: dict[str, Any]) -> str:
     cpu = f", broker CPU {result['server_cpu']:.0%}" if result.get("server_cpu") is not None else ""
+    if result.get("leader_cpu") is not None:
+        cpu += f" (leader {result['leader_cpu']:.0%}, followers {result['followers_cpu']:.0%})"
     cpu += f", client CPU {result['client_cpu']:.0%}" if result.get("client_cpu") is not None else ""
     return f"{result['mb_per_s']:.1f} MB/s ({result['msgs_per_s']:,.0f} msg/s){cpu}"
 
@@ -135,7 +163,7 @@ def produce_case(env: Env, message_size: int, config: dict[str, Any], partitions
                  label: str | None = None) -> dict[str, Any]:
     """Producer throughput: `producers` processes sending `message_size` messages for duration_s."""
     label = label or (f"produce {message_size} B acks={config.get('acks')} {config.get('compression.type')} "
-                      f"p={partitions} x{producers}")
+                      f"p={partitions} x{producers}{env.cluster_label()}")
     topics = {server.name: topic_name("produce") for server in env.servers}
     for server in env.servers:
         server.create_topic(topics[server.name], partitions)
@@ -143,16 +171,16 @@ def produce_case(env: Env, message_size: int, config: dict[str, Any], partitions
     def run_once(server: Server, step: Step) -> dict[str, Any]:
         spec = {"bootstrap": server.bootstrap, "topic": topics[server.name], "message_size": message_size,
                 "duration_s": duration_s, "config": config, "keyed": keyed}
-        cpu_before = server.cpu_seconds()
+        cpu_before, parts_before = server.cpu_seconds(), server.cpu_parts()
         results = run_workers([("produce", spec)] * producers, step.update)
-        return _throughput(server, results, cpu_before, message_size)
+        return _throughput(server, results, cpu_before, message_size, parts_before)
 
-    summary = alternate(env, label, run_once, ["mb_per_s", "msgs_per_s", "server_cpu", "client_cpu"], duration_s,
-                        _describe_throughput)
+    summary = alternate(env, label, run_once, ["mb_per_s", "msgs_per_s", *env.cpu_metrics(), "client_cpu"],
+                        duration_s, _describe_throughput)
     case: dict[str, Any] = {
         "name": label,
         "params": {"message_size": message_size, "partitions": partitions, "producers": producers,
-                   "duration_s": duration_s, "keyed": keyed},
+                   "duration_s": duration_s, "keyed": keyed, **env.cluster_params()},
         "client_config": config, **summary,
     }
     if profile:
@@ -170,17 +198,18 @@ def profile_run(env: Env, label: str, run: Callable[[Step], dict[str, Any]], sec
     if profiling.py_spy() is None:
         return {"skipped": "py-spy is not installed (pip install 'kbroker[bench]')"}
     output = env.out / "profile-produce.txt"
+    process = env.kbroker.describe_pid()  # on a cluster: the leader, which does most of the work
     # Startup of the load generator takes about a second before the timed part: sample past it.
     recorder = profiling.Recorder(pid, output, seconds + 2)
     time.sleep(0.5)  # py-spy attaches before the load starts
-    with env.ui.step(f"{label} · kbroker · under py-spy", seconds) as step:
+    with env.ui.step(f"{label} · {process} · under py-spy", seconds) as step:
         result = run(step)
     try:
         recorder.wait()
     except (RuntimeError, OSError) as e:
         return {"skipped": f"py-spy failed: {e}"}
     env.ui.log(f"  profiled run: {_describe_throughput(result)}")
-    return {"run": result, "collapsed_stacks": output.name, **profiling.summarize(output)}
+    return {"run": result, "process": process, "collapsed_stacks": output.name, **profiling.summarize(output)}
 
 
 # -- consume -----------------------------------------------------------------------------------------
@@ -239,7 +268,8 @@ def latency_case(env: Env, rate: float, message_size: int, duration_s: float, wa
                  producer_conf: dict[str, Any], consumer_conf: dict[str, Any],
                  label: str | None = None) -> dict[str, Any]:
     """Produce at a fixed rate, consume in another process; latency from send call to poll() return."""
-    label = label or f"latency {message_size} B at {rate:,.0f} msg/s acks={producer_conf.get('acks')}"
+    label = label or (f"latency {message_size} B at {rate:,.0f} msg/s acks={producer_conf.get('acks')}"
+                      f"{env.cluster_label()}")
     topics = {server.name: topic_name("latency") for server in env.servers}
     for server in env.servers:
         server.create_topic(topics[server.name], partitions)
@@ -247,7 +277,7 @@ def latency_case(env: Env, rate: float, message_size: int, duration_s: float, wa
 
     def run_once(server: Server, step: Step) -> dict[str, Any]:
         common = {"bootstrap": server.bootstrap, "topic": topics[server.name], "partitions": partitions}
-        cpu_before = server.cpu_seconds()
+        cpu_before, parts_before = server.cpu_seconds(), server.cpu_parts()
         consumed, produced = run_workers([
             ("latency_consume", {**common, "config": consumer_conf, "timeout_s": warmup_s + duration_s + 60}),
             ("latency_produce", {**common, "rate": rate, "duration_s": duration_s, "warmup_s": warmup_s,
@@ -269,10 +299,11 @@ def latency_case(env: Env, rate: float, message_size: int, duration_s: float, wa
             "p999_ms": _ms(_quantile(ordered, 0.999)), "max_ms": _ms(ordered[-1]),
             "mean_ms": _ms(sum(ordered) / len(ordered)),
             "server_cpu": _cpu_share(server, cpu_before, warmup_s + duration_s),
+            **_cpu_part_shares(server, parts_before, warmup_s + duration_s),
         }
 
     summary = alternate(
-        env, label, run_once, ["p50_ms", "p99_ms", "p999_ms", "max_ms", "mean_ms", "server_cpu"],
+        env, label, run_once, ["p50_ms", "p99_ms", "p999_ms", "max_ms", "mean_ms", *env.cpu_metrics()],
         warmup_s + duration_s,
         lambda r: f"p50 {r['p50_ms']} ms, p99 {r['p99_ms']} ms, p99.9 {r['p999_ms']} ms, max {r['max_ms']} ms "
                   f"({r['samples']:,} samples)",
@@ -286,7 +317,7 @@ def latency_case(env: Env, rate: float, message_size: int, duration_s: float, wa
     return {
         "name": label,
         "params": {"rate": round(rate, 1), "message_size": message_size, "duration_s": duration_s,
-                   "warmup_s": warmup_s, "partitions": partitions},
+                   "warmup_s": warmup_s, "partitions": partitions, **env.cluster_params()},
         "producer_config": producer_conf, "consumer_config": consumer_conf, "cdf": cdf, **summary,
     }
 
@@ -306,7 +337,7 @@ def probe_max_rate(env: Env, message_size: int, config: dict[str, Any], duration
     server.create_topic(topic, 1)
     spec = {"bootstrap": server.bootstrap, "topic": topic, "message_size": message_size,
             "duration_s": duration_s, "config": config}
-    with env.ui.step("probing kbroker's maximum producer rate", duration_s) as step:
+    with env.ui.step(f"probing kbroker's maximum producer rate{env.cluster_label()}", duration_s) as step:
         result = _throughput(server, run_workers([("produce", spec)], step.update), None, message_size)
     server.delete_topic(topic)
     env.ui.log(f"  maximum: {_describe_throughput(result)}")

@@ -14,6 +14,7 @@ from kbroker.bench import benchmarks, report
 from kbroker.bench.benchmarks import MIB, BenchError, Env
 from kbroker.bench.servers import (
     ExternalServer,
+    KbrokerClusterServer,
     KbrokerServer,
     MockServer,
     Server,
@@ -24,6 +25,7 @@ from kbroker.bench.servers import (
 from kbroker.bench.ui import UI, make_ui
 from kbroker.bench.workers import WorkerError
 from kbroker.config import parse_properties as parse_properties_file
+from kbroker.metadata.zookeeper_process import ZooKeeperNotFound, find_zookeeper
 
 PROJECT_CONF = Path(__file__).resolve().parents[2] / "conf"
 COMPRESSIONS = ("none", "gzip", "snappy", "lz4", "zstd")
@@ -54,7 +56,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     produce.add_argument("--partitions", type=int, default=1)
     produce.add_argument("--producers", type=int, default=1, help="producer processes")
     produce.add_argument("--duration", type=float, default=3.0, help="seconds per run")
-    produce.add_argument("--profile", action="store_true", help="one more kbroker run under py-spy")
+    produce.add_argument("--profile", action="store_true", help="one more kbroker run under py-spy "
+                         "(on a cluster: of the leader broker)")
+    _cluster_options(produce)
 
     consume = command("consume", "consumer throughput, from the page cache and after a cold start")
     consume.add_argument("--mode", choices=("cache", "cold", "both"), default="both")
@@ -76,12 +80,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                          help="consumer fetch.wait.max.ms (default 5: the mock cluster answers an empty fetch "
                               "only after this wait, data or not)")
     latency.add_argument("--consumer-config", action="append", default=[], metavar="KEY=VALUE")
+    _cluster_options(latency)
 
     partitions = command("partitions", "producer throughput vs partition count (keyed messages)")
     partitions.add_argument("--counts", type=int, nargs="+", default=[1, 8, 64, 512])
     partitions.add_argument("--message-size", type=int, default=1024)
     partitions.add_argument("--duration", type=float, default=2.0)
     _producer_options(partitions, linger_ms=5)
+    _cluster_options(partitions)
 
     memory = command("memory", "broker RSS vs idle partitions, and start time with them")
     memory.add_argument("--partitions", type=int, default=10_000)
@@ -101,6 +107,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     everything.add_argument("--smoke", action="store_true", help="tiny sizes and durations: checks the harness")
     everything.add_argument("--memory-partitions", type=int, default=2000)
     everything.add_argument("--no-profile", action="store_true", help="skip the py-spy run")
+    everything.add_argument("--cluster-brokers", type=int, default=3,
+                            help="brokers of the acks=all cluster cases (default 3; 0 skips them)")
+    everything.add_argument("--min-insync-replicas", type=int, default=2,
+                            help="min.insync.replicas of the cluster cases' topics (default 2)")
+
+
+def _cluster_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--brokers", type=int, default=1,
+                        help="N > 1: a kbroker cluster (ZooKeeper and N brokers) against the mock cluster with "
+                             "N brokers, topics replicated on all N; with --bootstrap, the given brokers form "
+                             "such a cluster (default 1)")
+    parser.add_argument("--min-insync-replicas", type=int, default=2,
+                        help="min.insync.replicas of the topics on a cluster (default 2, at most --brokers)")
 
 
 def _producer_options(parser: argparse.ArgumentParser, linger_ms: float) -> None:
@@ -142,48 +161,70 @@ class Session:
         self.notes: list[str] = []
         self.skipped: dict[str, str] = {}
         self._env: Env | None = None
-        self._mock: MockServer | None = None
+        self._mocks: dict[int, MockServer] = {}
         available, reason = kafka_reference_status()
         if not available:
             self.skipped["kafka"] = reason
             ui.log(f"note: {reason}")
 
-    def mock(self) -> MockServer:
-        if self._mock is None:
-            self._mock = MockServer()
-            self.started.append(self._mock)
-        return self._mock
+    def mock(self, brokers: int = 1) -> MockServer:
+        """The mock cluster with `brokers` brokers, one per count for the whole session."""
+        if brokers not in self._mocks:
+            self._mocks[brokers] = MockServer(brokers)
+            self.started.append(self._mocks[brokers])
+        return self._mocks[brokers]
 
-    def kbroker(self, config_file: str | None = None, overrides: dict[str, str] | None = None) -> Server:
+    def kbroker(self, config_file: str | None = None, overrides: dict[str, str] | None = None,
+                brokers: int = 1, min_insync_replicas: int = 2) -> Server:
+        """A started kbroker: one broker, or with `brokers` > 1 a cluster on its own ZooKeeper."""
+        if brokers < 1:
+            raise BenchError("--brokers must be at least 1")
         if self.args.bootstrap:
-            return ExternalServer(self.args.bootstrap, self.args.broker_pid)
+            return ExternalServer(self.args.bootstrap, self.args.broker_pid, brokers,
+                                  min(min_insync_replicas, brokers) if brokers > 1 else 1)
         data_dir = new_data_dir(self.args.work_dir, "kbroker-bench-")
         self.data_dirs.append(data_dir)
-        server = KbrokerServer(data_dir, config_file=config_file,
-                               overrides=overrides if overrides is not None else _pairs(self.args.override,
-                                                                                      "--override"))
+        overrides = overrides if overrides is not None else _pairs(self.args.override, "--override")
+        server: KbrokerServer | KbrokerClusterServer
+        if brokers > 1:
+            server = KbrokerClusterServer(data_dir, brokers, min_insync_replicas, config_file, overrides)
+        else:
+            server = KbrokerServer(data_dir, config_file=config_file, overrides=overrides)
         self.started.append(server)
-        server.start()
+        with self.ui.step(f"starting {server.label}"):
+            server.start()
         return server
 
     def env(self, kbroker: Server | None = None) -> Env:
-        """kbroker and the references; a given kbroker gets an Env of its own."""
+        """kbroker and the references; a given kbroker gets an Env of its own.
+
+        The session's default kbroker has the benchmark's --brokers (1 unless given), and its
+        reference the mock cluster with as many brokers."""
         if kbroker is None and self._env is not None:
             return self._env
-        env = Env([kbroker or self.kbroker(self.args.server_config), self.mock()], self.ui, self.args.runs,
-                  self.args.out, self.args.work_dir, self.notes)
         if kbroker is None:
-            self._env = env
-        return env
+            brokers = getattr(self.args, "brokers", 1)
+            kbroker = self.kbroker(self.args.server_config, brokers=brokers,
+                                   min_insync_replicas=getattr(self.args, "min_insync_replicas", 2))
+            self._env = Env([kbroker, self.mock(brokers)], self.ui, self.args.runs, self.args.out,
+                            self.args.work_dir, self.notes)
+            return self._env
+        return Env([kbroker, self.mock(kbroker.brokers)], self.ui, self.args.runs, self.args.out,
+                   self.args.work_dir, self.notes)
 
-    def close(self) -> None:
+    def close(self, keep_data: bool = False) -> None:
+        """Stop every started server; their data directories go unless `keep_data` (after a
+        failure: the brokers' logs, broker.log in each, say what went wrong)."""
         for server in reversed(self.started):
             try:
                 server.close()
             except (ServerError, OSError) as e:
-                self.ui.log(f"warning: stopping {server.name}: {e}")
+                self.ui.log(f"warning: stopping {server.label}: {e}")
         for directory in self.data_dirs:
-            shutil.rmtree(directory, ignore_errors=True)
+            if keep_data:
+                print(f"broker data and logs kept in {directory}", file=sys.stderr)
+            else:
+                shutil.rmtree(directory, ignore_errors=True)
 
 
 # -- benchmarks -------------------------------------------------------------------------------------------
@@ -293,6 +334,10 @@ def bench_all(session: Session, args: argparse.Namespace) -> dict[str, Any]:
                                     "compression": "none", "producer_config": [], "fetch_wait_max_ms": 5,
                                     "consumer_config": []})
     results.update(bench_latency(session, latency))
+    if args.cluster_brokers > 1:
+        cluster = _cluster_cases(session, args, base, duration, latency)
+        results["produce"] += cluster.get("produce", [])
+        results["latency"] += cluster.get("latency", [])
     sweep = argparse.Namespace(**{**vars(args), "counts": [1, 4] if smoke else [1, 8, 64, 512], "message_size": 1024,
                                   "duration": duration, "acks": "1", "linger_ms": 5, "batch_size": 1_000_000,
                                   "compression": "none", "producer_config": []})
@@ -306,6 +351,35 @@ def bench_all(session: Session, args: argparse.Namespace) -> dict[str, Any]:
                                      "warmup": 0.3 if smoke else 1.0})
     results.update(bench_profiles(session, profiles))
     return results
+
+
+def _cluster_cases(session: Session, args: argparse.Namespace, base: dict[str, Any], duration: float,
+                   latency: argparse.Namespace) -> dict[str, Any]:
+    """Issue 7's replicated cases: 1 KB acks=all on a kbroker cluster against the mock cluster with
+    as many brokers, and the latency at 20 % of that cluster's acks=all maximum. The cluster is
+    stopped afterwards so that its idle brokers do not share the machine with later benchmarks."""
+    if args.bootstrap:
+        session.notes.append("cluster cases skipped: with --bootstrap, run produce/latency --brokers N instead")
+        return {}
+    try:
+        find_zookeeper()
+    except ZooKeeperNotFound as e:
+        session.skipped["cluster"] = f"no cluster cases: {e}"
+        session.ui.log(f"note: {session.skipped['cluster']}")
+        return {}
+    cluster = session.kbroker(args.server_config, brokers=args.cluster_brokers,
+                              min_insync_replicas=args.min_insync_replicas)
+    try:
+        env = session.env(cluster)
+        produce = benchmarks.produce_case(env, 1024, {**base, "acks": "all"}, 1, 1, duration)
+        rate = 0.2 * produce["servers"]["kbroker"]["median"]["msgs_per_s"]
+        producer = benchmarks.producer_config("all", latency.linger_ms, latency.batch_size, latency.compression)
+        consumer = {"fetch.wait.max.ms": latency.fetch_wait_max_ms}
+        latency_case = benchmarks.latency_case(env, rate, 1024, latency.latency_duration, latency.warmup, 1,
+                                               producer, consumer)
+    finally:
+        cluster.close()
+    return {"produce": [produce], "latency": [latency_case]}
 
 
 BENCHMARKS: dict[str, Callable[[Session, argparse.Namespace], dict[str, Any]]] = {
@@ -335,22 +409,26 @@ def run(args: argparse.Namespace) -> int:
     }
     from confluent_kafka import KafkaException
 
+    failed = True
     try:
         results.update(BENCHMARKS[args.benchmark](session, args))
+        failed = False
     except (BenchError, WorkerError, ServerError, KafkaException) as e:
         ui.close()
         print(f"error: {e}", file=sys.stderr)
         return 1
     finally:
-        servers = {s.name: s.description for s in session.started if s.name != "kbroker"}
-        kbroker = next((s for s in session.started if s.name == "kbroker"), None)
+        # One description per kind of server, kbroker first: "kbroker", "mock", and for cluster
+        # cases "kbroker (3 brokers)", "mock (3 brokers)".
+        servers = {}
         if args.bootstrap:
-            servers = {"kbroker": ExternalServer(args.bootstrap).description, **servers}
-        elif kbroker is not None:
-            servers = {"kbroker": kbroker.description, **servers}
-        else:
+            given = ExternalServer(args.bootstrap, brokers=getattr(args, "brokers", 1))
+            servers[given.label] = given.description
+        for server in sorted(session.started, key=lambda s: (s.name != "kbroker", s.brokers)):
+            servers.setdefault(server.label, server.description)
+        if not servers:
             servers = results.get("memory", {}).get("servers", {})
-        session.close()
+        session.close(keep_data=failed)
     ui.close()
     results.update({
         "duration_s": round(time.time() - started, 1), "servers": servers, "skipped": session.skipped,

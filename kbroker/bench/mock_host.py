@@ -10,10 +10,14 @@ It runs in its own process, like kbroker, so the load generator gets the same CP
 both cases and the reference's memory and CPU time can be read from /proc.
 
 Protocol on stdin/stdout, one line each way per command:
-    create TOPIC PARTITIONS   -> ok | error ...
-    delete TOPIC              -> ok | error ...
-    (end of input)            -> the cluster is destroyed and the process exits
+    create TOPIC PARTITIONS [REPLICATION_FACTOR]   -> ok | error ...
+    delete TOPIC                                    -> ok | error ...
+    (end of input)                                  -> the cluster is destroyed and the process exits
 The first line printed is `bootstrap HOST:PORT[,...]`.
+
+A replication factor above 1 only spreads replicas over the mock brokers in metadata: the mock
+keeps one copy of each partition and answers a produce at once whatever its acks, so with
+acks=all it is the cost of a broker that does not replicate.
 """
 
 from __future__ import annotations
@@ -73,8 +77,9 @@ class MockCluster:
             raise OSError("rd_kafka_mock_cluster_new failed")
         self.bootstrap = self.lib.rd_kafka_mock_cluster_bootstraps(self.cluster).decode()
 
-    def create_topic(self, name: str, partitions: int) -> None:
-        self._check(self.lib.rd_kafka_mock_topic_create(self.cluster, name.encode(), partitions, 1))
+    def create_topic(self, name: str, partitions: int, replication_factor: int = 1) -> None:
+        self._check(self.lib.rd_kafka_mock_topic_create(self.cluster, name.encode(), partitions,
+                                                        replication_factor))
 
     def delete_topic(self, name: str) -> None:
         self._check(self.lib.rd_kafka_mock_topic_delete(self.cluster, name.encode()))
@@ -94,8 +99,8 @@ def main() -> int:
     for line in sys.stdin:
         words = line.split()
         try:
-            if words[:1] == ["create"] and len(words) == 3:
-                cluster.create_topic(words[1], int(words[2]))
+            if words[:1] == ["create"] and len(words) in (3, 4):
+                cluster.create_topic(words[1], int(words[2]), int(words[3]) if len(words) == 4 else 1)
             elif words[:1] == ["delete"] and len(words) == 2:
                 cluster.delete_topic(words[1])
             else:

@@ -2,6 +2,8 @@
 
 Each is a `Server`: a bootstrap address, topic creation/deletion, and where possible the pid of
 the process doing the broker's work so that its CPU time and memory can be read from /proc.
+A server of several brokers (`brokers` > 1: a kbroker cluster on ZooKeeper, the mock cluster
+with N brokers) creates its topics replicated on all of them.
 """
 
 from __future__ import annotations
@@ -17,8 +19,15 @@ import time
 from pathlib import Path
 from typing import IO
 
+from kbroker.client import Client
+from kbroker.metadata.zookeeper_process import ZooKeeperNotFound, ZooKeeperServer
+from protocol.errors import KafkaError
+
 READY_MARKER = "started"
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+# As `kbroker cluster stop`: a broker of a cluster that takes longer is killed (and reported).
+CLUSTER_STOP_TIMEOUT_S = 30.0
+OFFSETS_TOPIC = "__consumer_offsets"
 
 
 class ServerError(RuntimeError):
@@ -49,11 +58,27 @@ def proc_cpu_seconds(pid: int) -> float | None:
 
 
 class Server:
-    """A broker under test. Subclasses fill in how it runs."""
+    """A broker under test. Subclasses fill in how it runs.
+
+    `name` keys the results ("kbroker" and its references, whatever their broker count, so that
+    ratios pair them); `label` tells a cluster apart in the run's list of servers.
+    """
 
     name = "server"
     description = ""
     can_restart = False
+    brokers = 1
+    # Topics on a cluster are created with replication factor `brokers` and this many in-sync
+    # replicas required (Kafka's usual rf=3, min.insync.replicas=2).
+    min_insync_replicas = 1
+
+    @property
+    def label(self) -> str:
+        return self.name if self.brokers == 1 else f"{self.name} ({self.brokers} brokers)"
+
+    @property
+    def replication_factor(self) -> int:
+        return self.brokers
 
     @property
     def bootstrap(self) -> str:
@@ -81,6 +106,14 @@ class Server:
     def cpu_seconds(self) -> float | None:
         return proc_cpu_seconds(self.pid) if self.pid else None
 
+    def cpu_parts(self) -> dict[str, float] | None:
+        """CPU seconds of the parts of a multi-process server (a cluster's leader and followers)."""
+        return None
+
+    def describe_pid(self) -> str:
+        """Which process `pid` is, for a profile's caption."""
+        return f"{self.name} (pid {self.pid})"
+
 
 class _AdminTopics:
     """Topic creation through the Kafka admin API (kbroker, Kafka, any --bootstrap broker)."""
@@ -97,12 +130,14 @@ class _AdminTopics:
             self._admin = AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 300_000})
         return self._admin
 
-    def create(self, bootstrap: str, topics: dict[str, int], timeout_s: float = 300) -> None:
+    def create(self, bootstrap: str, topics: dict[str, int], timeout_s: float = 300, replication_factor: int = 1,
+               min_insync_replicas: int = 1) -> None:
         from confluent_kafka.admin import NewTopic
 
         admin = self._admin_client(bootstrap)
+        configs = {"min.insync.replicas": str(min_insync_replicas)} if replication_factor > 1 else {}
         futures = admin.create_topics(
-            [NewTopic(name, partitions, 1) for name, partitions in topics.items()],
+            [NewTopic(name, partitions, replication_factor, config=configs) for name, partitions in topics.items()],
             operation_timeout=timeout_s, request_timeout=timeout_s,
         )
         for future in futures.values():
@@ -115,6 +150,48 @@ class _AdminTopics:
 
     def reset(self) -> None:
         self._admin = None
+
+
+def wait_full_isr(addresses: list[str], topic: str, partitions: int | None = None,
+                  timeout_s: float = 60) -> dict[int, int]:
+    """Wait until every broker in `addresses` reports every partition of `topic` (`partitions` of
+    them; None: as many as it reports) with a leader and all its replicas in the ISR; returns
+    partition -> leader id.
+
+    Each broker is asked on a connection of its own: a broker answers Metadata from its own view of
+    ZooKeeper, and that view is also what gives it its roles, so once all of them report the full
+    ISR every follower knows it follows, and timing does not start while one is still joining.
+    """
+    deadline = time.monotonic() + timeout_s
+    clients = [Client(address, client_id="kbroker-bench", timeout=10) for address in addresses]
+    try:
+        while True:
+            leaders, problem = _full_isr_leaders(clients, addresses, topic, partitions)
+            if leaders is not None:
+                return leaders
+            if time.monotonic() >= deadline:
+                raise ServerError(f"{topic}: no full ISR after {timeout_s:g} s ({problem})")
+            time.sleep(0.05)  # nothing pushes the cluster's state to us: poll it
+    finally:
+        for client in clients:
+            client.close()
+
+
+def _full_isr_leaders(clients: list[Client], addresses: list[str], topic: str,
+                      partitions: int | None) -> tuple[dict[int, int] | None, str]:
+    """partition -> leader if every broker sees a full ISR everywhere, else None and what is missing."""
+    leaders: dict[int, int] = {}
+    for client, address in zip(clients, addresses, strict=True):
+        try:
+            meta = client.metadata([topic], refresh=True).topic(topic)
+        except KafkaError as e:  # the topic not yet known to this broker
+            return None, f"{address}: {e}"
+        seen = {i: (p.leader, sorted(p.replicas), sorted(set(p.isr))) for i, p in meta.partitions.items()}
+        if not seen or (partitions is not None and len(seen) != partitions) or any(
+                leader < 0 or not set(replicas) <= set(isr) for leader, replicas, isr in seen.values()):
+            return None, f"{address} sees {seen} (partition: (leader, replicas, ISR))"
+        leaders = {i: leader for i, (leader, _replicas, _isr) in seen.items()}
+    return leaders, ""
 
 
 class KbrokerServer(Server):
@@ -132,6 +209,8 @@ class KbrokerServer(Server):
         self.start_timeout_s = start_timeout_s
         self.proc: subprocess.Popen[str] | None = None
         self.start_seconds: list[float] = []
+        self._spawned_at = 0.0
+        self._stop_sent = False
         self._topics = _AdminTopics()
         self.description = f"kbroker (python -m kbroker.cli.main start{' ' + config_file if config_file else ''})"
 
@@ -165,16 +244,33 @@ class KbrokerServer(Server):
 
     def start(self) -> float:
         """Start and wait for the ready line; returns the seconds that took."""
+        self.spawn()
+        return self.wait_ready()
+
+    def spawn(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        started = time.monotonic()
+        self._spawned_at = time.monotonic()
+        self._stop_sent = False
         with open(self.data_dir / "broker.log", "a") as stderr:
             self.proc = subprocess.Popen(self.command(), stdout=subprocess.PIPE, stderr=stderr, text=True,
                                          env={**os.environ, "PYTHONUNBUFFERED": "1"})
+
+    def wait_ready(self) -> float:
+        """Wait for the ready line of the spawned process; returns the seconds since it was spawned."""
+        assert self.proc is not None
         _wait_for_line(self.proc, READY_MARKER, self.start_timeout_s, self.data_dir / "broker.log")
-        seconds = time.monotonic() - started
+        seconds = time.monotonic() - self._spawned_at
         self.start_seconds.append(seconds)
         self._topics.reset()
         return seconds
+
+    def signal_stop(self) -> None:
+        """SIGTERM without waiting (brokers of a cluster stop together), once: a second one arriving
+        after the broker's event loop has closed would end it with the default action."""
+        self._topics.reset()
+        if self.proc is not None and self.proc.poll() is None and not self._stop_sent:
+            self.proc.send_signal(signal.SIGTERM)
+            self._stop_sent = True
 
     def stop(self, timeout_s: float = 300) -> float:
         """Clean shutdown (SIGTERM: flush and checkpoints); returns the seconds it took."""
@@ -183,7 +279,7 @@ class KbrokerServer(Server):
         if self.proc is None or self.proc.poll() is not None:
             return 0.0
         started = time.monotonic()
-        self.proc.send_signal(signal.SIGTERM)
+        self.signal_stop()
         try:
             self.proc.wait(timeout_s)
         except subprocess.TimeoutExpired:
@@ -207,9 +303,9 @@ class KbrokerServer(Server):
     def delete_topic(self, topic: str) -> None:
         self._topics.delete(self.bootstrap, topic)
 
-    def close(self) -> None:
+    def close(self, timeout_s: float = 300) -> None:
         try:
-            self.stop()
+            self.stop(timeout_s)
         finally:
             if self.proc is not None and self.proc.stdout is not None:
                 self.proc.stdout.close()
@@ -219,16 +315,146 @@ class KbrokerServer(Server):
         return "\n".join(path.read_text().splitlines()[-lines:]) if path.exists() else ""
 
 
+class KbrokerClusterServer(Server):
+    """A ZooKeeper and `brokers` kbroker processes (ids 1..N), as `kbroker cluster start` runs them.
+
+    Built from the same parts rather than by calling `kbroker cluster start`: that command
+    detaches its processes to outlive it, while a benchmark's brokers are its children (they go
+    when it goes) and are started and stopped like its single broker (`KbrokerServer`, one per
+    broker id, each with its own data directory). Topics are created with replication factor
+    `brokers` and `min_insync_replicas`, and `create_topic` returns once every broker sees a full
+    ISR. `pid` is the leader of the last created topic's partition 0 (what --profile samples);
+    CPU time is the whole cluster's, split into leader and followers by `cpu_parts`.
+    """
+
+    name = "kbroker"
+
+    def __init__(self, data_dir: Path, brokers: int = 3, min_insync_replicas: int = 2,
+                 config_file: str | None = None, overrides: dict[str, str] | None = None,
+                 start_timeout_s: float = 600) -> None:
+        if brokers < 2:
+            raise ServerError("a cluster needs at least 2 brokers")
+        self.data_dir = data_dir
+        self.brokers = brokers
+        self.min_insync_replicas = max(1, min(min_insync_replicas, brokers))
+        self.config_file = config_file
+        self.overrides = overrides or {}
+        self.start_timeout_s = start_timeout_s
+        self.zookeeper = ZooKeeperServer(data_dir / "zookeeper")
+        self.nodes: dict[int, KbrokerServer] = {}
+        self.leader_id: int | None = None
+        self._topics = _AdminTopics()
+        self.description = (f"kbroker cluster: {brokers} × python -m kbroker.cli.main start"
+                            f"{' ' + config_file if config_file else ''} on one ZooKeeper, topics with "
+                            f"replication factor {brokers}, min.insync.replicas={self.min_insync_replicas}")
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(node.bootstrap for node in self.nodes.values())
+
+    @property
+    def pid(self) -> int | None:
+        node = self.nodes.get(self.leader_id) if self.leader_id is not None else None
+        return node.pid if node is not None else None
+
+    def describe_pid(self) -> str:
+        return f"leader broker {self.leader_id} (pid {self.pid})"
+
+    def start(self) -> float:
+        """ZooKeeper, then the brokers together (each waits for its ready line: it has registered)."""
+        started = time.monotonic()
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            self.zookeeper.start()
+        except ZooKeeperNotFound as e:
+            raise ServerError(f"the kbroker cluster needs ZooKeeper: {e}") from None
+        except RuntimeError as e:
+            raise ServerError(f"ZooKeeper did not start: {e}") from None
+        try:
+            for broker_id in range(1, self.brokers + 1):
+                self.nodes[broker_id] = KbrokerServer(
+                    self.data_dir / f"broker-{broker_id}", config_file=self.config_file,
+                    overrides={"broker.id": str(broker_id), "zookeeper.connect": self.zookeeper.connect,
+                               **self.overrides},
+                    start_timeout_s=self.start_timeout_s)
+            # All spawned before any is awaited, so that they start side by side.
+            for node in self.nodes.values():
+                node.spawn()
+            for node in self.nodes.values():
+                node.wait_ready()
+            self._create_offsets_topic()
+        except BaseException:
+            self.close()
+            raise
+        self._topics.reset()
+        return time.monotonic() - started
+
+    def _create_offsets_topic(self) -> None:
+        """Create __consumer_offsets and wait for its full ISR before anything is measured.
+
+        The latency benchmark's consumer has a group id, so its first FindCoordinator would create
+        the topic (50 partitions, replicated) in the middle of the first timed run. It also changes
+        what every later round of replication costs: each follower's fetch carries every partition
+        it follows from that leader, a third of the 50 here. Created up front, every case runs
+        against the same cluster, the one any cluster with a consumer group is.
+        """
+        addresses = [node.bootstrap for node in self.nodes.values()]
+        with Client(addresses[0], client_id="kbroker-bench", timeout=60) as client:
+            client.find_coordinator("kbroker-bench")  # creates the topic; retried while it is set up
+        wait_full_isr(addresses, OFFSETS_TOPIC)
+
+    def create_topic(self, topic: str, partitions: int) -> None:
+        self._topics.create(self.bootstrap, {topic: partitions}, replication_factor=self.brokers,
+                            min_insync_replicas=self.min_insync_replicas)
+        leaders = wait_full_isr([node.bootstrap for node in self.nodes.values()], topic, partitions)
+        self.leader_id = leaders[0]
+
+    def delete_topic(self, topic: str) -> None:
+        self._topics.delete(self.bootstrap, topic)
+
+    def cpu_seconds(self) -> float | None:
+        times = [node.cpu_seconds() for node in self.nodes.values()]
+        return None if None in times else sum(t for t in times if t is not None)
+
+    def cpu_parts(self) -> dict[str, float] | None:
+        """Leader (of the last topic's partition 0) and followers: the leader appends and answers
+        the producer and the followers' fetches, a follower fetches and appends."""
+        times = {broker_id: node.cpu_seconds() for broker_id, node in self.nodes.items()}
+        if self.leader_id is None or None in times.values():
+            return None
+        return {"leader": times[self.leader_id] or 0.0,
+                "followers": sum(t or 0.0 for broker_id, t in times.items() if broker_id != self.leader_id)}
+
+    def close(self) -> None:
+        """SIGTERM to every broker at once (each hands off its partitions and closes its session,
+        which needs ZooKeeper), then ZooKeeper."""
+        self._topics.reset()
+        errors = []
+        for node in self.nodes.values():
+            node.signal_stop()
+        for broker_id, node in self.nodes.items():
+            try:
+                node.close(CLUSTER_STOP_TIMEOUT_S)
+            except ServerError as e:
+                errors.append(f"broker {broker_id}: {e}")
+        self.zookeeper.stop()
+        if errors:
+            raise ServerError("; ".join(errors))
+
+
 class ExternalServer(Server):
     """A broker given with --bootstrap: measured as it is, never restarted."""
 
     name = "kbroker"
 
-    def __init__(self, bootstrap: str, pid: int | None = None) -> None:
+    def __init__(self, bootstrap: str, pid: int | None = None, brokers: int = 1, min_insync_replicas: int = 1) -> None:
         self._bootstrap = bootstrap
         self._pid = pid
+        self.brokers = brokers
+        self.min_insync_replicas = min_insync_replicas
         self._topics = _AdminTopics()
-        self.description = f"broker at {bootstrap} (given with --bootstrap)"
+        self.description = (f"{'cluster of ' + str(brokers) + ' brokers' if brokers > 1 else 'broker'} at "
+                            f"{bootstrap} (given with --bootstrap)")
 
     @property
     def bootstrap(self) -> str:
@@ -239,7 +465,11 @@ class ExternalServer(Server):
         return self._pid
 
     def create_topic(self, topic: str, partitions: int) -> None:
-        self._topics.create(self._bootstrap, {topic: partitions})
+        self._topics.create(self._bootstrap, {topic: partitions}, replication_factor=self.replication_factor,
+                            min_insync_replicas=self.min_insync_replicas)
+        if self.brokers > 1:
+            # Only the brokers given with --bootstrap are asked whether they see the full ISR.
+            wait_full_isr(self._bootstrap.split(","), topic, partitions)
 
     def delete_topic(self, topic: str) -> None:
         self._topics.delete(self._bootstrap, topic)
@@ -259,6 +489,7 @@ class MockServer(Server):
         )
         line = _wait_for_line(self.proc, "bootstrap ", 60, None)
         self._bootstrap = line.split()[1]
+        self.brokers = brokers
         self.description = (f"librdkafka {confluent_kafka.libversion()[0]} mock cluster "
                             f"({brokers} broker{'s' if brokers > 1 else ''}, in-memory, C)")
 
@@ -279,7 +510,7 @@ class MockServer(Server):
             raise ServerError(f"mock cluster: {line}: {answer or 'no answer'}")
 
     def create_topic(self, topic: str, partitions: int) -> None:
-        self._command(f"create {topic} {partitions}")
+        self._command(f"create {topic} {partitions} {self.replication_factor}")
 
     def delete_topic(self, topic: str) -> None:
         self._command(f"delete {topic}")

@@ -152,6 +152,10 @@ class ReplicaManager:
     def remove_topic(self, topic: str) -> None:
         for partition in self.partitions_of(topic):
             del self._partitions[(topic, partition.index)]
+            # A follower stops fetching it here: this broker's own DeleteTopics comes before the
+            # ZooKeeper watch, which then finds nothing to stop, and a fetcher still asking for a
+            # deleted partition gets UNKNOWN_TOPIC_OR_PARTITION from the leader on every round.
+            self._stop_fetching(partition)
             partition.wake_waiters()
             self.log_manager.delete_log(topic, partition.index)
 
