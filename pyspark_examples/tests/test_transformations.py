@@ -142,14 +142,16 @@ def test_streaming_windows_are_final_once_the_watermark_passes(spark: SparkSessi
     ])
     assert run() == [], "watermark 12:00:10: no window is final yet"
 
-    write_json_lines(source_dir, "2.json", [log("12:00:30", "web"), log("12:04:30", "web")])
+    write_json_lines(source_dir, "2.json", [log("12:00:30", "web"), log("12:04:30", "cache", "INFO")])
     # 12:00:30 was late but not too late (its window ends after the watermark, 12:00:10): counted.
-    # Watermark now 12:02:30.
+    # The INFO line moved the watermark to 12:02:30 (lines of every level tell the time).
     assert run() == [count("web", "12:00", "12:01", 3)]
 
-    write_json_lines(source_dir, "3.json", [log("12:00:40", "web"), log("12:02:50", "db"), log("12:10:00", "web")])
+    write_json_lines(source_dir, "3.json", [
+        log("12:00:40", "web"), log("12:02:50", "db"), log("12:03:10", "web"), log("12:10:00", "web", "INFO"),
+    ])
     # 12:00:40's window was final: dropped, and nothing is emitted twice. 12:02:50's was not yet.
-    assert ordered(run()) == ordered([count("db", "12:02", "12:03", 2), count("web", "12:04", "12:05", 1)])
+    assert ordered(run()) == ordered([count("db", "12:02", "12:03", 2), count("web", "12:03", "12:04", 1)])
 
 
 def test_streaming_kafka_shaped_rows_with_a_processing_time_trigger(spark: SparkSession) -> None:
