@@ -122,15 +122,17 @@ def pipeline(source: DataFrame, window: str = WINDOW, watermark: str = WATERMARK
 
 
 def read_logs_stream(spark: SparkSession, bootstrap_servers: str, topic: str,
-                     starting_offsets: str = "earliest", max_offsets_per_trigger: int | None = None) -> DataFrame:
+                     starting_offsets: str = "earliest", max_offsets_per_trigger: int | None = None,
+                     fail_on_data_loss: bool = False) -> DataFrame:
     reader = (
         spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", bootstrap_servers)
         .option("subscribe", topic)
         # Only used on the very first run: a restarted query resumes from its checkpoint.
         .option("startingOffsets", starting_offsets)
-        # Records deleted by retention before they were read are a gap to report, not to stop on.
-        .option("failOnDataLoss", "false")
+        # By default records deleted by retention before they were read are a gap Spark logs, not
+        # one it stops on: a log pipeline that was down for longer than the retention goes on.
+        .option("failOnDataLoss", str(fail_on_data_loss).lower())
     )
     if max_offsets_per_trigger is not None:
         reader = reader.option("maxOffsetsPerTrigger", str(max_offsets_per_trigger))
@@ -187,6 +189,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--starting-offsets", default="earliest",
                         help="earliest, latest or Spark's per-partition JSON; first run only")
     parser.add_argument("--max-offsets-per-trigger", type=int, default=None)
+    parser.add_argument("--fail-on-data-loss", action="store_true",
+                        help="stop when records were deleted before they were read (default: skip them)")
     parser.add_argument("--window", default=WINDOW)
     parser.add_argument("--watermark", default=WATERMARK)
     parser.add_argument("--query-name", default="error_counts")
@@ -196,7 +200,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def start(spark: SparkSession, args: argparse.Namespace) -> StreamingQuery:
     """The pipeline of `args` on `spark`, started: Kafka source, transformations, Kafka sink."""
     source = read_logs_stream(spark, args.bootstrap_servers, args.input_topic, args.starting_offsets,
-                              args.max_offsets_per_trigger)
+                              args.max_offsets_per_trigger, args.fail_on_data_loss)
     return start_query(
         pipeline(source, args.window, args.watermark), args.bootstrap_servers, args.output_topic,
         args.checkpoint, trigger_seconds=None if args.available_now else args.trigger,

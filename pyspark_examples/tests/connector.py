@@ -7,7 +7,8 @@ from this project's machines, so the end-to-end tests run only when one of these
 
 - KBROKER_SPARK_KAFKA_JARS: a directory holding the jars (e.g. copied from a machine where
   `spark-submit --packages` ran, out of ~/.ivy2*/jars). kafka-clients may be left out: the
-  sha256-pinned kafka-clients 3.9.1 that compat_tests fetches from PyPI is used instead.
+  sha256-pinned kafka-clients 3.9.1 that compat_tests fetches from PyPI is used instead; so may
+  commons-pool2 where Debian's libcommons-pool2-java is installed.
 - KBROKER_SPARK_PACKAGES=1: let Spark resolve the Maven coordinates itself (spark.jars.packages).
 
 Without either, those tests skip and say so. A variable that is set but wrong is an error.
@@ -24,6 +25,9 @@ from pathlib import Path
 JARS_ENV = "KBROKER_SPARK_KAFKA_JARS"
 PACKAGES_ENV = "KBROKER_SPARK_PACKAGES"
 SCALA_BINARY = "2.13"  # every pyspark 4.x is built for Scala 2.13
+
+# Debian's libcommons-pool2-java (2.11.1 in bookworm; Spark 4 is built with 2.12, same API).
+DEBIAN_COMMONS_POOL2 = Path("/usr/share/java/commons-pool2.jar")
 
 CONNECTOR = f"spark-sql-kafka-0-10_{SCALA_BINARY}"
 TOKEN_PROVIDER = f"spark-token-provider-kafka-0-10_{SCALA_BINARY}"
@@ -68,7 +72,8 @@ def _versions(directory: Path, artifact: str) -> dict[str, Path]:
 
 
 def jars_from_directory(directory: Path, spark_version: str,
-                        fallback_kafka_clients: Callable[[], Path] | None) -> list[Path]:
+                        fallback_kafka_clients: Callable[[], Path] | None,
+                        fallback_commons_pool2: Path | None = DEBIAN_COMMONS_POOL2) -> list[Path]:
     """The jars to put on Spark's classpath from `directory`; ConnectorError naming what is wrong."""
     if not directory.is_dir():
         raise ConnectorError(f"{JARS_ENV}={directory} is not a directory")
@@ -86,9 +91,12 @@ def jars_from_directory(directory: Path, spark_version: str,
         else:
             raise ConnectorError(f"{directory} has no {artifact}-{spark_version}.jar")
     pools = _versions(directory, "commons-pool2")
-    if not pools:
+    if pools:
+        jars.append(pools[max(pools, key=_version_key)])
+    elif fallback_commons_pool2 is not None and fallback_commons_pool2.is_file():
+        jars.append(fallback_commons_pool2)
+    else:
         raise ConnectorError(f"{directory} has no commons-pool2-*.jar (the connector pools its consumers with it)")
-    jars.append(pools[max(pools, key=_version_key)])
     clients = _versions(directory, "kafka-clients")
     if clients:
         jars.append(clients[max(clients, key=_version_key)])
