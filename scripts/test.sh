@@ -15,7 +15,8 @@ if [ ${#need_apt[@]} -gt 0 ]; then
     DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${need_apt[@]}" >/dev/null
 fi
 
-scripts/setup.sh test
+# With pyspark, for the Spark examples' tests (pyspark_examples/tests): ~40 s the first time, cached after.
+scripts/setup.sh spark
 # The Java client scenarios (compat_tests/) need kafka-clients and its jars: fetched from PyPI
 # into .cache/java once (sha256-pinned), and the harness compiled, before pytest starts.
 if command -v java >/dev/null && command -v javac >/dev/null; then
