@@ -231,3 +231,11 @@ def test_command_lines() -> None:
         batch_report.parse_args(["--starting-offsets", "earliest", "--starting-timestamp", "1"])
     with pytest.raises(SystemExit):
         batch_report.parse_args(["--ending-offsets", "latest", "--ending-timestamp", "1"])
+
+
+def test_read_topic_refuses_two_bounds_for_one_end(spark: SparkSession) -> None:
+    # Spark would refuse them too, but only once the connector is there; this says which option clashed.
+    with pytest.raises(ValueError, match="start"):
+        batch_report.read_topic(spark, "127.0.0.1:9", "logs", starting_offsets="earliest", starting_timestamp=1)
+    with pytest.raises(ValueError, match="end"):
+        batch_report.read_topic(spark, "127.0.0.1:9", "logs", ending_offsets="latest", ending_timestamp=1)
