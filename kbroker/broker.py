@@ -185,8 +185,9 @@ class Broker:
                 return
             except BrokerIdInUse:
                 holder = self.store.live_brokers().get(self.config.broker_id)
-                stale = holder is not None and holder.endpoints == registration.endpoints
-                if not stale or time.monotonic() > deadline:
+                if holder is None:
+                    continue  # its session has just expired: register now
+                if holder.endpoints != registration.endpoints or time.monotonic() > deadline:
                     raise
                 log.info("broker.id %d is still held by a previous session; waiting for it to expire",
                          self.config.broker_id)

@@ -78,12 +78,17 @@ class BrokerProcess:
                 if READY_MARKER in line:
                     return
             if self.proc.poll() is not None:
-                raise RuntimeError(f"broker exited with {self.proc.returncode}:\n{self.log_text()}")
+                raise RuntimeError(f"broker exited with {self.proc.returncode}:\n{self.log_tail()}")
         self.kill()
-        raise RuntimeError(f"broker not ready after {self.start_timeout_s}s:\n{self.log_text()}")
+        raise RuntimeError(f"broker not ready after {self.start_timeout_s}s:\n{self.log_tail()}")
 
     def log_text(self) -> str:
         return self.stderr_path.read_text() if self.stderr_path.exists() else ""
+
+    def log_tail(self, lines: int = 40) -> str:
+        """The end of the log, where a failed start says why (a whole log of restarts is too long
+        for a test report)."""
+        return "\n".join(self.log_text().splitlines()[-lines:])
 
     def stop(self, timeout: float = 30.0) -> int:
         """Clean shutdown with SIGTERM; returns the exit status."""

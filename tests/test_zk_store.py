@@ -397,6 +397,28 @@ def test_a_broker_id_is_taken_while_its_session_lives(zk_connect: str) -> None:
         second.close()
 
 
+def test_registration_wins_when_the_holder_expires_between_create_and_exists(zk_connect: str) -> None:
+    """A restarted broker registers while its old session still holds the id; that session may end
+    just after the create failed. The znode is then gone: create again, do not call it taken."""
+    old, restarted = ZooKeeperMetadataStore(zk_connect), ZooKeeperMetadataStore(zk_connect)
+    try:
+        old.register_broker(BrokerRegistration(1, endpoint(9092)))
+        real_exists = restarted._client.exists
+
+        def exists_after_the_old_session_ends(path: str, *args: object, **kwargs: object) -> object:
+            old.close()  # ZooKeeper deletes the old session's ephemeral node at once
+            restarted._client.exists = real_exists
+            return real_exists(path, *args, **kwargs)
+
+        restarted._client.exists = exists_after_the_old_session_ends
+        restarted.register_broker(BrokerRegistration(1, endpoint(9092)))
+        assert restarted._client.exists is real_exists  # the interleaving did happen
+        assert restarted.live_brokers()[1].endpoints == endpoint(9092)
+    finally:
+        old.close()
+        restarted.close()
+
+
 def test_a_broker_registers_again_after_its_session_expires(zk_connect: str, zk_raw: KazooClient) -> None:
     store = ZooKeeperMetadataStore(zk_connect)
     try:

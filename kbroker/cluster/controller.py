@@ -151,9 +151,15 @@ class ClusterView:
 
     def _on_brokers(self, brokers: dict[int, BrokerRegistration]) -> None:
         gone = set(self.brokers) - set(brokers)
+        # Registered anew while the watch was being set again: it died and came back (Kafka's
+        # "bounced" brokers). It lost what it held in memory, so it is treated as failed first.
+        bounced = {b for b, r in brokers.items() if b in self.brokers and r.timestamp_ms != self.brokers[b].timestamp_ms}
         self.brokers = dict(brokers)
-        if gone:
-            log.info("brokers %s went away; live: %s", sorted(gone), sorted(brokers))
+        if gone or bounced:
+            log.info("brokers %s went away%s; live: %s", sorted(gone | bounced),
+                     f" ({sorted(bounced)} already back)" if bounced else "", sorted(brokers))
+        if bounced:
+            self._elect_offline_leaders(failed=bounced)
         self._elect_offline_leaders()
 
     def _on_controller(self, controller: int | None) -> None:
@@ -233,10 +239,10 @@ class ClusterView:
 
     # -- the controller's work ----------------------------------------------------------------
 
-    def _elect_offline_leaders(self) -> None:
+    def _elect_offline_leaders(self, failed: set[int] | frozenset[int] = frozenset()) -> None:
         if self.controller != self.broker_id or not self.brokers:
             return
-        live = set(self.brokers)
+        live = set(self.brokers) - failed
         for (topic, index), state in list(self.states.items()):
             if state.leader != NO_LEADER and state.leader in live:
                 self._drop_dead_followers(topic, index, state, live)

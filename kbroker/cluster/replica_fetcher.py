@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import logging
 import struct
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -92,6 +93,7 @@ class ReplicaFetcher:
     # -- the loop -----------------------------------------------------------------------------
 
     async def _run(self) -> None:
+        failing_since: float | None = None  # a dead leader fails every retry: say so once
         while True:
             if not self.partitions:
                 self._changed.clear()
@@ -101,8 +103,15 @@ class ReplicaFetcher:
                 if self._needs_truncation:
                     await self._truncate_diverged()
                 await self._fetch_once()
+                if failing_since is not None:
+                    log.info("fetching from broker %d again after %.1f s of errors", self.leader_id,
+                             time.monotonic() - failing_since)
+                    failing_since = None
             except (BrokerUnavailable, KafkaError) as e:
-                log.info("fetching from broker %d: %s; retrying in %d ms", self.leader_id, e, self.config.backoff_ms)
+                if failing_since is None:
+                    failing_since = time.monotonic()
+                    log.info("fetching from broker %d: %s; retrying every %d ms", self.leader_id, e,
+                             self.config.backoff_ms)
                 await asyncio.sleep(self.config.backoff_ms / 1000)  # replica.fetch.backoff.ms
             except asyncio.CancelledError:
                 raise

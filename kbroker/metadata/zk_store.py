@@ -445,20 +445,24 @@ class ZooKeeperMetadataStore(MetadataStore):
     def _create_registration(self, registration: BrokerRegistration) -> None:
         path = broker_path(registration.broker_id)
         data = _encode_broker(registration)
-        try:
-            self._client.create(path, data, ephemeral=True)
-            return
-        except NodeExistsError:
-            pass
-        # Ours already (a retry, or a new registration in the same session): replace it.
-        stat = self._client.exists(path)
-        if stat is not None and stat.ephemeralOwner == self.session_id:
-            self._client.set(path, data, version=stat.version)
-            return
-        raise BrokerIdInUse(
-            f"broker.id {registration.broker_id} is registered by another live broker (ZooKeeper session "
-            f"{stat.ephemeralOwner if stat else '?'})"
-        )
+        for _ in range(_CAS_ATTEMPTS):
+            try:
+                self._client.create(path, data, ephemeral=True)
+                return
+            except NodeExistsError:
+                pass
+            stat = self._client.exists(path)
+            if stat is None:
+                continue  # the holder's session expired between the two calls: create again
+            if stat.ephemeralOwner == self.session_id:
+                # Ours already (a retry, or a new registration in the same session): replace it.
+                self._client.set(path, data, version=stat.version)
+                return
+            raise BrokerIdInUse(
+                f"broker.id {registration.broker_id} is registered by another live broker "
+                f"(ZooKeeper session {stat.ephemeralOwner})"
+            )
+        raise MetadataConflict(f"{path} keeps being created and deleted")
 
     def live_brokers(self) -> dict[int, BrokerRegistration]:
         children = self._client.retry(self._client.get_children, BROKER_IDS_PATH)
