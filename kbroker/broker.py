@@ -23,6 +23,7 @@ from kbroker.coordinator.txn_coordinator import TOPIC as TRANSACTION_TOPIC
 from kbroker.coordinator.txn_coordinator import TransactionCoordinator, TxnConfig
 from kbroker.metadata.local_store import LocalMetadataStore
 from kbroker.metadata.store import BrokerEndpoint, BrokerIdInUse, BrokerRegistration, MetadataStore
+from kbroker.server.fetch_sessions import FetchSessionCache
 from kbroker.server.server import Server
 from kbroker.storage.log_manager import LogManager
 
@@ -114,6 +115,7 @@ class Broker:
         self._next_producer_expiry_ms = 0
         self._next_rebalance_ms = 0
         self.server = Server(self)
+        self.fetch_sessions = FetchSessionCache(config.get("max.incremental.fetch.session.cache.slots"))
         self.bound: list[tuple[str, str, int]] = []  # (listener name, host, port)
         self._ticker: asyncio.Task[None] | None = None
         self._stopped = asyncio.Event()

@@ -109,6 +109,8 @@ _DEFS = [
     ConfigDef("replica.fetch.max.bytes", _int, "1048576", "Bytes a follower fetches per partition."),
     ConfigDef("replica.fetch.response.max.bytes", _int, "10485760", "Bytes a follower fetches per request."),
     ConfigDef("replica.fetch.backoff.ms", _int, "1000", "How long a follower waits after a failed fetch."),
+    ConfigDef("max.incremental.fetch.session.cache.slots", _int, "1000",
+              "Incremental fetch sessions (KIP-227) the broker keeps; 0 turns them off."),
     ConfigDef("broker.rack", _str, None, "The rack of this broker: replicas of a partition go to different racks."),
     ConfigDef("unclean.leader.election.enable", _bool, "false",
               "Elect a replica outside the ISR when no in-sync replica is alive (may lose data)."),

@@ -17,6 +17,7 @@ import pytest
 from kbroker.broker import Broker
 from kbroker.cluster.partition import Partition
 from kbroker.config import BrokerConfig
+from kbroker.handlers.fetch import ZERO_UUID
 from kbroker.storage.log_config import LogConfig
 from protocol.errors import ErrorCode, KafkaError
 from protocol.record_batch import Record, encode_batch
@@ -159,5 +160,28 @@ def test_a_deleted_topic_leaves_the_fetcher_of_a_follower(tmp_path: Path) -> Non
                 info = leader.append_as_leader(batch(value), now_ms(), required_acks=-1)
                 assert await leader.wait_for_replication(info.last_offset + 1, 2) == ErrorCode.NO_ERROR
             assert follower.log_end_offset == 3
+
+    asyncio.run(asyncio.wait_for(scenario(), 60))
+
+
+def test_followers_fetch_in_a_session_and_start_over_when_the_leader_forgets_it(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with two_brokers(tmp_path) as (a, b):
+            leader, follower = lead(a, 1, [0, 1]), follow(b, 0, 1)
+            info = leader.append_as_leader(batch(b"1"), now_ms(), required_acks=-1)
+            assert await leader.wait_for_replication(info.last_offset + 1, 10) == ErrorCode.NO_ERROR
+            await until(lambda: len(a.fetch_sessions) == 1)
+            [session] = a.fetch_sessions.sessions.values()
+            assert session.privileged and list(session.partitions) == [(ZERO_UUID, "r", 0)]
+            epoch = session.epoch
+            info = leader.append_as_leader(batch(b"2"), now_ms(), required_acks=-1)
+            assert await leader.wait_for_replication(info.last_offset + 1, 10) == ErrorCode.NO_ERROR
+            assert session.epoch > epoch  # incremental fetches moved it on
+
+            a.fetch_sessions.sessions.clear()  # as after the leader's restart: FETCH_SESSION_ID_NOT_FOUND
+            info = leader.append_as_leader(batch(b"3"), now_ms(), required_acks=-1)
+            assert await leader.wait_for_replication(info.last_offset + 1, 10) == ErrorCode.NO_ERROR
+            await until(lambda: follower.high_watermark == 3)
+            assert len(a.fetch_sessions) == 1 and log_bytes(follower) == log_bytes(leader)
 
     asyncio.run(asyncio.wait_for(scenario(), 60))

@@ -20,6 +20,7 @@ from typing import Any
 
 from kbroker.cluster.broker_client import AsyncBrokerClient, BrokerUnavailable
 from kbroker.cluster.partition import Partition
+from kbroker.server.fetch_sessions import INITIAL_EPOCH, INVALID_SESSION_ID, next_epoch
 from kbroker.storage.log import UnexpectedAppendOffset
 from protocol.errors import ErrorCode, KafkaError
 from protocol.records import LOG_OVERHEAD
@@ -57,6 +58,35 @@ def whole_batches(records: bytes | memoryview) -> memoryview:
     return view[:position]
 
 
+class _Session:
+    """This fetcher's fetch session with its leader: id 0 until the leader grants one."""
+
+    __slots__ = ("id", "epoch", "sent")
+
+    def __init__(self) -> None:
+        self.id = INVALID_SESSION_ID
+        self.epoch = INITIAL_EPOCH
+        self.sent: dict[tuple[str, int], tuple[int, int, int]] = {}  # what the leader holds for us
+
+    def reset(self) -> None:
+        self.id, self.epoch, self.sent = INVALID_SESSION_ID, INITIAL_EPOCH, {}
+
+    def answered(self, session_id: int, named: dict[tuple[str, int], tuple[int, int, int]],
+                 forgotten: list[tuple[str, int]]) -> None:
+        if self.id == INVALID_SESSION_ID:  # a full fetch: the leader granted a session, or not
+            self.id = session_id
+            self.epoch = next_epoch(INITIAL_EPOCH) if session_id else INITIAL_EPOCH
+            self.sent = dict(named) if session_id else {}
+            return
+        if session_id == INVALID_SESSION_ID:  # the leader ended it (nothing left in it)
+            self.reset()
+            return
+        self.epoch = next_epoch(self.epoch)
+        self.sent.update(named)
+        for key in forgotten:
+            self.sent.pop(key, None)
+
+
 class ReplicaFetcher:
     def __init__(self, local_id: int, leader_id: int, host: str, port: int, config: FetcherConfig) -> None:
         self.local_id = local_id
@@ -67,6 +97,7 @@ class ReplicaFetcher:
         self._needs_truncation: set[tuple[str, int]] = set()
         self._changed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._session = _Session()
 
     # -- membership --------------------------------------------------------------------------
 
@@ -108,6 +139,7 @@ class ReplicaFetcher:
                              time.monotonic() - failing_since)
                     failing_since = None
             except (BrokerUnavailable, KafkaError) as e:
+                self._session.reset()  # the leader may have moved on or restarted: start afresh
                 if failing_since is None:
                     failing_since = time.monotonic()
                     log.info("fetching from broker %d: %s; retrying every %d ms", self.leader_id, e,
@@ -116,26 +148,42 @@ class ReplicaFetcher:
             except asyncio.CancelledError:
                 raise
             except Exception:
+                self._session.reset()
                 log.exception("replica fetcher for broker %d failed; retrying", self.leader_id)
                 await asyncio.sleep(self.config.backoff_ms / 1000)
 
     async def _fetch_once(self) -> None:
         fetched = dict(self.partitions)
+        positions = {key: (p.log_end_offset, p.leader_epoch, p.log_start_offset) for key, p in fetched.items()}
+        session = self._session
+        # In a session (KIP-227) only the partitions whose position moved are named; the leader
+        # remembers the others, and answers only for partitions with something new.
+        named = positions if session.id == 0 else {k: v for k, v in positions.items() if session.sent.get(k) != v}
+        forgotten = [] if session.id == 0 else [k for k in session.sent if k not in positions]
         by_topic: dict[str, list[dict[str, Any]]] = {}
-        for (topic, index), partition in fetched.items():
+        for (topic, index), (offset, leader_epoch, log_start) in named.items():
             by_topic.setdefault(topic, []).append({
-                "partition": index, "current_leader_epoch": partition.leader_epoch,
-                "fetch_offset": partition.log_end_offset, "last_fetched_epoch": -1,
-                "log_start_offset": partition.log_start_offset,
+                "partition": index, "current_leader_epoch": leader_epoch, "fetch_offset": offset,
+                "last_fetched_epoch": -1, "log_start_offset": log_start,
                 "partition_max_bytes": self.config.partition_max_bytes,
             })
+        forgotten_by_topic: dict[str, list[int]] = {}
+        for topic, index in forgotten:
+            forgotten_by_topic.setdefault(topic, []).append(index)
         body = {"replica_id": self.local_id, "max_wait_ms": self.config.max_wait_ms,
                 "min_bytes": self.config.min_bytes, "max_bytes": self.config.max_bytes, "isolation_level": 0,
-                "session_id": 0, "session_epoch": -1, "rack_id": "", "forgotten_topics_data": [],
+                "session_id": session.id, "session_epoch": session.epoch, "rack_id": "",
+                "forgotten_topics_data": [{"topic": t, "partitions": ps} for t, ps in forgotten_by_topic.items()],
                 "topics": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()]}
         response = await self.client.request(FETCH, FETCH_VERSION, body)
+        if response.error_code in (ErrorCode.FETCH_SESSION_ID_NOT_FOUND, ErrorCode.INVALID_FETCH_SESSION_EPOCH):
+            log.info("fetch session %d with broker %d: %s; fetching in full", session.id, self.leader_id,
+                     ErrorCode(response.error_code).name)
+            session.reset()
+            return
         if response.error_code != ErrorCode.NO_ERROR:
             raise KafkaError(ErrorCode(response.error_code), "fetch refused")
+        session.answered(response.session_id, named, forgotten)
         wait = False
         for topic in response.responses:
             for result in topic.partitions:

@@ -1,17 +1,28 @@
 """Fetch: read record batches, long-polling until min_bytes arrive or max_wait_ms passes.
 
 Record bytes are never copied here: the log returns file slices that the connection
-sends with sendfile. Fetch sessions (KIP-227) are declined with session id 0, which
-makes clients send full fetch requests, as the protocol allows.
+sends with sendfile. Fetch sessions (KIP-227, `kbroker/server/fetch_sessions.py`): a full
+fetch with epoch 0 opens one; an incremental fetch names only what changed and is answered
+with only the partitions that have news.
 """
 
 from __future__ import annotations
 
 import asyncio
+import uuid
 from typing import Any
 
 from kbroker.cluster.partition import Partition
 from kbroker.handlers import RequestContext
+from kbroker.server.fetch_sessions import (
+    FINAL_EPOCH,
+    INITIAL_EPOCH,
+    INVALID_SESSION_ID,
+    CachedPartition,
+    FetchSession,
+    PartitionKey,
+    next_epoch,
+)
 from protocol.errors import ErrorCode, KafkaError
 
 API_KEY = 1
@@ -19,29 +30,52 @@ MIN_VERSION = 4
 ADVERTISED_MIN = 0
 MAX_VERSION = 16
 READ_COMMITTED = 1
+SESSIONS_SINCE = 7  # the first version with session fields
+TOPIC_IDS_SINCE = 13
+ZERO_UUID = uuid.UUID(int=0)
 
 
 class _Read:
     """What one partition contributes to a fetch response."""
 
-    __slots__ = ("topic", "partition", "index", "offset", "max_bytes", "leader_epoch", "result", "refused")
+    __slots__ = ("key", "topic", "index", "offset", "max_bytes", "leader_epoch", "partition", "result", "refused")
 
-    def __init__(self, topic: Any, index: int, data: Any) -> None:
-        self.topic = topic
-        self.index = index
+    def __init__(self, key: PartitionKey, topic: str | None, wanted: CachedPartition) -> None:
+        self.key = key
+        self.topic = topic  # None: an unknown topic id
+        self.index = key[2]
+        self.offset = wanted.fetch_offset
+        self.max_bytes = wanted.max_bytes
+        self.leader_epoch = wanted.leader_epoch
         self.partition: Partition | None = None
-        self.offset = data.fetch_offset
-        self.max_bytes = data.partition_max_bytes
-        self.leader_epoch = data.current_leader_epoch
         self.result: dict[str, Any] = {}
         self.refused: KafkaError | None = None  # why this fetcher may not read here at all
 
 
 async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
-    if request.session_id != 0:
-        return {"error_code": ErrorCode.FETCH_SESSION_ID_NOT_FOUND, "session_id": 0, "responses": []}
-    reads, topics = _plan(ctx, request)
+    sessions = ctx.broker.fetch_sessions
     replica_id = _replica_id(ctx, request)
+    epoch, session_id = request.session_epoch, request.session_id
+    session: FetchSession | None = None
+    wanted = _wanted(ctx, request)
+    if epoch in (INITIAL_EPOCH, FINAL_EPOCH):
+        if session_id != INVALID_SESSION_ID:
+            sessions.remove(session_id)  # a full fetch ends the session it names
+    else:
+        session = sessions.get(session_id)
+        if session is None:
+            return _session_error(ErrorCode.FETCH_SESSION_ID_NOT_FOUND)
+        if session.epoch != epoch:
+            return _session_error(ErrorCode.INVALID_FETCH_SESSION_EPOCH)
+        session.update(wanted, _forgotten(ctx, request))
+        if session.partitions:
+            sessions.touch(session, ctx.now_ms())
+            session.epoch = next_epoch(session.epoch)
+            wanted = session.partitions
+        else:
+            sessions.remove(session.id)  # nothing left to fetch: the session ends
+            session = None
+    reads = _plan(ctx, wanted)
     if replica_id >= 0:
         _record_follower(ctx, replica_id, reads)
     committed = request.isolation_level == READ_COMMITTED
@@ -55,31 +89,102 @@ async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
         if total >= request.min_bytes or errors or remaining <= 0 or not reads:
             break
         await ctx.broker.replicas.wait_for_data((r.partition for r in reads if r.partition), remaining)
-    return {"throttle_time_ms": 0, "error_code": ErrorCode.NO_ERROR, "session_id": 0, "responses": topics}
+    if session is not None:
+        reads = _news(session, reads)
+        response_session = session.id
+    elif epoch == INITIAL_EPOCH and ctx.version >= SESSIONS_SINCE and reads:
+        response_session = sessions.create(replica_id >= 0, _cache(reads, wanted), ctx.now_ms())
+    else:
+        response_session = INVALID_SESSION_ID
+    return {"throttle_time_ms": 0, "error_code": ErrorCode.NO_ERROR, "session_id": response_session,
+            "responses": _by_topic(ctx, reads)}
 
 
-def _plan(ctx: RequestContext, request: Any) -> tuple[list[_Read], list[dict[str, Any]]]:
+def _session_error(code: ErrorCode) -> dict[str, Any]:
+    return {"throttle_time_ms": 0, "error_code": code, "session_id": INVALID_SESSION_ID, "responses": []}
+
+
+def _key(ctx: RequestContext, topic: Any, index: int) -> PartitionKey:
+    if ctx.version >= TOPIC_IDS_SINCE:
+        return (topic.topic_id, None, index)
+    return (ZERO_UUID, topic.topic, index)
+
+
+def _wanted(ctx: RequestContext, request: Any) -> dict[PartitionKey, CachedPartition]:
+    """The partitions the request names, with what it asks of each."""
+    return {
+        _key(ctx, topic, data.partition): CachedPartition(
+            data.fetch_offset, data.partition_max_bytes, data.current_leader_epoch, data.log_start_offset)
+        for topic in request.topics for data in topic.partitions
+    }
+
+
+def _forgotten(ctx: RequestContext, request: Any) -> list[PartitionKey]:
+    return [_key(ctx, topic, index) for topic in request.forgotten_topics_data or [] for index in topic.partitions]
+
+
+def _plan(ctx: RequestContext, wanted: dict[PartitionKey, CachedPartition]) -> list[_Read]:
     broker = ctx.broker
-    reads: list[_Read] = []
+    names: dict[uuid.UUID, str | None] = {}
+    reads = []
+    for key, data in wanted.items():
+        topic_id, name, index = key
+        if name is None:
+            if topic_id not in names:
+                record = broker.topics.find_by_id(topic_id)
+                names[topic_id] = record.name if record else None
+            name = names[topic_id]
+        read = _Read(key, name, data)
+        if name is None:
+            read.result = _error(index, ErrorCode.UNKNOWN_TOPIC_ID)
+        else:
+            read.partition = broker.replicas.find(name, index)
+            if read.partition is None:
+                read.result = _error(index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        reads.append(read)
+    return reads
+
+
+def _news(session: FetchSession, reads: list[_Read]) -> list[_Read]:
+    """An incremental response: only the partitions with records, a moved high watermark or log
+    start, or an error; those that returned records go to the back of the session's order."""
+    news = []
+    for read in reads:
+        result = read.result
+        records = result.get("records")
+        size = len(records) if isinstance(records, bytes) else records.size if records is not None else 0
+        cached = session.partitions[read.key]
+        if cached.must_respond(size, result["high_watermark"], result["log_start_offset"],
+                               result["error_code"] != ErrorCode.NO_ERROR):
+            news.append(read)
+            if size:
+                session.move_to_end(read.key)
+    return news
+
+
+def _cache(reads: list[_Read], wanted: dict[PartitionKey, CachedPartition]) -> dict[PartitionKey, CachedPartition]:
+    """A new session's partitions, remembering what this full response told of each."""
+    cached = {}
+    for read in reads:
+        entry = wanted[read.key]
+        error = read.result["error_code"] != ErrorCode.NO_ERROR
+        entry.high_watermark = -1 if error else read.result["high_watermark"]
+        entry.log_start_offset = read.result["log_start_offset"]
+        cached[read.key] = entry
+    return cached
+
+
+def _by_topic(ctx: RequestContext, reads: list[_Read]) -> list[dict[str, Any]]:
+    """Response topics in the reads' order, consecutive partitions of a topic together."""
     topics: list[dict[str, Any]] = []
-    for topic in request.topics:
-        name = topic.topic
-        if ctx.version >= 13:
-            record = broker.topics.find_by_id(topic.topic_id)
-            name = record.name if record else None
-        partitions = []
-        for data in topic.partitions:
-            read = _Read(name, data.partition, data)
-            if name is None:
-                read.result = _error(data.partition, ErrorCode.UNKNOWN_TOPIC_ID)
-            else:
-                read.partition = broker.replicas.find(name, data.partition)
-                if read.partition is None:
-                    read.result = _error(data.partition, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-                reads.append(read)
-            partitions.append(read.result)
-        topics.append({"topic": topic.topic, "topic_id": topic.topic_id, "partitions": partitions})
-    return reads, topics
+    last: PartitionKey | None = None
+    for read in reads:
+        if last is None or read.key[:2] != last[:2]:
+            topic_id, name, _ = read.key
+            topics.append({"topic": read.topic if name is None else name, "topic_id": topic_id, "partitions": []})
+        topics[-1]["partitions"].append(read.result)
+        last = read.key
+    return topics
 
 
 def _replica_id(ctx: RequestContext, request: Any) -> int:
