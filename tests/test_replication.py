@@ -185,3 +185,20 @@ def test_followers_fetch_in_a_session_and_start_over_when_the_leader_forgets_it(
             assert len(a.fetch_sessions) == 1 and log_bytes(follower) == log_bytes(leader)
 
     asyncio.run(asyncio.wait_for(scenario(), 60))
+
+
+def test_a_partition_the_leader_refuses_does_not_hold_back_the_others(tmp_path: Path) -> None:
+    """The follower waits out replica.fetch.backoff.ms for the refused partition only."""
+    async def scenario() -> None:
+        async with two_brokers(tmp_path) as (a, b):
+            b.replicas.fetcher_config = b.replicas.fetcher_config.__class__(max_wait_ms=100, backoff_ms=60_000)
+            leader, follower = lead(a, 1, [0, 1]), follow(b, 0, 1)
+            # The follower also follows a partition its leader does not host (yet): it is refused.
+            b.replicas.become_follower("absent", 0, uuid.uuid4(), CONFIG, 0, 1, [0, 1], [0, 1])
+            for value in (b"1", b"2", b"3"):
+                info = leader.append_as_leader(batch(value), now_ms(), required_acks=-1)
+                # Far below the backoff: only the refused partition waits it out.
+                assert await leader.wait_for_replication(info.last_offset + 1, 10) == ErrorCode.NO_ERROR
+            assert log_bytes(follower) == log_bytes(leader)
+
+    asyncio.run(asyncio.wait_for(scenario(), 60))

@@ -98,6 +98,9 @@ class ReplicaFetcher:
         self._changed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._session = _Session()
+        # Partitions the leader refused until new metadata comes: left out of fetches for
+        # replica.fetch.backoff.ms, while the others go on (as Kafka's fetcher delays them).
+        self._delayed_until: dict[tuple[str, int], float] = {}
 
     # -- membership --------------------------------------------------------------------------
 
@@ -105,6 +108,7 @@ class ReplicaFetcher:
         key = (partition.topic, partition.index)
         self.partitions[key] = partition
         self._needs_truncation.add(key)
+        self._delayed_until.pop(key, None)  # a new role: the controller has spoken
         self._changed.set()
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._run(), name=f"fetcher-{self.leader_id}")
@@ -112,6 +116,7 @@ class ReplicaFetcher:
     def remove(self, topic: str, index: int) -> None:
         self.partitions.pop((topic, index), None)
         self._needs_truncation.discard((topic, index))
+        self._delayed_until.pop((topic, index), None)
 
     async def stop(self) -> None:
         if self._task is not None:
@@ -131,7 +136,7 @@ class ReplicaFetcher:
                 await self._changed.wait()
                 continue
             try:
-                if self._needs_truncation:
+                if self._needs_truncation.intersection(self._fetchable(truncated_only=False)):
                     await self._truncate_diverged()
                 await self._fetch_once()
                 if failing_since is not None:
@@ -153,7 +158,10 @@ class ReplicaFetcher:
                 await asyncio.sleep(self.config.backoff_ms / 1000)
 
     async def _fetch_once(self) -> None:
-        fetched = dict(self.partitions)
+        fetched = self._fetchable()
+        if not fetched:
+            await self._wait_for_delays()
+            return
         positions = {key: (p.log_end_offset, p.leader_epoch, p.log_start_offset) for key, p in fetched.items()}
         session = self._session
         # In a session (KIP-227) only the partitions whose position moved are named; the leader
@@ -184,15 +192,33 @@ class ReplicaFetcher:
         if response.error_code != ErrorCode.NO_ERROR:
             raise KafkaError(ErrorCode(response.error_code), "fetch refused")
         session.answered(response.session_id, named, forgotten)
-        wait = False
         for topic in response.responses:
             for result in topic.partitions:
-                partition = self.partitions.get((topic.topic, result.partition_index))
-                if partition is None or partition is not fetched.get((topic.topic, result.partition_index)):
+                key = (topic.topic, result.partition_index)
+                partition = self.partitions.get(key)
+                if partition is None or partition is not fetched.get(key):
                     continue  # its role changed while the fetch was in flight
-                wait = await self._apply(partition, result) or wait
-        if wait:
-            await asyncio.sleep(self.config.backoff_ms / 1000)  # until the controller's next word
+                if await self._apply(partition, result):  # until the controller's next word
+                    self._delayed_until[key] = asyncio.get_running_loop().time() + self.config.backoff_ms / 1000
+
+    def _fetchable(self, truncated_only: bool = True) -> dict[tuple[str, int], Partition]:
+        """The partitions not held back; by default only those whose log is known to agree with
+        the leader's (a partition awaiting truncation must not append at its end)."""
+        now = asyncio.get_running_loop().time()
+        for key, until in list(self._delayed_until.items()):
+            if until <= now:
+                del self._delayed_until[key]
+        return {k: p for k, p in self.partitions.items()
+                if k not in self._delayed_until and not (truncated_only and k in self._needs_truncation)}
+
+    async def _wait_for_delays(self) -> None:
+        """Every partition is held back: wait for the first to be due, or for a change of roles."""
+        self._changed.clear()
+        now = asyncio.get_running_loop().time()
+        due = min(self._delayed_until.values(), default=now + self.config.backoff_ms / 1000) - now
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(max(due, 0.0)):
+                await self._changed.wait()
 
     async def _apply(self, partition: Partition, result: Any) -> bool:
         """Append what the leader sent; True when the partition must wait for new metadata."""
@@ -228,7 +254,7 @@ class ReplicaFetcher:
 
     async def _truncate_diverged(self) -> None:
         """KIP-101: ask the leader where our latest epoch ends there, and cut our log at that point."""
-        keys = [k for k in self._needs_truncation if k in self.partitions]
+        keys = [k for k in self._needs_truncation if k in self._fetchable(truncated_only=False)]
         by_topic: dict[str, list[dict[str, Any]]] = {}
         for topic, index in keys:
             partition = self.partitions[(topic, index)]
@@ -240,8 +266,11 @@ class ReplicaFetcher:
             for result in topic.partitions:
                 key = (topic.topic, result.partition)
                 partition = self.partitions.get(key)
-                if partition is None or result.error_code != ErrorCode.NO_ERROR:
-                    continue  # retried with the next round
+                if partition is None:
+                    continue
+                if result.error_code != ErrorCode.NO_ERROR:  # asked again after the backoff
+                    self._delayed_until[key] = asyncio.get_running_loop().time() + self.config.backoff_ms / 1000
+                    continue
                 self._truncate(partition, result.leader_epoch, result.end_offset)
                 self._needs_truncation.discard(key)
 
