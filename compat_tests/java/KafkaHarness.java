@@ -297,7 +297,8 @@ public final class KafkaHarness {
                 List.of(r), new DescribeConfigsOptions().includeSynonyms(true)).values().get(r));
             out.put("initial", configEntries(describe.apply(resource), keys));
 
-            ConfigResource broker = new ConfigResource(ConfigResource.Type.BROKER, "0");
+            // The node id differs between brokers (kbroker 0, the Kafka container 1).
+            ConfigResource broker = new ConfigResource(ConfigResource.Type.BROKER, args.getOr("broker", "0"));
             out.put("broker", configEntries(describe.apply(broker), List.of("broker.id", "log.retention.hours", "num.partitions")));
 
             out.put("alter_1", errorOf(admin.incrementalAlterConfigs(Map.of(resource, List.of(
