@@ -34,6 +34,7 @@ PULL_TIMEOUT_S = 900.0
 # Set to 1 where Docker must be there (a CI job with an engine): the Kafka side then fails
 # instead of skipping.
 REQUIRE_ENV = "KBROKER_COMPAT_REQUIRE_KAFKA"
+FIND_COORDINATOR = 10
 
 Runner = Callable[..., subprocess.CompletedProcess[str]]
 
@@ -185,7 +186,8 @@ class KafkaContainer:
         return (result.stdout + result.stderr).strip()
 
     def _wait_ready(self, timeout_s: float) -> None:
-        """Until the broker answers Metadata listing itself (each attempt waits up to 2 s for it)."""
+        """Until the broker answers Metadata listing itself (each attempt waits up to 2 s for it),
+        then finds its group and transaction coordinators."""
         deadline = time.monotonic() + timeout_s
         last_error = "no answer yet"
         while time.monotonic() < deadline:
@@ -193,7 +195,18 @@ class KafkaContainer:
                 raise RuntimeError(f"the Kafka container {self.name} stopped while starting:\n{self.logs()}")
             ready, last_error = broker_listed(self.bootstrap, self.node_id)
             if ready:
+                break
+        else:
+            raise RuntimeError(f"Kafka in {self.name} not ready after {timeout_s:.0f}s ({last_error}):\n{self.logs()}")
+        # Kafka creates __consumer_offsets and __transaction_state on the first FindCoordinator and
+        # answers COORDINATOR_NOT_AVAILABLE meanwhile; create them now, so the first group or
+        # transactional scenario does not spend its max.block.ms waiting for them.
+        while time.monotonic() < deadline:
+            missing = coordinators_missing(self.bootstrap)
+            if not missing:
                 return
+            last_error = f"no coordinator yet for {missing}"
+            time.sleep(0.2)  # between polls of the condition
         raise RuntimeError(f"Kafka in {self.name} not ready after {timeout_s:.0f}s ({last_error}):\n{self.logs()}")
 
     def remove(self) -> None:
@@ -216,3 +229,16 @@ def broker_listed(bootstrap: str, node_id: int, timeout_s: float = 2.0) -> tuple
     if node_id not in metadata.brokers:
         return False, f"metadata lists brokers {sorted(metadata.brokers)}, not {node_id}"
     return True, ""
+
+
+def coordinators_missing(bootstrap: str) -> list[str]:
+    """The coordinator kinds (group, transaction) that FindCoordinator does not find yet."""
+    from tests.rawclient import RawClient
+
+    missing = []
+    with RawClient(bootstrap) as client:
+        for key_type, kind in ((0, "group"), (1, "transaction")):
+            response = client.request(FIND_COORDINATOR, 4, {"key_type": key_type, "coordinator_keys": ["kbroker-compat"]})
+            if response.coordinators[0].error_code != 0:
+                missing.append(kind)
+    return missing

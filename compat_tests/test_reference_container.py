@@ -6,21 +6,27 @@ from __future__ import annotations
 import base64
 import subprocess
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from compat_tests import kafka_docker
+from compat_tests.conftest import Target
 from compat_tests.kafka_docker import (
     CLUSTER_ID,
     KAFKA_IMAGE,
+    KafkaContainer,
     ReferenceStatus,
+    broker_listed,
+    coordinators_missing,
     docker_run_command,
     engine_status,
     ensure_image,
     kafka_env,
     skip_unless_available,
 )
+from tests.brokers import free_port
 
 
 def env_of(command: list[str]) -> dict[str, str]:
@@ -40,7 +46,7 @@ def test_run_command_publishes_the_advertised_port_on_loopback() -> None:
     assert command[command.index("--label") + 1] == f"{kafka_docker.LABEL}=1"
 
 
-def test_environment_is_a_single_kraft_node_set_like_the_kbroker_side() -> None:
+def test_environment_is_a_single_kraft_node_set_for_fast_groups() -> None:
     env = kafka_env(5555)
     assert env == {
         "CLUSTER_ID": CLUSTER_ID,
@@ -61,7 +67,7 @@ def test_environment_is_a_single_kraft_node_set_like_the_kbroker_side() -> None:
     assert env_of(docker_run_command("docker", "n", 5555)) == env
 
 
-def test_cluster_id_is_a_kafka_uuid() -> None:
+def test_cluster_id_is_a_valid_uuid() -> None:
     # kafka-storage format takes a Uuid: 16 bytes in unpadded URL-safe base64 (22 characters).
     assert len(CLUSTER_ID) == 22
     assert len(base64.urlsafe_b64decode(CLUSTER_ID + "==")) == 16
@@ -150,3 +156,36 @@ def test_unavailable_reference_skips_or_fails_when_required(monkeypatch: pytest.
     with pytest.raises(pytest.fail.Exception, match=f"^{kafka_docker.REQUIRE_ENV}=1 but engine gone"):
         skip_unless_available(down)
     assert skip_unless_available(ReferenceStatus("/bin/docker")) == "/bin/docker"
+
+
+def test_failed_docker_run_raises_with_the_error_and_removes_the_container(tmp_path: Path) -> None:
+    calls = tmp_path / "calls"
+    fake = tmp_path / "docker"
+    fake.write_text(f"""#!/bin/sh
+echo "$@" >> {calls}
+if [ "$1" = run ]; then
+  echo "docker: Error response from daemon: port is already allocated." >&2
+  exit 125
+fi
+""")
+    fake.chmod(0o755)
+    container = KafkaContainer(str(fake), 45678, name="ref-test")
+    with pytest.raises(RuntimeError, match="docker run failed \\(125\\): docker: Error response from daemon: port"):
+        container.start(ready_timeout_s=5)
+    lines = calls.read_text().splitlines()
+    assert lines[0].startswith("run --detach --name ref-test ") and lines[0].endswith(KAFKA_IMAGE)
+    assert lines[1:] == ["rm --force --volumes ref-test"]
+    assert not container.started
+
+
+def test_readiness_probes_against_a_running_broker(kbroker_target: Target) -> None:
+    """The conditions the container start waits for, checked on kbroker (they are protocol-level)."""
+    assert broker_listed(kbroker_target.bootstrap, kbroker_target.node_id) == (True, "")
+    listed, why = broker_listed(kbroker_target.bootstrap, kbroker_target.node_id + 1)
+    assert not listed and why == f"metadata lists brokers [{kbroker_target.node_id}], not {kbroker_target.node_id + 1}"
+    assert coordinators_missing(kbroker_target.bootstrap) == []
+
+
+def test_readiness_probe_without_a_broker() -> None:
+    listed, why = broker_listed(f"127.0.0.1:{free_port()}", 1, timeout_s=1.0)
+    assert not listed and why
