@@ -1,9 +1,15 @@
-"""The Java client (kafka-clients 3.9.1) against a real kbroker process.
+"""The Java client (kafka-clients 3.9.1) against a real kbroker process and, where Docker
+is there, against Apache Kafka 3.9.1 in a container.
 
 Each test runs one scenario of compat_tests/java/KafkaHarness.java in the module's JVM and
 asserts on what the client observed: exact offsets, values, headers, partitions, states and
 exception types. Where the Java side alone could hide a broker mistake (what was stored,
 which partition a key went to), the test also checks from Python, on the wire.
+
+Every test runs once per target (`test_x[kbroker]`, `test_x[kafka]`) with the same
+assertions; the few values that legitimately differ between the two brokers (node id, port,
+cluster id, default retention, the address a container sees clients from) come from the
+`Target`.
 """
 
 from __future__ import annotations
@@ -16,11 +22,11 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
+from compat_tests.conftest import Target
 from compat_tests.harness import JavaHarness
 from kbroker.partitioner import partition_for_key
 from protocol.errors import ErrorCode
 from protocol.record_batch import Compression, RecordBatch, decode_batches
-from tests.brokers import BrokerProcess
 from tests.conftest import create_topic
 from tests.rawclient import RawClient
 
@@ -93,16 +99,16 @@ def error_types(result: dict[str, Any]) -> dict[str, str | None]:
 # -- AdminClient ----------------------------------------------------------------------------------
 
 
-def test_describe_cluster(java: JavaHarness, java_broker: BrokerProcess) -> None:
-    result = java.run("describe_cluster", bootstrap=java_broker.bootstrap)
-    meta = dict(line.split("=", 1) for line in (java_broker.log_dir / "meta.properties").read_text().split())
-    node = {"id": 0, "host": "127.0.0.1", "port": java_broker.port, "rack": None}
-    assert result == {"cluster_id": meta["cluster.id"], "controller": node, "nodes": [node]}
+def test_describe_cluster(java: JavaHarness, target: Target) -> None:
+    result = java.run("describe_cluster", bootstrap=target.bootstrap)
+    # The cluster id is kbroker's meta.properties one, or the CLUSTER_ID the container was formatted with.
+    node = {"id": target.node_id, "host": "127.0.0.1", "port": target.port, "rack": None}
+    assert result == {"cluster_id": target.cluster_id, "controller": node, "nodes": [node]}
 
 
-def test_create_topics_and_describe_by_name_and_by_id(java: JavaHarness, java_broker: BrokerProcess) -> None:
+def test_create_topics_and_describe_by_name_and_by_id(java: JavaHarness, target: Target) -> None:
     prefix = f"java-admin-{uuid.uuid4().hex[:8]}"
-    result = java.run("admin_topics", bootstrap=java_broker.bootstrap, prefix=prefix)
+    result = java.run("admin_topics", bootstrap=target.bootstrap, prefix=prefix)
     many, defaults = f"{prefix}-many", f"{prefix}-defaults"
 
     created = result["created"]
@@ -113,7 +119,7 @@ def test_create_topics_and_describe_by_name_and_by_id(java: JavaHarness, java_br
     assert many_configs == {"retention.ms": ("3600000", "DYNAMIC_TOPIC_CONFIG"),
                             "max.message.bytes": ("2000000", "DYNAMIC_TOPIC_CONFIG"),
                             "cleanup.policy": ("delete", "DEFAULT_CONFIG")}
-    assert created[defaults]["configs"]["retention.ms"]["value"] == str(14 * 86_400_000)
+    assert created[defaults]["configs"]["retention.ms"]["value"] == str(target.retention_hours * 3_600_000)
 
     assert error_types(result) == {
         "duplicate": "TopicExistsException",
@@ -130,11 +136,13 @@ def test_create_topics_and_describe_by_name_and_by_id(java: JavaHarness, java_br
     assert result["listed_after_delete"] == [many]
 
     # The ids the client got from CreateTopics are the broker's (checked on the wire from Python).
-    assert created[many]["topic_id"] == java_uuid(topic_id(java_broker.bootstrap, many))
-    assert set(result["listed_internal_extra"]) <= {"__consumer_offsets"}
+    assert created[many]["topic_id"] == java_uuid(topic_id(target.bootstrap, many))
+    # Internal topics appear once used (by earlier tests on the same broker), and nothing else.
+    assert set(result["listed_internal_extra"]) <= {"__consumer_offsets", "__transaction_state"}
 
     def partitions(count: int) -> list[dict[str, Any]]:
-        return [{"partition": i, "leader": 0, "replicas": [0], "isr": [0]} for i in range(count)]
+        node = target.node_id
+        return [{"partition": i, "leader": node, "replicas": [node], "isr": [node]} for i in range(count)]
 
     expected = {
         many: {"name": many, "topic_id": created[many]["topic_id"], "internal": False, "partitions": partitions(3)},
@@ -147,11 +155,11 @@ def test_create_topics_and_describe_by_name_and_by_id(java: JavaHarness, java_br
     assert result["by_id"] == {d["topic_id"]: d for d in expected.values()}
 
 
-def test_list_offsets_every_spec_and_isolation_level(java: JavaHarness, java_broker: BrokerProcess) -> None:
-    topic = create_topic(java_broker.bootstrap, f"java-offsets-{uuid.uuid4().hex[:8]}")
+def test_list_offsets_every_spec_and_isolation_level(java: JavaHarness, target: Target) -> None:
+    topic = create_topic(target.bootstrap, f"java-offsets-{uuid.uuid4().hex[:8]}")
     base = int(time.time() * 1000) - 60_000
     # The scenario writes r0..r4 with timestamps base + 10, 30, 20, 50, 40.
-    result = java.run("list_offsets", bootstrap=java_broker.bootstrap, topic=topic, base=base)
+    result = java.run("list_offsets", bootstrap=target.bootstrap, topic=topic, base=base)
 
     def at(offset: int, delta: int | None) -> dict[str, Any]:
         return {"offset": offset, "timestamp": base + delta if delta is not None else -1, "leader_epoch": 0}
@@ -173,11 +181,11 @@ def test_list_offsets_every_spec_and_isolation_level(java: JavaHarness, java_bro
     assert result["missing_partition"]["error"] == "TimeoutException"
 
 
-def test_delete_records(java: JavaHarness, java_broker: BrokerProcess) -> None:
-    topic = create_topic(java_broker.bootstrap, f"java-delete-{uuid.uuid4().hex[:8]}")
+def test_delete_records(java: JavaHarness, target: Target) -> None:
+    topic = create_topic(target.bootstrap, f"java-delete-{uuid.uuid4().hex[:8]}")
     now = int(time.time() * 1000)
-    confluent_produce(java_broker.bootstrap, topic, [(0, None, b"v%d" % i, now + i) for i in range(10)])
-    result = java.run("delete_records", bootstrap=java_broker.bootstrap, topic=topic)
+    confluent_produce(target.bootstrap, topic, [(0, None, b"v%d" % i, now + i) for i in range(10)])
+    result = java.run("delete_records", bootstrap=target.bootstrap, topic=topic)
 
     assert result["delete_4"] == {"low_watermark": 4}
     assert result["earliest"] == {"offset": 4, "timestamp": -1, "leader_epoch": 0}
@@ -192,15 +200,16 @@ def test_delete_records(java: JavaHarness, java_broker: BrokerProcess) -> None:
     assert result["missing_partition"]["error"] == "TimeoutException"
 
 
-def test_describe_and_incremental_alter_configs(java: JavaHarness, java_broker: BrokerProcess) -> None:
-    topic = create_topic(java_broker.bootstrap, f"java-configs-{uuid.uuid4().hex[:8]}", configs={"retention.ms": "3600000"})
-    result = java.run("configs", bootstrap=java_broker.bootstrap, topic=topic)
+def test_describe_and_incremental_alter_configs(java: JavaHarness, target: Target) -> None:
+    topic = create_topic(target.bootstrap, f"java-configs-{uuid.uuid4().hex[:8]}", configs={"retention.ms": "3600000"})
+    result = java.run("configs", bootstrap=target.bootstrap, topic=topic, broker=target.node_id)
 
     def entry(value: str, source: str, synonyms: list[list[str]], read_only: bool = False) -> dict[str, Any]:
         return {"value": value, "source": source, "read_only": read_only, "sensitive": False,
                 "default": source == "DEFAULT_CONFIG", "synonyms": synonyms}
 
-    retention_default = ["log.retention.hours", "336", "DEFAULT_CONFIG"]
+    hours = str(target.retention_hours)
+    retention_default = ["log.retention.hours", hours, "DEFAULT_CONFIG"]
     cleanup_default = ["log.cleanup.policy", "delete", "DEFAULT_CONFIG"]
     initial = result["initial"]
     assert initial["retention.ms"] == entry("3600000", "DYNAMIC_TOPIC_CONFIG",
@@ -211,8 +220,8 @@ def test_describe_and_incremental_alter_configs(java: JavaHarness, java_broker: 
     assert initial["max.message.bytes"]["value"] == "1048588"
 
     broker = result["broker"]
-    assert (broker["broker.id"]["value"], broker["broker.id"]["read_only"]) == ("0", True)
-    assert broker["log.retention.hours"]["value"] == "336"
+    assert (broker["broker.id"]["value"], broker["broker.id"]["read_only"]) == (str(target.node_id), True)
+    assert broker["log.retention.hours"]["value"] == hours
 
     assert result["alter_1"] is None
     after = result["after_1"]
@@ -223,7 +232,8 @@ def test_describe_and_incremental_alter_configs(java: JavaHarness, java_broker: 
 
     assert result["alter_2"] is None
     after = result["after_2"]
-    assert after["retention.ms"] == entry(str(14 * 86_400_000), "DEFAULT_CONFIG", [retention_default])
+    assert after["retention.ms"] == entry(str(target.retention_hours * 3_600_000), "DEFAULT_CONFIG",
+                                          [retention_default])
     assert (after["cleanup.policy"]["value"], after["cleanup.policy"]["source"]) == ("compact", "DYNAMIC_TOPIC_CONFIG")
 
     assert result["validate_only"] is None
@@ -239,12 +249,12 @@ def test_describe_and_incremental_alter_configs(java: JavaHarness, java_broker: 
     }
 
 
-def test_consumer_group_admin(java: JavaHarness, java_broker: BrokerProcess) -> None:
-    topic = create_topic(java_broker.bootstrap, f"java-groups-{uuid.uuid4().hex[:8]}", partitions=2)
+def test_consumer_group_admin(java: JavaHarness, target: Target) -> None:
+    topic = create_topic(target.bootstrap, f"java-groups-{uuid.uuid4().hex[:8]}", partitions=2)
     now = int(time.time() * 1000)
-    confluent_produce(java_broker.bootstrap, topic, [(0, None, b"a", now)] * 3 + [(1, None, b"b", now)] * 2)
+    confluent_produce(target.bootstrap, topic, [(0, None, b"a", now)] * 3 + [(1, None, b"b", now)] * 2)
     group = f"java-admin-group-{uuid.uuid4().hex[:8]}"
-    result = java.run("groups_admin", bootstrap=java_broker.bootstrap, topic=topic, group=group, records=5)
+    result = java.run("groups_admin", bootstrap=target.bootstrap, topic=topic, group=group, records=5)
 
     assert result["consumed"] == 5
     assert result["generation"] == 1
@@ -252,10 +262,13 @@ def test_consumer_group_admin(java: JavaHarness, java_broker: BrokerProcess) -> 
     assert result["listed_active"] == [{**listing, "state": "STABLE"}]
     assert result["listed_stable_filter"] == [{**listing, "state": "STABLE"}]
     assert result["listed_empty_filter"] == []
+    described = result["described_active"]
+    target.check_client_host(described["members"][0]["host"])
     member = {"member_id": result["member_id"], "instance_id": None, "client_id": "harness-member",
-              "host": "/127.0.0.1", "assignment": [f"{topic}:0", f"{topic}:1"]}
-    assert result["described_active"] == {"group_id": group, "simple": False, "state": "STABLE", "assignor": "range",
-                                          "coordinator": 0, "type": "CLASSIC", "members": [member]}
+              "host": described["members"][0]["host"], "assignment": [f"{topic}:0", f"{topic}:1"]}
+    node = target.node_id
+    assert described == {"group_id": group, "simple": False, "state": "STABLE", "assignor": "range",
+                         "coordinator": node, "type": "CLASSIC", "members": [member]}
     # commitSync() after the explicit commit of offset 1 for partition 0: the positions win.
     offsets = {f"{topic}:0": {"offset": 3, "metadata": ""}, f"{topic}:1": {"offset": 2, "metadata": ""}}
     assert result["offsets_active"] == offsets
@@ -263,11 +276,11 @@ def test_consumer_group_admin(java: JavaHarness, java_broker: BrokerProcess) -> 
 
     assert result["listed_closed"] == [{**listing, "state": "EMPTY"}]
     assert result["described_closed"] == {"group_id": group, "simple": False, "state": "EMPTY", "assignor": "",
-                                          "coordinator": 0, "type": "CLASSIC", "members": []}
+                                          "coordinator": node, "type": "CLASSIC", "members": []}
     assert result["offsets_closed"] == offsets
     # Kafka 3.9 describes an unknown group as Dead (no protocol type, so "simple"), without an error.
     assert result["described_unknown"] == {"group_id": f"{group}-unknown", "simple": True, "state": "DEAD",
-                                           "assignor": "", "coordinator": 0, "type": "CLASSIC", "members": []}
+                                           "assignor": "", "coordinator": node, "type": "CLASSIC", "members": []}
     assert result["offsets_unknown"] == {}
     assert result["delete_closed"] is None
     assert result["listed_deleted"] == []
@@ -310,27 +323,27 @@ def check_stored(bootstrap: str, topic: str, partitions: int, sent: list[dict[st
     return all_batches
 
 
-def test_default_producer_is_idempotent_and_keeps_headers(java: JavaHarness, java_broker: BrokerProcess) -> None:
-    topic = create_topic(java_broker.bootstrap, f"java-produce-{uuid.uuid4().hex[:8]}", partitions=3)
-    result = java.run("produce", bootstrap=java_broker.bootstrap, topic=topic, count=12)
+def test_default_producer_is_idempotent_and_keeps_headers(java: JavaHarness, target: Target) -> None:
+    topic = create_topic(target.bootstrap, f"java-produce-{uuid.uuid4().hex[:8]}", partitions=3)
+    result = java.run("produce", bootstrap=target.bootstrap, topic=topic, count=12)
     sent = result["sent"]
     assert [(m["key_size"], m["value_size"]) for m in sent] == [
         (len(b"key-%d" % i), len(b"value-%d-" % i) + 200) for i in range(12)]
-    check_stored(java_broker.bootstrap, topic, 3, sent, 12, Compression.NONE)
+    check_stored(target.bootstrap, topic, 3, sent, 12, Compression.NONE)
 
 
 @pytest.mark.parametrize("codec", CODECS)
-def test_compression_codecs_round_trip(java: JavaHarness, java_broker: BrokerProcess, codec: str) -> None:
-    topic = create_topic(java_broker.bootstrap, f"java-codec-{codec}-{uuid.uuid4().hex[:8]}", partitions=3)
+def test_compression_codecs_round_trip(java: JavaHarness, target: Target, codec: str) -> None:
+    topic = create_topic(target.bootstrap, f"java-codec-{codec}-{uuid.uuid4().hex[:8]}", partitions=3)
     count = 30
-    result = java.run("produce", bootstrap=java_broker.bootstrap, topic=topic, count=count, compression=codec,
+    result = java.run("produce", bootstrap=target.bootstrap, topic=topic, count=count, compression=codec,
                       linger_ms=50)
     sent = result["sent"]
-    batches = check_stored(java_broker.bootstrap, topic, 3, sent, count, Compression[codec.upper()])
+    batches = check_stored(target.bootstrap, topic, 3, sent, count, Compression[codec.upper()])
     assert any(len(b.records) > 1 for b in batches), "some batch holds several records"
 
     # And the Java consumer decompresses what the broker serves back.
-    consumed = java.run("consume_all", bootstrap=java_broker.bootstrap, topic=topic)
+    consumed = java.run("consume_all", bootstrap=target.bootstrap, topic=topic)
     got = {(r["partition"], r["offset"]): r for r in consumed["records"]}
     assert len(got) == count
     for i, meta in enumerate(sent):
@@ -347,18 +360,18 @@ def binary_value(i: int) -> bytes:
     return bytes((i + j) % 256 for j in range(256))
 
 
-def test_spark_style_assign_seek_poll(java: JavaHarness, java_broker: BrokerProcess) -> None:
-    topic = create_topic(java_broker.bootstrap, f"java-spark-{uuid.uuid4().hex[:8]}", partitions=2)
+def test_spark_style_assign_seek_poll(java: JavaHarness, target: Target) -> None:
+    topic = create_topic(target.bootstrap, f"java-spark-{uuid.uuid4().hex[:8]}", partitions=2)
     base = int(time.time() * 1000) - 60_000
     p0 = [(0, None if i == 5 else b"k%d" % i, binary_value(i), base + i * 1000) for i in range(10)]
     p1 = [(1, b"q%d" % i, None if i == 3 else b"p1-%d" % i, base + i) for i in range(4)]
-    confluent_produce(java_broker.bootstrap, topic, p0 + p1)
-    with RawClient(java_broker.bootstrap) as client:
+    confluent_produce(target.bootstrap, topic, p0 + p1)
+    with RawClient(target.bootstrap) as client:
         deleted = client.request(DELETE_RECORDS, 2, {"topics": [{"name": topic, "partitions": [
             {"partition_index": 1, "offset": 1}]}], "timeout_ms": 5000})
     assert deleted.topics[0].partitions[0].low_watermark == 1
 
-    result = java.run("spark_read", bootstrap=java_broker.bootstrap, topic=topic,
+    result = java.run("spark_read", bootstrap=target.bootstrap, topic=topic,
                       group=f"spark-kafka-source-{uuid.uuid4()}", p0_ts=base + 4500)
     assert result["beginning"] == {"0": 0, "1": 1}
     assert result["end"] == {"0": 10, "1": 4}
@@ -376,13 +389,13 @@ def test_spark_style_assign_seek_poll(java: JavaHarness, java_broker: BrokerProc
     assert result["below_start"] == {"error": "OffsetOutOfRangeException", "partitions": {"1": 0}, "records": []}
 
 
-def test_subscribe_commit_sync_and_committed(java: JavaHarness, java_broker: BrokerProcess) -> None:
-    topic = create_topic(java_broker.bootstrap, f"java-commit-{uuid.uuid4().hex[:8]}", partitions=2)
+def test_subscribe_commit_sync_and_committed(java: JavaHarness, target: Target) -> None:
+    topic = create_topic(target.bootstrap, f"java-commit-{uuid.uuid4().hex[:8]}", partitions=2)
     now = int(time.time() * 1000)
-    confluent_produce(java_broker.bootstrap, topic,
+    confluent_produce(target.bootstrap, topic,
                       [(0, None, b"a%d" % i, now) for i in range(4)] + [(1, None, b"b%d" % i, now) for i in range(2)])
     group = f"java-commit-group-{uuid.uuid4().hex[:8]}"
-    result = java.run("group_commit", bootstrap=java_broker.bootstrap, topic=topic, group=group, records=6,
+    result = java.run("group_commit", bootstrap=target.bootstrap, topic=topic, group=group, records=6,
                       second_records=3)
     p0, p1 = f"{topic}:0", f"{topic}:1"
 
@@ -402,12 +415,12 @@ def test_subscribe_commit_sync_and_committed(java: JavaHarness, java_broker: Bro
 
 
 @pytest.mark.parametrize("isolation", ["read_uncommitted", "read_committed"])
-def test_isolation_levels_without_transactions(java: JavaHarness, java_broker: BrokerProcess, isolation: str) -> None:
-    topic = create_topic(java_broker.bootstrap, f"java-iso-{isolation}-{uuid.uuid4().hex[:8]}", partitions=2)
+def test_isolation_levels_without_transactions(java: JavaHarness, target: Target, isolation: str) -> None:
+    topic = create_topic(target.bootstrap, f"java-iso-{isolation}-{uuid.uuid4().hex[:8]}", partitions=2)
     now = int(time.time() * 1000)
     records = [(i % 2, b"k%d" % i, b"v%d" % i, now + i) for i in range(7)]
-    confluent_produce(java_broker.bootstrap, topic, records)
-    result = java.run("consume_all", bootstrap=java_broker.bootstrap, topic=topic, isolation=isolation)
+    confluent_produce(target.bootstrap, topic, records)
+    result = java.run("consume_all", bootstrap=target.bootstrap, topic=topic, isolation=isolation)
     # With no transactions, the last stable offset is the high watermark: both levels read everything.
     assert result["end"] == {"0": 4, "1": 3}
     assert result["positions"] == {"0": 4, "1": 3}
@@ -415,12 +428,12 @@ def test_isolation_levels_without_transactions(java: JavaHarness, java_broker: B
     assert got == sorted((p, i // 2, k, v) for i, (p, k, v, _) in enumerate(records))
 
 
-def test_repeated_polls_deliver_each_round_once(java: JavaHarness, java_broker: BrokerProcess) -> None:
+def test_repeated_polls_deliver_each_round_once(java: JavaHarness, target: Target) -> None:
     """One consumer polls while records arrive on changing partitions (the pattern fetch sessions
     optimise: incremental fetches when granted, full fetches otherwise)."""
-    topic = create_topic(java_broker.bootstrap, f"java-rounds-{uuid.uuid4().hex[:8]}", partitions=3)
+    topic = create_topic(target.bootstrap, f"java-rounds-{uuid.uuid4().hex[:8]}", partitions=3)
     rounds = 12
-    result = java.run("fetch_rounds", bootstrap=java_broker.bootstrap, topic=topic, rounds=rounds, partitions=3)
+    result = java.run("fetch_rounds", bootstrap=target.bootstrap, topic=topic, rounds=rounds, partitions=3)
     next_offset = {0: 0, 1: 0, 2: 0}
     for round_, delivered in enumerate(result["rounds"]):
         slot = round_ % 4
@@ -438,9 +451,9 @@ def test_repeated_polls_deliver_each_round_once(java: JavaHarness, java_broker: 
 # -- Transactions ---------------------------------------------------------------------------------
 
 
-def test_transactions_commit_and_abort(java: JavaHarness, java_broker: BrokerProcess) -> None:
-    topic = create_topic(java_broker.bootstrap, f"java-txn-{uuid.uuid4().hex[:8]}")
-    result = java.run("txn_commit_abort", bootstrap=java_broker.bootstrap, topic=topic,
+def test_transactions_commit_and_abort(java: JavaHarness, target: Target) -> None:
+    topic = create_topic(target.bootstrap, f"java-txn-{uuid.uuid4().hex[:8]}")
+    result = java.run("txn_commit_abort", bootstrap=target.bootstrap, topic=topic,
                       txid=f"java-txn-{uuid.uuid4().hex[:8]}")
     # Offsets: committed-0..2 at 0-2, commit marker 3, aborted-0..1 at 4-5, abort marker 6,
     # committed-3 at 7, commit marker 8, then "pending" at 9 in a still-open transaction.
@@ -462,13 +475,13 @@ def test_transactions_commit_and_abort(java: JavaHarness, java_broker: BrokerPro
     assert uncommitted["end"] == {"0": 11}
 
 
-def test_transactions_send_offsets_to_transaction(java: JavaHarness, java_broker: BrokerProcess) -> None:
+def test_transactions_send_offsets_to_transaction(java: JavaHarness, target: Target) -> None:
     suffix = uuid.uuid4().hex[:8]
-    source = create_topic(java_broker.bootstrap, f"java-txn-in-{suffix}")
-    sink = create_topic(java_broker.bootstrap, f"java-txn-out-{suffix}")
+    source = create_topic(target.bootstrap, f"java-txn-in-{suffix}")
+    sink = create_topic(target.bootstrap, f"java-txn-out-{suffix}")
     now = int(time.time() * 1000)
-    confluent_produce(java_broker.bootstrap, source, [(0, None, b"word%d" % i, now) for i in range(4)])
-    result = java.run("txn_offsets", bootstrap=java_broker.bootstrap, input=source, output=sink,
+    confluent_produce(target.bootstrap, source, [(0, None, b"word%d" % i, now) for i in range(4)])
+    result = java.run("txn_offsets", bootstrap=target.bootstrap, input=source, output=sink,
                       group=f"java-txn-group-{suffix}", txid=f"java-txn-{suffix}", records=4)
     assert result["offsets_after_commit"] == {f"{source}:0": {"offset": 4, "metadata": "txn"}}
     assert result["offsets_after_abort"] == {f"{source}:0": {"offset": 4, "metadata": "txn"}}, "abort drops offsets"
@@ -476,9 +489,9 @@ def test_transactions_send_offsets_to_transaction(java: JavaHarness, java_broker
     assert [(r["offset"], r["value"]) for r in output["records"]] == [(i, b"WORD%d" % i) for i in range(4)]
 
 
-def test_transactions_fence_a_zombie_producer(java: JavaHarness, java_broker: BrokerProcess) -> None:
-    topic = create_topic(java_broker.bootstrap, f"java-fence-{uuid.uuid4().hex[:8]}")
-    result = java.run("txn_fencing", bootstrap=java_broker.bootstrap, topic=topic,
+def test_transactions_fence_a_zombie_producer(java: JavaHarness, target: Target) -> None:
+    topic = create_topic(target.bootstrap, f"java-fence-{uuid.uuid4().hex[:8]}")
+    result = java.run("txn_fencing", bootstrap=target.bootstrap, topic=topic,
                       txid=f"java-fence-{uuid.uuid4().hex[:8]}")
     assert result["zombie_commit"] == "ProducerFencedException"
     assert [r["value"] for r in result["read_committed"]["records"]] == [b"fresh"]

@@ -114,6 +114,7 @@ public final class KafkaHarness {
         SCENARIOS.put("txn_commit_abort", KafkaHarness::txnCommitAbort);
         SCENARIOS.put("txn_offsets", KafkaHarness::txnOffsets);
         SCENARIOS.put("txn_fencing", KafkaHarness::txnFencing);
+        SCENARIOS.put("observe", KafkaHarness::observe);
     }
 
     public static void main(String[] argv) throws Exception {
@@ -297,7 +298,8 @@ public final class KafkaHarness {
                 List.of(r), new DescribeConfigsOptions().includeSynonyms(true)).values().get(r));
             out.put("initial", configEntries(describe.apply(resource), keys));
 
-            ConfigResource broker = new ConfigResource(ConfigResource.Type.BROKER, "0");
+            // The node id differs between brokers (kbroker 0, the Kafka container 1).
+            ConfigResource broker = new ConfigResource(ConfigResource.Type.BROKER, args.getOr("broker", "0"));
             out.put("broker", configEntries(describe.apply(broker), List.of("broker.id", "log.retention.hours", "num.partitions")));
 
             out.put("alter_1", errorOf(admin.incrementalAlterConfigs(Map.of(resource, List.of(
@@ -751,6 +753,188 @@ public final class KafkaHarness {
     static Map<String, Object> txnConf(String transactionalId) {
         // Bounded: FindCoordinator/InitProducerId retry until max.block.ms when the broker cannot serve them.
         return Map.of(ProducerConfig.TRANSACTIONAL_ID_CONFIG, transactionalId, ProducerConfig.MAX_BLOCK_MS_CONFIG, "5000");
+    }
+
+    // ---------------------------------------------------------------------------------------------
+    // One deterministic script whose observation is compared between brokers
+
+    /**
+     * Produces, reads, provokes errors, forms a two-member group and runs transactions, recording
+     * only what must come out the same on any correct broker: offsets, order, error types,
+     * assignments, generations and what each isolation level sees. No ids, times or topic names.
+     * Needs `topic` with 4 partitions and `txn_topic` with 1, both new and empty.
+     */
+    static Map<String, Object> observe(Args args) throws Exception {
+        String topic = args.get("topic");
+        String txnTopic = args.get("txn_topic");
+        Map<String, Object> out = new LinkedHashMap<>();
+
+        // Offsets the broker assigns, in send order, to records sent to explicit partitions.
+        int[] targets = {0, 1, 0, 0, 1, 2, 3, 0};
+        List<Object> produced = new ArrayList<>();
+        try (KafkaProducer<byte[], byte[]> producer = producer(args, Map.of())) {
+            List<java.util.concurrent.Future<RecordMetadata>> futures = new ArrayList<>();
+            for (int i = 0; i < targets.length; i++) {
+                futures.add(producer.send(new ProducerRecord<>(topic, targets[i], bytes("k" + i), bytes("v" + i))));
+            }
+            for (java.util.concurrent.Future<RecordMetadata> f : futures) {
+                RecordMetadata m = f.get(WAIT_MS, TimeUnit.MILLISECONDS);
+                produced.add(List.of(m.partition(), m.offset()));
+            }
+        }
+        out.put("produced", produced);
+
+        // The order a consumer reads each partition in.
+        Map<String, Object> consumed = new TreeMap<>();
+        for (Object r : (List<?>) consumeAll(args.with("topic", topic)).get("records")) {
+            Map<?, ?> record = (Map<?, ?>) r;
+            ((List<Object>) consumed.computeIfAbsent(String.valueOf(record.get("partition")), k -> new ArrayList<>()))
+                .add(List.of(record.get("offset"), string((byte[]) record.get("value"))));
+        }
+        out.put("consumed", consumed);
+
+        // Errors the client surfaces from the broker's answers.
+        Map<String, Object> errors = new LinkedHashMap<>();
+        try (KafkaProducer<byte[], byte[]> producer = producer(args, Map.of(ProducerConfig.MAX_BLOCK_MS_CONFIG, "2000"))) {
+            // The partition never appears in metadata: the send fails once max.block.ms passes.
+            errors.put("produce_to_missing_partition", errorName(() ->
+                producer.send(new ProducerRecord<>(topic, 7, null, bytes("x"))).get(WAIT_MS, TimeUnit.MILLISECONDS)));
+        }
+        try (KafkaConsumer<byte[], byte[]> consumer = consumer(args, Map.of(
+                ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false", ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "none"))) {
+            Map<?, ?> past = (Map<?, ?>) outOfRange(consumer, new TopicPartition(topic, 0), 100);
+            errors.put("fetch_past_end", map("error", past.get("error"), "partitions", past.get("partitions")));
+        }
+        try (Admin admin = admin(args)) {
+            errors.put("create_existing_topic", errorName(() ->
+                admin.createTopics(List.of(new NewTopic(topic, 1, (short) 1))).all().get(WAIT_MS, TimeUnit.MILLISECONDS)));
+            errors.put("delete_records_past_end", errorName(() -> admin.deleteRecords(Map.of(new TopicPartition(topic, 0),
+                RecordsToDelete.beforeOffset(1000))).all().get(WAIT_MS, TimeUnit.MILLISECONDS)));
+        }
+        out.put("errors", errors);
+
+        // Two members of one group share the partitions, then one leaves.
+        out.put("group", groupAssignments(args, topic, args.get("group")));
+
+        // Transactional visibility: committed, aborted, then an open transaction, seen by both levels.
+        TopicPartition tp = new TopicPartition(txnTopic, 0);
+        Map<String, Object> txn = new LinkedHashMap<>();
+        Args txnArgs = args.with("topic", txnTopic);
+        try (KafkaProducer<byte[], byte[]> producer = producer(args, txnConf(args.get("txid")));
+             Admin admin = admin(args)) {
+            producer.initTransactions();
+            producer.beginTransaction();
+            producer.send(new ProducerRecord<>(txnTopic, 0, null, bytes("c0")));
+            producer.send(new ProducerRecord<>(txnTopic, 0, null, bytes("c1")));
+            producer.commitTransaction();
+            producer.beginTransaction();
+            producer.send(new ProducerRecord<>(txnTopic, 0, null, bytes("a0")));
+            producer.flush();
+            producer.abortTransaction();
+            producer.beginTransaction();
+            producer.send(new ProducerRecord<>(txnTopic, 0, null, bytes("open0")));
+            producer.flush();
+            Map<String, Object> latest = new LinkedHashMap<>();
+            for (IsolationLevel level : IsolationLevel.values()) {
+                latest.put(level.name(), admin.listOffsets(Map.of(tp, OffsetSpec.latest()), new ListOffsetsOptions(level))
+                    .partitionResult(tp).get(WAIT_MS, TimeUnit.MILLISECONDS).offset());
+            }
+            txn.put("latest_while_open", latest);
+            txn.put("read_committed_while_open", offsetsAndValues(consumeAll(txnArgs.with("isolation", "read_committed"))));
+            txn.put("read_uncommitted_while_open", offsetsAndValues(consumeAll(txnArgs.with("isolation", "read_uncommitted"))));
+            producer.commitTransaction();
+
+            // A second producer with the same transactional.id fences this one.
+            producer.beginTransaction();
+            producer.send(new ProducerRecord<>(txnTopic, 0, null, bytes("zombie")));
+            producer.flush();
+            try (KafkaProducer<byte[], byte[]> fresh = producer(args, txnConf(args.get("txid")))) {
+                fresh.initTransactions();
+                fresh.beginTransaction();
+                fresh.send(new ProducerRecord<>(txnTopic, 0, null, bytes("fresh")));
+                fresh.commitTransaction();
+            }
+            errors.put("zombie_commit", errorName(() -> {
+                producer.commitTransaction();
+                return null;
+            }));
+        }
+        txn.put("read_committed", offsetsAndValues(consumeAll(txnArgs.with("isolation", "read_committed"))));
+        txn.put("read_uncommitted", offsetsAndValues(consumeAll(txnArgs.with("isolation", "read_uncommitted"))));
+        out.put("transactions", txn);
+        return out;
+    }
+
+    /** Assignments and generations as members come and go; members are named by join order. */
+    static Map<String, Object> groupAssignments(Args args, String topic, String group) {
+        Map<String, Object> conf = Map.of(ConsumerConfig.GROUP_ID_CONFIG, group,
+            ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false", ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
+        Map<String, Object> out = new LinkedHashMap<>();
+        try (KafkaConsumer<byte[], byte[]> first = consumer(args, conf)) {
+            first.subscribe(List.of(topic));
+            pollUntil(List.of(first), () -> first.assignment().size() == 4);
+            out.put("alone", memberView(first));
+            try (KafkaConsumer<byte[], byte[]> second = consumer(args, conf)) {
+                second.subscribe(List.of(topic));
+                pollUntil(List.of(first, second), () -> !first.assignment().isEmpty() && !second.assignment().isEmpty()
+                    && first.assignment().size() + second.assignment().size() == 4
+                    && first.groupMetadata().generationId() == second.groupMetadata().generationId());
+                // Which member gets which half depends on the member ids the broker chose: compare as a set.
+                List<String> halves = new ArrayList<>(List.of(
+                    String.valueOf(partitionNumbers(first.assignment())), String.valueOf(partitionNumbers(second.assignment()))));
+                Collections.sort(halves);
+                out.put("together", map("assignments", halves, "generations",
+                    List.of(first.groupMetadata().generationId(), second.groupMetadata().generationId())));
+            }
+            pollUntil(List.of(first), () -> first.assignment().size() == 4);
+            out.put("after_leave", memberView(first));
+        }
+        return out;
+    }
+
+    static Map<String, Object> memberView(KafkaConsumer<byte[], byte[]> consumer) {
+        return map("partitions", partitionNumbers(consumer.assignment()), "generation", consumer.groupMetadata().generationId());
+    }
+
+    static List<Integer> partitionNumbers(Collection<TopicPartition> tps) {
+        List<Integer> out = new ArrayList<>();
+        for (TopicPartition tp : tps) out.add(tp.partition());
+        Collections.sort(out);
+        return out;
+    }
+
+    /** Polls each consumer in turn until the condition holds (bounded by WAIT_MS). */
+    static void pollUntil(List<KafkaConsumer<byte[], byte[]>> consumers, java.util.function.BooleanSupplier done) {
+        long deadline = System.currentTimeMillis() + WAIT_MS;
+        while (!done.getAsBoolean()) {
+            if (System.currentTimeMillis() > deadline) throw new IllegalStateException("group did not settle");
+            for (KafkaConsumer<byte[], byte[]> c : consumers) c.poll(Duration.ofMillis(100));
+        }
+    }
+
+    static List<Object> offsetsAndValues(Map<String, Object> consumed) {
+        List<Object> out = new ArrayList<>();
+        for (Object r : (List<?>) consumed.get("records")) {
+            Map<?, ?> record = (Map<?, ?>) r;
+            out.add(List.of(record.get("offset"), string((byte[]) record.get("value"))));
+        }
+        return out;
+    }
+
+    interface Call {
+        Object call() throws Exception;
+    }
+
+    /** null when the call succeeds, else the simple class name of what it threw (unwrapped). */
+    static String errorName(Call call) {
+        try {
+            call.call();
+            return null;
+        } catch (Exception e) {
+            Throwable t = e;
+            while ((t instanceof ExecutionException || t instanceof CompletionException) && t.getCause() != null) t = t.getCause();
+            return t.getClass().getSimpleName();
+        }
     }
 
     // ---------------------------------------------------------------------------------------------
