@@ -19,6 +19,7 @@ from kbroker.cluster.partition import Partition
 from kbroker.config import BrokerConfig
 from kbroker.handlers.fetch import ZERO_UUID
 from kbroker.storage.log_config import LogConfig
+from protocol.connection import ClientConnection
 from protocol.errors import ErrorCode, KafkaError
 from protocol.record_batch import Record, encode_batch
 
@@ -200,5 +201,41 @@ def test_a_partition_the_leader_refuses_does_not_hold_back_the_others(tmp_path: 
                 # Far below the backoff: only the refused partition waits it out.
                 assert await leader.wait_for_replication(info.last_offset + 1, 10) == ErrorCode.NO_ERROR
             assert log_bytes(follower) == log_bytes(leader)
+
+    asyncio.run(asyncio.wait_for(scenario(), 60))
+
+
+def test_acks_all_produces_of_one_connection_are_appended_while_earlier_ones_wait(tmp_path: Path) -> None:
+    """A producer with requests in flight: the second is appended while the first waits for the
+    ISR (one replication round serves both), and the answers still come back in order."""
+    async def scenario() -> None:
+        async with two_brokers(tmp_path) as (a, b):
+            leader = lead(a, 1, [0, 1])  # b does not follow yet: acks=all must wait
+            reader, writer = await asyncio.open_connection("127.0.0.1", a.bound[0][2])
+            client = ClientConnection("pipelining")
+            correlations = []
+            for value in (b"first", b"second"):
+                body = {"transactional_id": None, "acks": -1, "timeout_ms": 30_000, "topic_data": [
+                    {"name": "r", "partition_data": [{"index": 0, "records": batch(value)}]}]}
+                correlation, data = client.encode_request(0, 9, body)
+                correlations.append(correlation)
+                writer.write(data)
+            correlation, data = client.encode_request(18, 3, {"client_software_name": "t",
+                                                              "client_software_version": "1"})
+            correlations.append(correlation)
+            writer.write(data)
+            await until(lambda: leader.log_end_offset == 2)  # both appended, neither answered
+            assert leader.high_watermark == 0
+
+            follow(b, 0, 1)
+            answers = []
+            while len(answers) < 3:
+                client.receive_data(await reader.read(65536))
+                while (answer := client.next_response()) is not None:
+                    answers.append(answer)
+            assert [c for c, _ in answers] == correlations  # in request order
+            offsets = [r.responses[0].partition_responses[0] for _, r in answers[:2]]
+            assert [(p.error_code, p.base_offset) for p in offsets] == [(0, 0), (0, 1)]
+            writer.close()
 
     asyncio.run(asyncio.wait_for(scenario(), 60))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import time
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -49,6 +50,16 @@ class HandlerResult:
     version: int | None = None  # answer at another version than asked (ApiVersions fallback)
     close: bool = False
     reason: str = ""
+    pending: Awaitable[Any] | None = None  # the body, once it is ready (see Deferred)
+
+
+@dataclass(slots=True)
+class Deferred:
+    """What a handler returns when its work is done but its answer waits on others (an acks=all
+    Produce appended, waiting for the ISR): the connection goes on with the next request and
+    sends this answer when `body` completes, still in request order."""
+
+    body: Awaitable[Any]
 
 
 class CloseConnection(Exception):
@@ -135,4 +146,6 @@ async def dispatch(ctx: RequestContext, request: Request) -> HandlerResult:
         body = await module.handle(ctx, request.body)
     except CloseConnection as e:
         return HandlerResult(close=True, reason=str(e))
+    if isinstance(body, Deferred):
+        return HandlerResult(pending=body.body)
     return HandlerResult(body=body)

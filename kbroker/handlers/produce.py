@@ -8,7 +8,7 @@ from typing import Any
 
 from kbroker.cluster.partition import Partition
 from kbroker.cluster.topics import INTERNAL_TOPICS
-from kbroker.handlers import CloseConnection, RequestContext
+from kbroker.handlers import CloseConnection, Deferred, RequestContext
 from protocol.errors import ErrorCode, KafkaError
 from protocol.records import (
     ATTRIBUTES_OFFSET,
@@ -33,7 +33,7 @@ ZSTD = 4
 _BATCH_LENGTH = struct.Struct(">i")
 
 
-async def handle(ctx: RequestContext, request: Any) -> dict[str, Any] | None:
+async def handle(ctx: RequestContext, request: Any) -> dict[str, Any] | Deferred | None:
     now_ms = ctx.now_ms()
     failed = False
     topics = []
@@ -47,22 +47,26 @@ async def handle(ctx: RequestContext, request: Any) -> dict[str, Any] | None:
             if pending is not None:
                 replicating.append((result, *pending))
         topics.append({"name": topic.name, "partition_responses": partitions})
+    response = {"responses": topics, "throttle_time_ms": 0}
     if replicating:
-        await _wait_for_replication(replicating, request.timeout_ms / 1000)
+        # Appended: the connection may take the producer's next request while this one waits.
+        return Deferred(_when_replicated(replicating, request.timeout_ms / 1000, response))
     if request.acks == 0:
         if failed:
             # The client expects no answer; closing is how it learns to refresh metadata.
             raise CloseConnection("produce with acks=0 failed")
         return None
-    return {"responses": topics, "throttle_time_ms": 0}
+    return response
 
 
-async def _wait_for_replication(waits: list[tuple[dict[str, Any], Partition, int]], timeout_s: float) -> None:
+async def _when_replicated(waits: list[tuple[dict[str, Any], Partition, int]], timeout_s: float,
+                           response: dict[str, Any]) -> dict[str, Any]:
     """acks=all: answer once every ISR member has the data (the HW passed it), as Kafka's delayed produce."""
     codes = await asyncio.gather(*(p.wait_for_replication(end, timeout_s) for _, p, end in waits))
     for (result, _, _), code in zip(waits, codes, strict=True):
         if code != ErrorCode.NO_ERROR:
             result.update(error_code=code, base_offset=-1, log_append_time_ms=-1, log_start_offset=-1)
+    return response
 
 
 def _append(

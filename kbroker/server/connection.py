@@ -1,8 +1,11 @@
 """One client connection: read frames, run handlers one request at a time, write responses.
 
-Requests of one connection are handled in order and answered in order, as Kafka does
-(it mutes a channel until its response is sent). Bytes keep being read while a request
-is in progress, so a pipelining client never stalls on TCP.
+Requests of one connection are handled in order and answered in order, as Kafka does.
+Bytes keep being read while a request is in progress, so a pipelining client never stalls
+on TCP. One exception to one-at-a-time: an acks=all Produce whose batches are appended and
+only wait for the ISR (a `Deferred` answer) lets the next request start, so a producer with
+several requests in flight gets them replicated in one round instead of one round each; the
+answers still leave in request order (at most MAX_DEFERRED outstanding).
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING
 
-from kbroker.handlers import RequestContext, dispatch
+from kbroker.handlers import HandlerResult, RequestContext, dispatch
 from protocol.connection import FrameTooLarge, MalformedRequest, Request, ServerConnection
 
 if TYPE_CHECKING:
@@ -25,6 +28,8 @@ READ_CHUNK = 256 * 1024
 # Decoded requests waiting for their turn; when full, reading pauses (TCP backpressure) so a
 # client pipelining without limit cannot make the broker buffer without limit.
 MAX_QUEUED_REQUESTS = 64
+# Answers not yet sent behind a deferred one (producers keep at most 5 requests in flight).
+MAX_DEFERRED = 16
 
 
 class ClientConnection:
@@ -36,6 +41,10 @@ class ClientConnection:
         peer = writer.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         self._requests: asyncio.Queue[Request | None] = asyncio.Queue(MAX_QUEUED_REQUESTS)
+        # Answers behind a deferred one, in request order: each resolves to the parts to send,
+        # or None to send nothing (acks=0); an exception closes the connection.
+        self._answers: asyncio.Queue[asyncio.Future[list | None] | None] = asyncio.Queue(MAX_DEFERRED)
+        self._sender: asyncio.Task[None] | None = None
 
     async def run(self) -> None:
         processor = asyncio.create_task(self._process())
@@ -82,15 +91,27 @@ class ClientConnection:
         return True
 
     async def _process(self) -> None:
-        while (request := await self._requests.get()) is not None:
-            try:
-                keep_open = await self._handle(request)
-            except (ConnectionError, OSError):
-                keep_open = False
-            if not keep_open:
-                self.reader.feed_eof()
-                self.writer.transport.abort()
+        try:
+            while (request := await self._requests.get()) is not None:
+                try:
+                    keep_open = await self._handle(request)
+                except (ConnectionError, OSError):
+                    keep_open = False
+                if not keep_open:
+                    break
+            else:
+                if self._sender is not None:  # the client hung up: still send what it waits for
+                    await self._answers.put(None)
+                    await self._sender
                 return
+        finally:
+            if self._sender is not None and not self._sender.done():
+                self._sender.cancel()
+        self._close_now()
+
+    def _close_now(self) -> None:
+        self.reader.feed_eof()
+        self.writer.transport.abort()
 
     async def _handle(self, request: Request) -> bool:
         """Answer one request; False when the connection must close."""
@@ -103,11 +124,48 @@ class ClientConnection:
         if result.close:
             log.info("closing %s: %s", self.peer, result.reason)
             return False
+        if self._sender is not None and self._sender.done():
+            return False  # sending a deferred answer failed: the connection is closing
+        if result.pending is not None:
+            await self._queue_answer(asyncio.ensure_future(self._finish(request, result)))
+            return True
         if result.body is None:
             return True  # e.g. Produce with acks=0
         parts = self.protocol.encode_response(request.header, result.body, result.version)
-        await self._write(parts)
+        if self._sender is None:
+            await self._write(parts)  # nothing ahead of it: straight out
+        else:
+            ready: asyncio.Future[list | None] = asyncio.get_running_loop().create_future()
+            ready.set_result(parts)
+            await self._queue_answer(ready)
         return True
+
+    async def _finish(self, request: Request, result: HandlerResult) -> list | None:
+        assert result.pending is not None
+        body = await result.pending
+        return self.protocol.encode_response(request.header, body, result.version)
+
+    async def _queue_answer(self, answer: asyncio.Future[list | None]) -> None:
+        if self._sender is None:
+            self._sender = asyncio.create_task(self._send_in_order())
+        await self._answers.put(answer)
+
+    async def _send_in_order(self) -> None:
+        """Send queued answers as each completes, in order; once none is left, answers go
+        straight out again. A failure closes the connection."""
+        try:
+            while (answer := await self._answers.get()) is not None:
+                parts = await answer
+                if parts is not None:
+                    await self._write(parts)
+                if self._answers.empty():
+                    self._sender = None  # the processor writes directly again
+                    return
+        except (ConnectionError, OSError):
+            self._close_now()
+        except Exception:
+            log.exception("answering %s failed", self.peer)
+            self._close_now()
 
     async def _write(self, parts: list) -> None:
         writer = self.writer
