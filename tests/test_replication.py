@@ -239,3 +239,25 @@ def test_acks_all_produces_of_one_connection_are_appended_while_earlier_ones_wai
             writer.close()
 
     asyncio.run(asyncio.wait_for(scenario(), 60))
+
+
+def test_a_producer_that_hangs_up_while_its_answers_wait_leaves_the_broker_well(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with two_brokers(tmp_path) as (a, b):
+            leader = lead(a, 1, [0, 1])
+            reader, writer = await asyncio.open_connection("127.0.0.1", a.bound[0][2])
+            client = ClientConnection("gone")
+            for value in (b"1", b"2"):
+                body = {"transactional_id": None, "acks": -1, "timeout_ms": 30_000, "topic_data": [
+                    {"name": "r", "partition_data": [{"index": 0, "records": batch(value)}]}]}
+                writer.write(client.encode_request(0, 9, body)[1])
+            await until(lambda: leader.log_end_offset == 2)
+            writer.close()  # gone before any answer
+            follow(b, 0, 1)
+            await until(lambda: leader.high_watermark == 2)
+            info = leader.append_as_leader(batch(b"3"), now_ms(), required_acks=-1)
+            assert await leader.wait_for_replication(info.last_offset + 1, 10) == ErrorCode.NO_ERROR
+            # Its connection's tasks have ended: nothing is left waiting on the closed socket.
+            await until(lambda: not [t for t in asyncio.all_tasks() if "_send_in_order" in repr(t.get_coro())])
+
+    asyncio.run(asyncio.wait_for(scenario(), 60))

@@ -43,7 +43,7 @@ class ClientConnection:
         self._requests: asyncio.Queue[Request | None] = asyncio.Queue(MAX_QUEUED_REQUESTS)
         # Answers behind a deferred one, in request order: each resolves to the parts to send,
         # or None to send nothing (acks=0); an exception closes the connection.
-        self._answers: asyncio.Queue[asyncio.Future[list | None] | None] = asyncio.Queue(MAX_DEFERRED)
+        self._answers: asyncio.Queue[asyncio.Future[list | None]] = asyncio.Queue(MAX_DEFERRED)
         self._sender: asyncio.Task[None] | None = None
 
     async def run(self) -> None:
@@ -101,8 +101,7 @@ class ClientConnection:
                     break
             else:
                 if self._sender is not None:  # the client hung up: still send what it waits for
-                    await self._answers.put(None)
-                    await self._sender
+                    await self._sender  # it stops once the queue is empty
                 return
         finally:
             if self._sender is not None and not self._sender.done():
@@ -148,13 +147,22 @@ class ClientConnection:
     async def _queue_answer(self, answer: asyncio.Future[list | None]) -> None:
         if self._sender is None:
             self._sender = asyncio.create_task(self._send_in_order())
-        await self._answers.put(answer)
+        if not self._answers.full():
+            self._answers.put_nowait(answer)  # before the sender's first look: it never finds the queue empty
+            return
+        # More answers waiting than producers keep in flight: wait for room, unless sending fails.
+        put = asyncio.ensure_future(self._answers.put(answer))
+        await asyncio.wait({put, self._sender}, return_when=asyncio.FIRST_COMPLETED)
+        if not put.done():
+            put.cancel()
+            raise ConnectionError("answering failed: the connection is closing")
 
     async def _send_in_order(self) -> None:
         """Send queued answers as each completes, in order; once none is left, answers go
         straight out again. A failure closes the connection."""
         try:
-            while (answer := await self._answers.get()) is not None:
+            while True:
+                answer = self._answers.get_nowait()  # never empty here: see _queue_answer
                 parts = await answer
                 if parts is not None:
                     await self._write(parts)
