@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import time
 import uuid
 from pathlib import Path
 
@@ -13,14 +12,7 @@ from kbroker.broker import Broker
 from kbroker.config import BrokerConfig
 from kbroker.metadata.store import BrokerEndpoint, BrokerRegistration, PartitionState
 from kbroker.metadata.zk_store import ZooKeeperMetadataStore
-
-
-async def until(condition: object, timeout_s: float = 10.0) -> None:
-    """Wait for the watches to bring a change (nothing announces it to the test)."""
-    deadline = time.monotonic() + timeout_s
-    while not condition():  # type: ignore[operator]
-        assert time.monotonic() < deadline, "condition not reached"
-        await asyncio.sleep(0.02)
+from tests.test_replication import until
 
 
 def test_a_bounced_leader_loses_leadership_even_if_the_watch_saw_no_gap(tmp_path: Path, zk_connect: str) -> None:

@@ -63,14 +63,8 @@ def payload(size: int, seed: int = 7) -> bytes:
 # -- workers (run in child processes) -----------------------------------------------------------
 
 
-def produce(ch: Channel, bootstrap: str, topic: str, message_size: int, duration_s: float,
-            config: dict[str, Any], max_messages: int = 0, keyed: bool = False,
-            partitions: int = 0) -> dict[str, Any]:
-    """Send as fast as the client allows for duration_s (or max_messages); time includes the final flush.
-
-    keyed: keys spread the messages over all partitions (the partition sweep). partitions > 0:
-    max_messages per partition, sent partition by partition (preloading a topic evenly).
-    """
+def _producer(bootstrap: str, config: dict[str, Any], topic: str) -> tuple[Any, list[str]]:
+    """A producer reporting only failed deliveries (into the returned list), its topic's metadata known."""
     from confluent_kafka import Producer
 
     errors: list[str] = []
@@ -82,6 +76,18 @@ def produce(ch: Channel, bootstrap: str, topic: str, message_size: int, duration
     producer = Producer({"bootstrap.servers": bootstrap, **config, "delivery.report.only.error": True,
                          "on_delivery": on_delivery})
     producer.list_topics(topic, timeout=30)
+    return producer, errors
+
+
+def produce(ch: Channel, bootstrap: str, topic: str, message_size: int, duration_s: float,
+            config: dict[str, Any], max_messages: int = 0, keyed: bool = False,
+            partitions: int = 0) -> dict[str, Any]:
+    """Send as fast as the client allows for duration_s (or max_messages); time includes the final flush.
+
+    keyed: keys spread the messages over all partitions (the partition sweep). partitions > 0:
+    max_messages per partition, sent partition by partition (preloading a topic evenly).
+    """
+    producer, errors = _producer(bootstrap, config, topic)
     value = payload(message_size)
     keys = [b"key-%d" % i for i in range(4096)]
     send = producer.produce
@@ -216,17 +222,7 @@ def latency_produce(ch: Channel, bootstrap: str, topic: str, partitions: int, ra
     Pacing sleeps until the next message is due and then sends every message due by now: a
     busy-wait at tens of thousands of messages per second would take a core from the broker.
     """
-    from confluent_kafka import Producer
-
-    errors: list[str] = []
-
-    def on_delivery(err: Any, _msg: Any) -> None:
-        if err is not None:
-            errors.append(str(err))
-
-    producer = Producer({"bootstrap.servers": bootstrap, **config, "delivery.report.only.error": True,
-                         "on_delivery": on_delivery})
-    producer.list_topics(topic, timeout=30)
+    producer, errors = _producer(bootstrap, config, topic)
     padding = payload(max(0, message_size - LATENCY_HEAD.size))
     pack = LATENCY_HEAD.pack
     send = producer.produce

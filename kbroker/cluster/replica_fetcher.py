@@ -136,8 +136,8 @@ class ReplicaFetcher:
                 await self._changed.wait()
                 continue
             try:
-                if self._needs_truncation.intersection(self._fetchable(truncated_only=False)):
-                    await self._truncate_diverged()
+                if self._needs_truncation and (diverged := self._truncatable()):
+                    await self._truncate_diverged(diverged)
                 await self._fetch_once()
                 if failing_since is not None:
                     log.info("fetching from broker %d again after %.1f s of errors", self.leader_id,
@@ -199,17 +199,27 @@ class ReplicaFetcher:
                 if partition is None or partition is not fetched.get(key):
                     continue  # its role changed while the fetch was in flight
                 if await self._apply(partition, result):  # until the controller's next word
-                    self._delayed_until[key] = asyncio.get_running_loop().time() + self.config.backoff_ms / 1000
+                    self._delay(key)
 
-    def _fetchable(self, truncated_only: bool = True) -> dict[tuple[str, int], Partition]:
-        """The partitions not held back; by default only those whose log is known to agree with
-        the leader's (a partition awaiting truncation must not append at its end)."""
+    def _delay(self, key: tuple[str, int]) -> None:
+        self._delayed_until[key] = asyncio.get_running_loop().time() + self.config.backoff_ms / 1000
+
+    def _expire_delays(self) -> None:
         now = asyncio.get_running_loop().time()
         for key, until in list(self._delayed_until.items()):
             if until <= now:
                 del self._delayed_until[key]
+
+    def _fetchable(self) -> dict[tuple[str, int], Partition]:
+        """The partitions not held back, and whose log is known to agree with the leader's (a
+        partition awaiting truncation must not append at its end)."""
+        self._expire_delays()
         return {k: p for k, p in self.partitions.items()
-                if k not in self._delayed_until and not (truncated_only and k in self._needs_truncation)}
+                if k not in self._delayed_until and k not in self._needs_truncation}
+
+    def _truncatable(self) -> list[tuple[str, int]]:
+        self._expire_delays()
+        return [k for k in self._needs_truncation if k in self.partitions and k not in self._delayed_until]
 
     async def _wait_for_delays(self) -> None:
         """Every partition is held back: wait for the first to be due, or for a change of roles."""
@@ -252,9 +262,8 @@ class ReplicaFetcher:
 
     # -- truncation ---------------------------------------------------------------------------
 
-    async def _truncate_diverged(self) -> None:
+    async def _truncate_diverged(self, keys: list[tuple[str, int]]) -> None:
         """KIP-101: ask the leader where our latest epoch ends there, and cut our log at that point."""
-        keys = [k for k in self._needs_truncation if k in self._fetchable(truncated_only=False)]
         by_topic: dict[str, list[dict[str, Any]]] = {}
         for topic, index in keys:
             partition = self.partitions[(topic, index)]
@@ -269,7 +278,7 @@ class ReplicaFetcher:
                 if partition is None:
                     continue
                 if result.error_code != ErrorCode.NO_ERROR:  # asked again after the backoff
-                    self._delayed_until[key] = asyncio.get_running_loop().time() + self.config.backoff_ms / 1000
+                    self._delay(key)
                     continue
                 self._truncate(partition, result.leader_epoch, result.end_offset)
                 self._needs_truncation.discard(key)

@@ -38,7 +38,8 @@ ZERO_UUID = uuid.UUID(int=0)
 class _Read:
     """What one partition contributes to a fetch response."""
 
-    __slots__ = ("key", "topic", "index", "offset", "max_bytes", "leader_epoch", "partition", "result", "refused")
+    __slots__ = ("key", "topic", "index", "offset", "max_bytes", "leader_epoch", "partition", "result", "refused",
+                 "size")
 
     def __init__(self, key: PartitionKey, topic: str | None, wanted: CachedPartition) -> None:
         self.key = key
@@ -50,6 +51,7 @@ class _Read:
         self.partition: Partition | None = None
         self.result: dict[str, Any] = {}
         self.refused: KafkaError | None = None  # why this fetcher may not read here at all
+        self.size = 0  # record bytes read
 
 
 async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
@@ -151,13 +153,11 @@ def _news(session: FetchSession, reads: list[_Read]) -> list[_Read]:
     news = []
     for read in reads:
         result = read.result
-        records = result.get("records")
-        size = len(records) if isinstance(records, bytes) else records.size if records is not None else 0
         cached = session.partitions[read.key]
-        if cached.must_respond(size, result["high_watermark"], result["log_start_offset"],
+        if cached.must_respond(read.size, result["high_watermark"], result["log_start_offset"],
                                result["error_code"] != ErrorCode.NO_ERROR):
             news.append(read)
-            if size:
+            if read.size:
                 session.move_to_end(read.key)
     return news
 
@@ -213,9 +213,9 @@ def _read_all(reads: list[_Read], max_bytes: int, committed: bool, follower: boo
         if read.partition is None:
             errors = True
             continue
-        size = _read_one(read, max_bytes - total, first=total == 0, committed=committed, follower=follower)
+        read.size = _read_one(read, max_bytes - total, first=total == 0, committed=committed, follower=follower)
         errors = errors or read.result["error_code"] != ErrorCode.NO_ERROR
-        total += size
+        total += read.size
     return total, errors
 
 
