@@ -9,14 +9,16 @@ returning the response body (a mapping), or None for no response (acks=0).
 from __future__ import annotations
 
 import importlib
+import logging
 import time
 from collections.abc import Awaitable
 from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+from kbroker.log_limiter import RateLimitedLog
 from protocol.connection import Request, RequestHeader
-from protocol.errors import ErrorCode
+from protocol.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
     from kbroker.broker import Broker
@@ -60,6 +62,11 @@ class Deferred:
     sends this answer when `body` completes, still in request order."""
 
     body: Awaitable[Any]
+
+
+log = logging.getLogger("kbroker.handlers")
+_limited = RateLimitedLog(log)
+PRODUCE_KEY = 0
 
 
 class CloseConnection(Exception):
@@ -146,6 +153,31 @@ async def dispatch(ctx: RequestContext, request: Request) -> HandlerResult:
         body = await module.handle(ctx, request.body)
     except CloseConnection as e:
         return HandlerResult(close=True, reason=str(e))
+    except KafkaError as e:  # the request as a whole failed: Kafka's error answer says why
+        return failed(request, module, e.code, e.message)
+    except Exception:  # a handler bug costs this request an error answer, not the broker or the client's wait
+        _limited.exception(f"handler-{header.api_key}", "handler of %s v%d failed for client %s",
+                           request.api.NAME if request.api else header.api_key, header.api_version, ctx.peer)
+        return failed(request, module, ErrorCode.UNKNOWN_SERVER_ERROR, None)
     if isinstance(body, Deferred):
         return HandlerResult(pending=body.body)
+    return HandlerResult(body=body)
+
+
+def failed(request: Request, module: ModuleType | None, code: int, message: str | None) -> HandlerResult:
+    """The error answer to `request`, or a close where Kafka sends none (a Produce with acks=0)
+    or where no answer can be built."""
+    from kbroker.handlers.error_answers import error_answer
+
+    header = request.header
+    if request.api is None or request.body is None:
+        return HandlerResult(close=True, reason=f"cannot answer api {header.api_key} v{header.api_version}")
+    if header.api_key == PRODUCE_KEY and request.body.get("acks") == 0:
+        return HandlerResult(close=True, reason=f"produce with acks=0 failed: {message or code}")
+    try:
+        body = error_answer(request.api, module, header.api_version, request.body, code, message)
+    except Exception:
+        _limited.exception(f"error-answer-{header.api_key}", "building the error answer of api %d v%d failed",
+                           header.api_key, header.api_version)
+        return HandlerResult(close=True, reason="no error answer could be built")
     return HandlerResult(body=body)

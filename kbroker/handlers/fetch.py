@@ -268,3 +268,13 @@ def _error(index: int, code: ErrorCode) -> dict[str, Any]:
         "log_start_offset": -1,
         "records": None,
     }
+
+
+def error_answer(version: int, request: Any, code: int, message: str | None) -> dict[str, Any]:
+    """Kafka's answer to a Fetch that failed as a whole: from v13 the top-level code alone;
+    before, also every requested partition with the code and empty (not null) records."""
+    topics = [] if version >= TOPIC_IDS_SINCE else [
+        {"topic": t.topic, "partitions": [{**_error(p.partition, code), "records": b""} for p in t.partitions]}
+        for t in request.topics
+    ]
+    return {"throttle_time_ms": 0, "error_code": code, "session_id": 0, "responses": topics}

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from typing import Any
 
 from kbroker.cluster.authorization import cluster_operations, topic_operations
 from kbroker.cluster.controller import ClusterView
-from kbroker.cluster.topics import INTERNAL_TOPICS, TopicSpec
+from kbroker.cluster.topics import INTERNAL_TOPICS, TopicSpec, validate_topic_name
 from kbroker.handlers import RequestContext
 from protocol.errors import ErrorCode, KafkaError
 
@@ -16,6 +17,9 @@ MIN_VERSION = 0
 MAX_VERSION = 12
 
 ZERO_UUID = uuid.UUID(int=0)
+# Topics described between two turns of the event loop: a request naming thousands of topics
+# must not keep every other client waiting until its answer is complete.
+TOPICS_PER_TURN = 100
 
 
 async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
@@ -23,20 +27,18 @@ async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
     operations = request.include_topic_authorized_operations
     # Before v4 a request always auto-creates; later versions say so explicitly.
     auto_create = request.allow_auto_topic_creation if ctx.version >= 4 else True
-    if request.topics is None:
+    _check_request(ctx.version, request.topics)
+    if request.topics is None or (ctx.version == 0 and not request.topics):  # v0: an empty list means all
         names = sorted(t.name for t in broker.topics.store.list_topics())
-        topics = [_describe_topic(ctx, name, auto_create, operations) for name in names]
+        topics = await _describe_all(ctx, names, False, operations)
     elif topic_ids := _requested_ids(ctx, request.topics):
         # As in Kafka: once a v12+ request names any topic by id, topics are looked up by
         # id only (never auto-created), and names in the request are ignored.
         topics = [_describe_topic_id(ctx, topic_id, operations) for topic_id in topic_ids]
     else:
-        topics = [
-            _describe_topic(ctx, t.name, auto_create, operations) if t.name is not None
-            # v12 allows a null name; with no id either there is nothing to look up.
-            else _unknown_id(ZERO_UUID)
-            for t in request.topics
-        ]
+        # Kafka answers a set of names: a topic named twice is described once.
+        names = list(dict.fromkeys(t.name for t in request.topics))
+        topics = await _describe_all(ctx, names, auto_create, operations)
     return {
         "throttle_time_ms": 0,
         "brokers": broker.broker_endpoints(),
@@ -45,6 +47,28 @@ async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
         "topics": topics,
         "cluster_authorized_operations": cluster_operations(request.include_cluster_authorized_operations),
     }
+
+
+def _check_request(version: int, topics: Any) -> None:
+    """Kafka's checks of the whole request (before v12 a topic has a name and no id)."""
+    if topics is None or version >= 12:
+        return
+    for topic in topics:
+        if topic.name is None:
+            raise KafkaError(ErrorCode.INVALID_REQUEST, f"Topic name can not be null for version {version}")
+        if topic.topic_id is not None and topic.topic_id != ZERO_UUID:
+            raise KafkaError(ErrorCode.INVALID_REQUEST, f"Topic IDs are not supported in requests for version {version}")
+
+
+async def _describe_all(ctx: RequestContext, names: list[str | None], auto_create: bool,
+                        operations: bool) -> list[dict[str, Any]]:
+    topics = []
+    for count, name in enumerate(names, 1):
+        # v12 allows a null name; with no id either there is nothing to look up.
+        topics.append(_unknown_id(ZERO_UUID) if name is None else _describe_topic(ctx, name, auto_create, operations))
+        if count % TOPICS_PER_TURN == 0:
+            await asyncio.sleep(0)
+    return topics
 
 
 def _requested_ids(ctx: RequestContext, topics: Any) -> list[uuid.UUID]:
@@ -69,6 +93,10 @@ def _unknown_id(topic_id: uuid.UUID) -> dict[str, Any]:
 
 def _describe_topic(ctx: RequestContext, name: str, auto_create: bool, operations: bool) -> dict[str, Any]:
     broker = ctx.broker
+    try:
+        validate_topic_name(name)  # before any lookup: an illegal name costs nothing but this check
+    except KafkaError as e:
+        return {"error_code": e.code, "name": name}
     record = broker.topics.store.get_topic(name)
     if record is None:
         if not (auto_create and broker.config.auto_create_topics_enable):

@@ -14,13 +14,16 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING
 
-from kbroker.handlers import HandlerResult, RequestContext, dispatch
+from kbroker.handlers import HandlerResult, RequestContext, dispatch, failed, handlers
+from kbroker.log_limiter import RateLimitedLog
 from protocol.connection import FrameTooLarge, MalformedRequest, Request, ServerConnection
+from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
     from kbroker.broker import Broker
 
 log = logging.getLogger("kbroker.server")
+limited_log = RateLimitedLog(log)
 
 # Below this, reading a slice into memory and writing it beats a sendfile system call.
 SENDFILE_THRESHOLD = 64 * 1024
@@ -117,8 +120,8 @@ class ClientConnection:
         context = RequestContext(self.broker, request.header, self.peer)
         try:
             result = await dispatch(context, request)
-        except Exception:  # a handler bug must cost one connection, not the broker
-            log.exception("handler of api %s failed for %s", request.header.api_key, self.peer)
+        except Exception:  # a dispatch bug must cost one connection, not the broker
+            limited_log.exception("dispatch", "handling api %s failed for %s", request.header.api_key, self.peer)
             return False
         if result.close:
             log.info("closing %s: %s", self.peer, result.reason)
@@ -130,7 +133,9 @@ class ClientConnection:
             return True
         if result.body is None:
             return True  # e.g. Produce with acks=0
-        parts = self.protocol.encode_response(request.header, result.body, result.version)
+        parts = self._encode(request, result.body, result.version)
+        if parts is None:
+            return False
         if self._sender is None:
             await self._write(parts)  # nothing ahead of it: straight out
         else:
@@ -141,8 +146,41 @@ class ClientConnection:
 
     async def _finish(self, request: Request, result: HandlerResult) -> list | None:
         assert result.pending is not None
-        body = await result.pending
-        return self.protocol.encode_response(request.header, body, result.version)
+        try:
+            body = await result.pending
+        except Exception:
+            limited_log.exception("deferred", "a deferred answer to api %s failed for %s",
+                                  request.header.api_key, self.peer)
+            body = self._error_body(request)
+            if body is None:
+                raise ConnectionError("no answer could be built") from None
+        parts = self._encode(request, body, result.version)
+        if parts is None:
+            raise ConnectionError("no answer could be encoded")
+        return parts
+
+    def _encode(self, request: Request, body: object, version: int | None) -> list | None:
+        """The answer's wire parts; when the body cannot be encoded (a handler bug), Kafka's
+        UNKNOWN_SERVER_ERROR answer instead; None when not even that can be built."""
+        try:
+            return self.protocol.encode_response(request.header, body, version)
+        except Exception:
+            limited_log.exception(f"encode-{request.header.api_key}", "encoding the answer to api %s v%s for %s failed",
+                                  request.header.api_key, request.header.api_version, self.peer)
+        fallback = self._error_body(request)
+        if fallback is None:
+            return None
+        try:
+            return self.protocol.encode_response(request.header, fallback)
+        except Exception:
+            limited_log.exception(f"encode-error-{request.header.api_key}", "encoding an error answer to api %s failed",
+                                  request.header.api_key)
+            return None
+
+    @staticmethod
+    def _error_body(request: Request) -> object | None:
+        result = failed(request, handlers().get(request.header.api_key), ErrorCode.UNKNOWN_SERVER_ERROR, None)
+        return None if result.close else result.body
 
     async def _queue_answer(self, answer: asyncio.Future[list | None]) -> None:
         if self._sender is None:
