@@ -190,6 +190,58 @@ TOPIC_CONFIG_SYNONYMS: dict[str, list[tuple[str, int]]] = {
 }
 
 
+# -- security settings kbroker does not honour yet -------------------------------------------------
+
+# A setting that would protect the broker or its data, set by an operator who relies on it, must
+# not be ignored: the broker refuses to start instead of serving with less protection than asked
+# for. Names as Kafka's KafkaConfig; the list shrinks as each feature is implemented.
+UNHONOURED_SECURITY_PREFIXES = (
+    "ssl.", "sasl.", "quota.", "delegation.token.", "password.encoder.", "listener.name.",
+    "replication.quota.", "leader.replication.throttled.", "follower.replication.throttled.",
+)
+UNHONOURED_SECURITY_NAMES = frozenset({
+    "authorizer.class.name", "super.users", "allow.everyone.if.no.acl.found", "principal.builder.class",
+    "connections.max.reauth.ms", "security.providers", "client.quota.callback.class",
+    "security.inter.broker.protocol", "max.connection.creation.rate", "sasl.mechanism.inter.broker.protocol",
+    "ssl.client.auth", "control.plane.listener.name", "producer.id.quota.window.num",
+})
+# Values that ask for nothing beyond what kbroker does: an empty authorizer, plaintext between brokers.
+_HARMLESS_VALUES = {
+    "authorizer.class.name": {""},
+    "security.inter.broker.protocol": {"PLAINTEXT"},
+    "connections.max.reauth.ms": {"0"},
+    "allow.everyone.if.no.acl.found": {"true", "false"},  # only read by an authorizer, which is refused
+}
+# Kafka's default mapping of listener names to security protocols.
+DEFAULT_SECURITY_PROTOCOL_MAP = {name: name for name in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")}
+SUPPORTED_SECURITY_PROTOCOLS = frozenset({"PLAINTEXT"})
+
+
+def is_unhonoured_security_setting(name: str, value: str | None = None) -> bool:
+    """Whether setting `name` (to `value`) asks for protection kbroker does not provide yet."""
+    if name not in UNHONOURED_SECURITY_NAMES and not name.startswith(UNHONOURED_SECURITY_PREFIXES):
+        return False
+    harmless = _HARMLESS_VALUES.get(name)
+    return harmless is None or value is None or value.strip() not in harmless
+
+
+def unhonoured_security_settings(props: Mapping[str, str]) -> list[str]:
+    return sorted(name for name, value in props.items() if is_unhonoured_security_setting(name, value))
+
+
+def security_protocol_map(props: Mapping[str, str]) -> dict[str, str]:
+    text = props.get("listener.security.protocol.map")
+    if not text:
+        return dict(DEFAULT_SECURITY_PROTOCOL_MAP)
+    mapping = {}
+    for item in _list(text):
+        name, sep, protocol = item.partition(":")
+        if not sep or not name.strip() or not protocol.strip():
+            raise ConfigError(f"listener.security.protocol.map: {item!r} is not NAME:PROTOCOL")
+        mapping[name.strip().upper()] = protocol.strip().upper()
+    return mapping
+
+
 # -- properties files -----------------------------------------------------------------------------
 
 _ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
@@ -266,7 +318,15 @@ class BrokerConfig:
 
     def __init__(self, props: Mapping[str, str]) -> None:
         self.raw = dict(props)
-        for name in sorted(set(props) - set(BROKER_CONFIG_DEFS)):
+        refused = unhonoured_security_settings(props)
+        if refused:
+            raise ConfigError(
+                f"refusing to start: {', '.join(refused)} "
+                f"{'asks' if len(refused) == 1 else 'ask'} for security kbroker does not implement yet "
+                "(TLS, SASL, ACLs, quotas); remove the setting to run without it"
+            )
+        known = set(BROKER_CONFIG_DEFS) | {"listener.security.protocol.map"}
+        for name in sorted(set(props) - known):
             log.warning("ignoring unknown property %s", name)
         self.values: dict[str, Any] = {}
         for definition in _DEFS:
@@ -299,12 +359,29 @@ class BrokerConfig:
         self._listeners = parse_listeners(self.values["listeners"], "listeners")
         advertised = self.values["advertised.listeners"]
         self._advertised = parse_listeners(advertised, "advertised.listeners") if advertised else None
+        self.security_protocols = self._check_security_protocols(props)
         if self.num_partitions < 1:
             raise ConfigError("num.partitions must be at least 1")
         try:
             LogConfig.from_properties(self.topic_defaults())
         except KafkaError as e:
             raise ConfigError(e.message) from None
+
+    def _check_security_protocols(self, props: Mapping[str, str]) -> dict[str, str]:
+        """Listener name -> security protocol; a listener kbroker cannot secure stops the start
+        (serving SSL:// or SASL_*:// as plaintext would fail open)."""
+        mapping = security_protocol_map(props)
+        protocols = {}
+        for listener in (*self._listeners, *(self._advertised or ())):
+            protocol = mapping.get(listener.name)
+            if protocol is None:
+                raise ConfigError(f"listener {listener.name} is not in listener.security.protocol.map")
+            if protocol not in SUPPORTED_SECURITY_PROTOCOLS:
+                raise ConfigError(
+                    f"refusing to start: listener {listener.name} uses security protocol {protocol}, which kbroker "
+                    "does not implement yet; it would be served as unencrypted, unauthenticated PLAINTEXT")
+            protocols[listener.name] = protocol
+        return protocols
 
     @classmethod
     def load(cls, path: str | os.PathLike[str] | None, overrides: Iterable[str] = ()) -> BrokerConfig:
