@@ -16,7 +16,7 @@ import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import cramjam
 
@@ -269,11 +269,13 @@ def _lz4_compress(data: bytes) -> bytes:
     return bytes(compressor.finish())
 
 
-_DECOMPRESSORS: dict[int, Callable[[bytes], bytes]] = {
-    GZIP: lambda data: bytes(cramjam.gzip.decompress(data)),
-    SNAPPY: _snappy_decompress,
-    LZ4: lambda data: bytes(cramjam.lz4.decompress(data)),
-    ZSTD: lambda data: bytes(cramjam.zstd.decompress(data)),
+# Each returns a buffer (cramjam's, or bytes): `decompress` copies it into bytes, the append
+# path's validation reads it where it is.
+_DECOMPRESSORS: dict[int, Callable[[bytes | memoryview], Any]] = {
+    GZIP: cramjam.gzip.decompress,
+    SNAPPY: lambda data: _snappy_decompress(bytes(data)),
+    LZ4: cramjam.lz4.decompress,
+    ZSTD: cramjam.zstd.decompress,
 }
 _COMPRESSORS: dict[int, Callable[[bytes], bytes]] = {
     GZIP: lambda data: bytes(cramjam.gzip.compress(data)),
@@ -287,11 +289,16 @@ def decompress(codec: int, data: bytes | memoryview) -> bytes:
     """The record bytes of a batch payload compressed with `codec` (Kafka's numbering)."""
     if codec == NONE:
         return bytes(data)
+    return bytes(decompress_buffer(codec, data))
+
+
+def decompress_buffer(codec: int, data: bytes | memoryview) -> Any:
+    """Like `decompress`, without copying: a buffer-protocol object holding the records."""
     decoder = _DECOMPRESSORS.get(codec)
     if decoder is None:
         raise UnsupportedCompressionError(codec)
     try:
-        return decoder(bytes(data))
+        return decoder(data)
     except (cramjam.DecompressionError, ValueError, struct.error) as e:
         raise CorruptRecordError(f"cannot decompress {Compression(codec).name} records: {e}") from None
 

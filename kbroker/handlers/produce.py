@@ -9,6 +9,7 @@ from typing import Any
 from kbroker.cluster.partition import Partition
 from kbroker.cluster.topics import INTERNAL_TOPICS
 from kbroker.handlers import CloseConnection, Deferred, RequestContext
+from kbroker.storage.log_validator import RecordValidationError
 from protocol.errors import ErrorCode, KafkaError
 from protocol.records import (
     ATTRIBUTES_OFFSET,
@@ -129,11 +130,14 @@ def _verify_transaction(ctx: RequestContext, transactional_id: str | None, parti
 
 
 def _error(index: int, error: KafkaError) -> dict[str, Any]:
+    # record_errors name the refused records of a batch (KIP-467), so a client fails only those.
+    record_errors = error.record_errors if isinstance(error, RecordValidationError) else []
     return {
         "index": index,
         "error_code": error.code,
         "base_offset": -1,
         "log_append_time_ms": -1,
         "log_start_offset": -1,
+        "record_errors": [{"batch_index": i, "batch_index_error_message": m} for i, m in record_errors],
         "error_message": error.message,
     }

@@ -12,18 +12,17 @@ import logging
 import os
 import random
 import shutil
-import struct
 import time
 from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from kbroker.storage.batch_records import records_of
-from kbroker.storage.batch_scan import MIN_BATCH_LENGTH, CorruptBatch, scan_batches
+from kbroker.storage.batch_scan import CorruptBatch, scan_batches
 from kbroker.storage.index import CorruptIndex, segment_file_name
 from kbroker.storage.leader_epoch import LeaderEpochCache
 from kbroker.storage.log_config import LONG_MAX, LogConfig
+from kbroker.storage.log_validator import validate_batches, validate_records
 from kbroker.storage.producer_state import (
     AppendOrigin,
     ProducerAppend,
@@ -41,14 +40,9 @@ from protocol.record_batch import (
     decode_payload,
 )
 from protocol.records import (
-    CURRENT_MAGIC,
-    LOG_OVERHEAD,
-    MAGIC_OFFSET,
     NO_TIMESTAMP,
     TIMESTAMP_TYPE_BIT,
     BatchHeader,
-    crc_ok,
-    read_header,
     set_base_offset,
     set_log_append_time,
     set_partition_leader_epoch,
@@ -60,8 +54,6 @@ Clock = Callable[[], int]
 CLEANED_SUFFIX = ".cleaned"
 SWAP_SUFFIX = ".swap"
 HIGH_WATERMARK = -1  # DeleteRecords' "up to the high watermark"
-LEGACY_RECORD_OVERHEAD = 14  # the smallest message of any format (v0), as Kafka's framing check uses
-_INT32 = struct.Struct(">i")
 
 
 def wall_clock_ms() -> int:
@@ -376,17 +368,14 @@ class Log:
         that batch got, with `duplicate` set, and writes nothing.
         """
         buf = bytearray(batches)  # the one copy: offsets, epochs and append times are patched in place
-        headers = self._validate(buf, from_client=True, coordinator=origin is AppendOrigin.COORDINATOR)
+        headers = validate_batches(buf, self.config, self.name, from_client=True,
+                                   coordinator=origin is AppendOrigin.COORDINATOR)
         if origin is AppendOrigin.CLIENT:
             duplicate = self._find_duplicate(headers)
             if duplicate is not None:
                 return duplicate
+            validate_records(buf, headers, self.config, self.name, now_ms)
         append_time = now_ms if self.config.log_append_time else NO_TIMESTAMP
-        if append_time == NO_TIMESTAMP:
-            for header in headers:
-                self._check_timestamps(header, now_ms)
-        if self.config.compact:
-            self._check_keys(buf, headers)
         offset = self._log_end_offset
         patched = []
         position = 0
@@ -415,7 +404,7 @@ class Log:
 
     def append_as_follower(self, batches: bytes | bytearray | memoryview, now_ms: int | None = None) -> AppendInfo:
         """Append batches whose offsets and epochs the leader assigned, as they are."""
-        headers = self._validate(batches, from_client=False)
+        headers = validate_batches(batches, self.config, self.name, from_client=False)
         previous = self._log_end_offset - 1
         for header in headers:
             if header.base_offset <= previous or header.last_offset < header.base_offset:
@@ -582,77 +571,6 @@ class Log:
         self._log_end_offset = headers[-1].last_offset + 1
         if self._log_end_offset - self.recovery_point >= self.config.flush_messages:
             self.flush()
-
-    def _validate(
-        self, buf: bytes | bytearray | memoryview, *, from_client: bool, coordinator: bool = False
-    ) -> list[BatchHeader]:
-        """Header-level checks of every batch in `buf`; returns the headers."""
-        total = len(buf)
-        if total > self.config.segment_bytes:
-            raise KafkaError(
-                ErrorCode.RECORD_LIST_TOO_LARGE,
-                f"{total} bytes of batches exceed the segment size {self.config.segment_bytes} of {self.name}",
-            )
-        headers = []
-        position = 0
-        while position < total:
-            header = self._validate_batch(buf, position, total, from_client, coordinator)
-            headers.append(header)
-            position += header.size
-        if not headers:
-            raise KafkaError(ErrorCode.INVALID_RECORD, "no record batches")
-        return headers
-
-    def _validate_batch(
-        self, buf: bytes | bytearray | memoryview, position: int, total: int, from_client: bool, coordinator: bool
-    ) -> BatchHeader:
-        left = total - position
-        if left < LOG_OVERHEAD:
-            raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"{left} trailing bytes are not a record batch")
-        (length,) = _INT32.unpack_from(buf, position + LOG_OVERHEAD - 4)
-        if length < LEGACY_RECORD_OVERHEAD or LOG_OVERHEAD + length > left:
-            raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"batch length {length} does not fit the {left} bytes left")
-        magic = buf[position + MAGIC_OFFSET]
-        if magic in (0, 1):
-            raise KafkaError(ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT, f"message format v{magic} is not supported")
-        if magic != CURRENT_MAGIC:
-            raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"unknown magic {magic}")
-        if length < MIN_BATCH_LENGTH:
-            raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"batch length {length} is below the v2 minimum")
-        header = read_header(buf, position)
-        if from_client and header.size > self.config.max_message_bytes:
-            raise KafkaError(
-                ErrorCode.MESSAGE_TOO_LARGE,
-                f"batch of {header.size} bytes exceeds max.message.bytes {self.config.max_message_bytes}",
-            )
-        if not crc_ok(buf, position, header):
-            raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"CRC mismatch in batch at byte {position}")
-        if from_client:
-            _check_client_batch(header, coordinator)
-        return header
-
-    def _check_timestamps(self, header: BatchHeader, now_ms: int) -> None:
-        # From the header only: the max timestamp bounds the future; the first record's
-        # timestamp stands in for the earliest (Kafka checks every record).
-        config = self.config
-        if header.max_timestamp != NO_TIMESTAMP and header.max_timestamp - now_ms > config.message_timestamp_after_max_ms:
-            raise KafkaError(ErrorCode.INVALID_TIMESTAMP,
-                             f"timestamp {header.max_timestamp} is more than "
-                             f"message.timestamp.after.max.ms={config.message_timestamp_after_max_ms} ahead")
-        if header.base_timestamp != NO_TIMESTAMP and now_ms - header.base_timestamp > config.message_timestamp_before_max_ms:
-            raise KafkaError(ErrorCode.INVALID_TIMESTAMP,
-                             f"timestamp {header.base_timestamp} is more than "
-                             f"message.timestamp.before.max.ms={config.message_timestamp_before_max_ms} old")
-
-    def _check_keys(self, buf: bytearray, headers: Sequence[BatchHeader]) -> None:
-        """Compacted topics need a key on every record: the one place an append decodes records."""
-        view = memoryview(buf)
-        position = 0
-        for header in headers:
-            if any(r.key is None for r in records_of(view[position : position + header.size], header)):
-                raise KafkaError(ErrorCode.INVALID_RECORD,
-                                 f"Compacted topic cannot accept message without key in topic partition {self.name}.")
-            position += header.size
 
     # -- reading ----------------------------------------------------------------------------------
 
@@ -871,24 +789,6 @@ class Log:
         """Remove the whole partition directory."""
         self.release()
         shutil.rmtree(self.directory, ignore_errors=True)
-
-
-def _check_client_batch(header: BatchHeader, coordinator: bool) -> None:
-    """What Kafka's LogValidator demands of batches from producers (control batches: coordinators only)."""
-    if header.base_offset != 0:
-        raise KafkaError(ErrorCode.INVALID_RECORD, f"batch base offset must be 0, not {header.base_offset}")
-    if header.record_count < 1 or header.last_offset_delta != header.record_count - 1:
-        raise KafkaError(
-            ErrorCode.INVALID_RECORD,
-            f"batch claims {header.record_count} records and last offset delta {header.last_offset_delta}",
-        )
-    if header.is_control and not coordinator:
-        raise KafkaError(ErrorCode.INVALID_RECORD, "clients may not write control batches")
-    if header.producer_id >= 0 and header.base_sequence < 0 and not coordinator:
-        raise KafkaError(ErrorCode.INVALID_RECORD,
-                         f"invalid sequence number {header.base_sequence} in a batch of producer {header.producer_id}")
-    if header.is_transactional and header.producer_id < 0:
-        raise KafkaError(ErrorCode.INVALID_RECORD, "a transactional batch without a producer id")
 
 
 def _end_txn_marker(batch: bytes | memoryview, header: BatchHeader) -> tuple[bool, int, int] | None:
