@@ -230,7 +230,7 @@ def _read_one(read: _Read, budget: int, first: bool, committed: bool, follower: 
         last_stable_offset=partition.last_stable_offset,
         log_start_offset=partition.log_start_offset,
         aborted_transactions=[] if committed else None,
-        records=None,
+        records=b"",  # never null, errors included: librdkafka cannot parse a null record set
         error_code=ErrorCode.NO_ERROR,
     )
     try:
@@ -266,7 +266,7 @@ def _error(index: int, code: ErrorCode) -> dict[str, Any]:
         "high_watermark": -1,
         "last_stable_offset": -1,
         "log_start_offset": -1,
-        "records": None,
+        "records": b"",
     }
 
 

@@ -7,7 +7,7 @@ large chunks and also verifies magic and CRC of every batch.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 from protocol.records import CURRENT_MAGIC, HEADER_SIZE, LOG_OVERHEAD, BatchHeader, crc_ok, read_header
 
@@ -41,9 +41,11 @@ def pread_exact(fd: int, size: int, position: int) -> bytes:
 
 
 def scan_batches(
-    fd: int, start: int, end: int, *, verify: bool = False, chunk_size: int = LOOKUP_CHUNK
+    fd: int, start: int, end: int, *, verify: bool = False, chunk_size: int = LOOKUP_CHUNK,
+    skip: Mapping[int, int] | None = None,
 ) -> Iterator[tuple[int, BatchHeader]]:
-    """Yield (position, header) of each batch in [start, end).
+    """Yield (position, header) of each batch in [start, end), passing over the byte ranges
+    `skip` maps (start -> end: known damage).
 
     Raises CorruptBatch at the first batch whose framing is wrong (and, with `verify`, whose
     magic or CRC is wrong); everything yielded before it is sound.
@@ -52,6 +54,9 @@ def scan_batches(
     buf_start = start
     position = start
     while position < end:
+        if skip and position in skip:
+            position = skip[position]
+            continue
         if position + HEADER_SIZE > end:
             raise CorruptBatch(position, f"{end - position} trailing bytes, less than a batch header")
         if position + HEADER_SIZE > buf_start + len(buf):

@@ -81,6 +81,8 @@ def cleanable_part(log_: Log, now_ms: int) -> CleanablePart | None:
         upper = segments[slot + 1].base_offset
         if upper > limit or (lag > 0 and segment.largest_timestamp > now_ms - lag):
             break
+        if segment.damage:  # compacting would quietly drop the damaged bytes and their evidence
+            break
         cleanable.append(segment)
     if not cleanable:
         return None

@@ -173,17 +173,17 @@ class Log:
             self._add_segment(self._segment(base, now, fresh=False))
         recover_from = None if had_clean_shutdown else self._segment_base_for(self.recovery_point)
         first_recovered: int | None = None
+        last = len(self._segments) - 1
+        # Corruption costs only itself: a damaged batch is kept and refused to readers, and the
+        # only bytes ever cut are a torn tail of the last segment (see LogSegment.recover).
         for position, segment in enumerate(list(self._segments)):
             if recover_from is not None and segment.base_offset >= recover_from:
-                cut = self._recover_segment(segment)
+                self._recover_segment(segment, is_last=position == last)
                 recovered = True
             else:
-                cut, recovered = self._load_segment(segment)
+                recovered = self._load_segment(segment, is_last=position == last)
             if recovered and first_recovered is None:
                 first_recovered = segment.base_offset
-            if cut:
-                self._drop_segments_after(position)
-                break
         if not self._segments:
             self._add_segment(self._segment(self.log_start_offset, now, fresh=True))
         self._log_end_offset = self.active_segment.next_offset
@@ -223,18 +223,19 @@ class Log:
             os.replace(swap, self.directory / segment_file_name(base, ".log"))
             log.info("%s: completed an interrupted compaction swap of segment %d", self.name, base)
 
-    def _load_segment(self, segment: LogSegment) -> tuple[int, bool]:
-        """(bytes cut, whether the segment had to be recovered)."""
+    def _load_segment(self, segment: LogSegment, *, is_last: bool) -> bool:
+        """Open a segment after a clean stop; True if it had to be recovered."""
         try:
             segment.load()
-            return 0, False
+            return False
         except (CorruptIndex, CorruptBatch) as e:
-            log.info("%s: rebuilding the indexes of segment %s: %s", self.name, segment.name, e)
-            return self._recover_segment(segment), True
+            log.info("%s: verifying segment %s and rebuilding its indexes: %s", self.name, segment.name, e)
+            self._recover_segment(segment, is_last=is_last)
+            return True
 
-    def _recover_segment(self, segment: LogSegment) -> int:
+    def _recover_segment(self, segment: LogSegment, *, is_last: bool) -> int:
         size = segment.size
-        cut, position, reason = segment.recover()
+        cut, position, reason = segment.recover(is_last=is_last)
         if cut:
             log.warning(
                 "%s: recovery truncated segment %s at position %d (of %d bytes), cutting %d bytes: %s",
@@ -242,13 +243,10 @@ class Log:
             )
         return cut
 
-    def _drop_segments_after(self, position: int) -> None:
-        later = self._segments[position + 1 :]
-        for segment in later:
-            log.warning("%s: deleting segment %s, which follows a corrupted one", self.name, segment.name)
-            segment.delete_files()
-        del self._segments[position + 1 :]
-        del self._bases[position + 1 :]
+    @property
+    def damaged_segments(self) -> list[LogSegment]:
+        """Segments holding bytes that failed verification (kept, and refused to readers)."""
+        return [segment for segment in self._segments if segment.damage]
 
     # -- segments ---------------------------------------------------------------------------------
 
@@ -306,7 +304,7 @@ class Log:
         self._schedule_deletion(old, now_ms)
         os.replace(swap, self.directory / segment_file_name(base, ".log"))
         segment = self._segment(base, now_ms, fresh=False)
-        segment.recover()  # builds its indexes
+        segment.recover(is_last=False)  # builds its indexes
         for txn in aborted:  # the cleaner dropped the aborted records, but not their markers
             segment.txn_index.append(txn)
         segment.on_become_inactive()
@@ -580,7 +578,8 @@ class Log:
         """Batches from the one holding `offset`, within one segment; None when there is nothing.
 
         `max_offset_exclusive` (the high watermark for consumers) excludes batches starting at or
-        after it. Raises OFFSET_OUT_OF_RANGE outside [log start, log end].
+        after it. Raises OFFSET_OUT_OF_RANGE outside [log start, log end], and CORRUPT_MESSAGE
+        for an offset that may lie in damaged bytes (a slice stops before them).
         """
         end = self._log_end_offset
         if offset < self.log_start_offset or offset > end:
@@ -591,9 +590,14 @@ class Log:
         upper = end if max_offset_exclusive is None else min(max_offset_exclusive, end)
         if offset >= upper:
             return None
-        for segment in self._segments[self._segment_slot(offset) :]:
+        first = self._segment_slot(offset)
+        for slot in range(first, len(self._segments)):
+            segment = self._segments[slot]
             if segment.base_offset >= upper:
                 break
+            if segment.damage:
+                following = self._segments[slot + 1].base_offset if slot + 1 < len(self._segments) else end
+                segment.check_readable(offset, following)
             max_position = segment.bound_position(upper) if upper < segment.next_offset else None
             result = segment.read(offset, max_bytes, max_position, min_one_batch)
             if result is not None:

@@ -10,9 +10,11 @@ users may move the shared file object's position.
 from __future__ import annotations
 
 import errno
+import json
+import logging
 import os
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import BinaryIO
 
@@ -20,9 +22,36 @@ from kbroker.storage.batch_records import record_timestamp, records_of
 from kbroker.storage.batch_scan import RECOVERY_CHUNK, CorruptBatch, pread_exact, scan_batches
 from kbroker.storage.index import INT32_MAX, OffsetIndex, TimeIndex, segment_file_name
 from kbroker.storage.txn_index import TransactionIndex
+from protocol.errors import ErrorCode, KafkaError
 from protocol.records import HEADER_SIZE, NO_TIMESTAMP, BatchHeader, read_header
 
+log = logging.getLogger("kbroker.storage")
+
 DELETED_SUFFIX = ".deleted"
+DAMAGE_SUFFIX = ".damaged"
+
+
+@dataclass(frozen=True, slots=True)
+class Damage:
+    """Bytes of a segment that failed verification and are kept as they are.
+
+    Positions [start, end) of the file; offsets [first_offset, end_offset) are those the damaged
+    bytes may hold (from the batch before them to the batch after them; end_offset -1 when no
+    sound batch follows in the segment: up to the next segment's base). Reads of those offsets
+    get CORRUPT_MESSAGE; every other batch of the segment, and every later segment, stays
+    readable. Recorded in `<base>.damaged` so a clean restart still knows.
+    """
+
+    start: int
+    end: int
+    first_offset: int
+    end_offset: int
+    reason: str
+
+
+class DamagedData(KafkaError):
+    def __init__(self, message: str) -> None:
+        super().__init__(ErrorCode.CORRUPT_MESSAGE, message)
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,10 +104,13 @@ class LogSegment:
         self.time_index = TimeIndex(directory / segment_file_name(base_offset, ".timeindex"), base_offset,
                                     max_index_bytes)
         self.txn_index = TransactionIndex(directory / segment_file_name(base_offset, ".txnindex"))
+        self.damage_path = directory / segment_file_name(base_offset, DAMAGE_SUFFIX)
         if fresh:
             self.offset_index.reset()
             self.time_index.reset()
             self.txn_index.reset()
+            self.damage_path.unlink(missing_ok=True)
+        self.damage: list[Damage] = [] if fresh else _read_damage(self.damage_path)
         self._size = os.fstat(self.file.fileno()).st_size
         self._reset_state()
 
@@ -137,8 +169,11 @@ class LogSegment:
     def load(self) -> None:
         """Open a cleanly closed segment: trust its indexes after sanity checks, scan only the tail.
 
-        Raises CorruptIndex (the caller then calls `recover`).
+        Raises CorruptIndex (the caller then calls `recover`), also for a segment with recorded
+        damage: its batches are verified again on every start.
         """
+        if self.damage:
+            raise CorruptBatch(self.damage[0].start, f"damage recorded in {self.damage_path.name}")
         self.offset_index.check_against(self._size)
         self._load_tail()
         self.time_index.check_against(self.next_offset)
@@ -155,9 +190,13 @@ class LogSegment:
             self._note_batch(batch_position, header)
         self._bytes_since_index_entry = self._size - position
 
-    def recover(self) -> tuple[int, int, str | None]:
-        """Verify every batch (framing, magic, CRC, offsets), cut at the first bad byte, rebuild indexes.
+    def recover(self, *, is_last: bool) -> tuple[int, int, str | None]:
+        """Verify every batch (framing, magic, CRC, offsets) and rebuild the indexes.
 
+        Only a torn tail of the last segment is cut: the bytes from the first bad batch to the
+        end, when no sound batch follows them (what a crash mid-write leaves). Anything else that
+        fails is kept as it is and recorded as damage (see `Damage`): a bad batch whose length
+        is sound is skipped, and when the framing itself is lost the rest of the segment is.
         The aborted-transaction index is emptied too: the log rebuilds it when it replays its
         producer state over this segment. Returns (bytes cut, position of the cut, reason).
         """
@@ -165,21 +204,82 @@ class LogSegment:
         self.time_index.reset()
         self.txn_index.reset()
         self._reset_state()
+        self.damage = []
         valid_end = 0
+        position = 0
         reason = None
-        try:
-            for position, header in scan_batches(self.fd, 0, self._size, verify=True, chunk_size=RECOVERY_CHUNK):
-                self._check_offsets(position, header)
-                self._index_batch(position, header)
-                valid_end = position + header.size
-        except CorruptBatch as e:
-            reason = e.reason
+        while position < self._size:
+            try:
+                for batch_position, header in scan_batches(self.fd, position, self._size, verify=True,
+                                                           chunk_size=RECOVERY_CHUNK):
+                    self._check_offsets(batch_position, header)
+                    self._index_batch(batch_position, header)
+                    valid_end = position = batch_position + header.size
+                break
+            except CorruptBatch as e:
+                reason = e.reason
+                resume = self._skippable_end(e.position)
+                if resume is None and is_last:
+                    break  # a torn tail: cut below
+                end = self._size if resume is None else resume
+                self._note_damage(e.position, end, e.reason)
+                position = valid_end = end
         cut = self._size - valid_end
         if cut:
             self.file.truncate(valid_end)
             self._size = valid_end
         self._add_final_time_entry()
+        self._finish_damage()
         return cut, valid_end, reason
+
+    def _skippable_end(self, position: int) -> int | None:
+        """Where the batch at `position` ends, if a sound batch (or the segment's end) follows it."""
+        try:
+            header = read_header(pread_exact(self.fd, HEADER_SIZE, position))
+        except Exception:
+            return None
+        end = position + header.size
+        if header.batch_length < HEADER_SIZE - 12 or end > self._size:
+            return None
+        if end == self._size:
+            return None  # nothing sound after it: a tail
+        try:
+            next(scan_batches(self.fd, end, self._size, verify=True, chunk_size=RECOVERY_CHUNK))
+        except (CorruptBatch, StopIteration):
+            return None
+        return end
+
+    def _note_damage(self, start: int, end: int, reason: str) -> None:
+        # The offsets the bytes may hold run from after the last sound batch to the next one's
+        # base offset, filled in by `_finish_damage` once the whole segment has been read.
+        self.damage.append(Damage(start, end, self.next_offset, -1, reason))
+        log.error("%s: %d damaged bytes at position %d (%s) are kept but cannot be served; later data is "
+                  "unaffected", self.log_path, end - start, start, reason)
+
+    def _finish_damage(self) -> None:
+        finished = []
+        for damage in self.damage:
+            following = self._first_batch_from(damage.end)
+            end_offset = following.base_offset if following is not None else -1
+            finished.append(Damage(damage.start, damage.end, damage.first_offset, end_offset, damage.reason))
+        self.damage = finished
+        if finished:
+            _write_damage(self.damage_path, finished)
+        else:
+            self.damage_path.unlink(missing_ok=True)
+
+    def _first_batch_from(self, position: int) -> BatchHeader | None:
+        for _, header in self.batches(position):
+            return header
+        return None
+
+    def damage_at(self, offset: int, segment_end_offset: int) -> Damage | None:
+        """The damage that may hold `offset`; `segment_end_offset` bounds damage at the segment's end."""
+        for damage in self.damage:
+            end = damage.end_offset if damage.end_offset >= 0 else segment_end_offset
+            if damage.first_offset <= offset < end:
+                return damage
+        return None
 
     def _check_offsets(self, position: int, header: BatchHeader) -> None:
         if header.base_offset < self.next_offset or header.last_offset < header.base_offset:
@@ -227,7 +327,18 @@ class LogSegment:
     # -- reading --------------------------------------------------------------------------------
 
     def batches(self, start_position: int = 0) -> Iterator[tuple[int, BatchHeader]]:
-        return scan_batches(self.fd, start_position, self._size)
+        """(position, header) of each sound batch from `start_position`; damaged bytes are passed over."""
+        return scan_batches(self.fd, start_position, self._size, skip=self._skips())
+
+    def _skips(self) -> dict[int, int] | None:
+        return {d.start: d.end for d in self.damage if d.end > d.start} if self.damage else None
+
+    def check_readable(self, offset: int, segment_end_offset: int) -> None:
+        """Raise CORRUPT_MESSAGE when `offset` may lie in damaged bytes: never serve them silently."""
+        damage = self.damage_at(offset, segment_end_offset) if self.damage else None
+        if damage is not None:
+            raise DamagedData(f"offset {offset} may lie in damaged bytes of {self.log_path.name} at position "
+                              f"{damage.start} ({damage.reason})")
 
     def read_at(self, position: int, size: int) -> bytes:
         return pread_exact(self.fd, size, position)
@@ -263,6 +374,9 @@ class LogSegment:
         if max_size < header.size and not min_one_batch:
             return None  # Kafka sends nothing rather than an incomplete first batch
         limit = self._size if max_position is None else min(max_position, self._size)
+        for damage in self.damage:  # the slice ends where damage begins
+            if damage.start > position:
+                limit = min(limit, damage.start)
         size = min(limit - position, max(max_size, header.size))
         if size <= 0:
             return None
@@ -310,6 +424,9 @@ class LogSegment:
         self.txn_index.truncate_to(offset)
         self.file.truncate(position)
         self._size = position
+        if self.damage:
+            self.damage = [d for d in self.damage if d.end <= position]
+            _write_damage(self.damage_path, self.damage) if self.damage else self.damage_path.unlink(missing_ok=True)
         self._load_tail()
         if position == 0:
             self.created_ms = now_ms  # an emptied segment waits for segment.ms afresh
@@ -330,6 +447,10 @@ class LogSegment:
             index.rename(index.path.with_name(index.path.name + DELETED_SUFFIX))
             index.close()
         self.txn_index.rename(self.txn_index.path.with_name(self.txn_index.path.name + DELETED_SUFFIX))
+        if self.damage_path.exists():
+            new_damage = self.damage_path.with_name(self.damage_path.name + DELETED_SUFFIX)
+            os.replace(self.damage_path, new_damage)
+            self.damage_path = new_damage
 
     def close(self) -> None:
         self.offset_index.close()
@@ -342,6 +463,7 @@ class LogSegment:
         self.offset_index.delete()
         self.time_index.delete()
         self.txn_index.delete()
+        self.damage_path.unlink(missing_ok=True)
 
 
 def _pwrite_all(fd: int, data: bytes | bytearray | memoryview, position: int) -> None:
@@ -350,3 +472,20 @@ def _pwrite_all(fd: int, data: bytes | bytearray | memoryview, position: int) ->
         written = os.pwrite(fd, view, position)
         view = view[written:]
         position += written
+
+
+def _read_damage(path: Path) -> list[Damage]:
+    try:
+        return [Damage(**entry) for entry in json.loads(path.read_text())]
+    except FileNotFoundError:
+        return []
+    except (ValueError, TypeError) as e:
+        # Unreadable damage notes: treat the segment as damaged so it is verified again.
+        log.warning("%s is unreadable (%s); the segment will be verified", path, e)
+        return [Damage(0, 0, 0, 0, "unreadable damage notes")]
+
+
+def _write_damage(path: Path, damage: list[Damage]) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps([asdict(d) for d in damage]))
+    os.replace(tmp, path)

@@ -10,7 +10,9 @@ from pathlib import Path
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource
 
+from protocol.errors import ErrorCode
 from tests.conftest import create_topic
+from tests.rawclient import RawClient
 
 
 def read_all(bootstrap: str, topic: str, partitions: int, timeout_s: float = 60) -> dict[int, list[tuple[int, bytes]]]:
@@ -112,7 +114,7 @@ def _segments(log_dir: Path, topic: str, partition: int) -> list[Path]:
     return sorted((log_dir / f"{topic}-{partition}").glob("*.log"))
 
 
-def test_torn_and_corrupt_tails_are_cut_with_a_log_line(make_broker) -> None:
+def test_a_torn_tail_is_cut_and_a_flipped_byte_costs_only_its_batch(make_broker) -> None:
     node = make_broker()
     topic = create_topic(node.bootstrap, "damaged", 2)
     values = [f"record-{i}".encode() * 10 for i in range(200)]
@@ -131,19 +133,33 @@ def test_torn_and_corrupt_tails_are_cut_with_a_log_line(make_broker) -> None:
     flipped = _segments(node.log_dir, topic, 1)[-1]
     data = bytearray(flipped.read_bytes())
     middle = len(data) // 2
-    data[middle] ^= 0xFF  # a flipped byte inside some batch
+    data[middle] ^= 0xFF  # a flipped byte inside some batch, sound batches after it
     flipped.write_bytes(bytes(data))
 
     node.start()
     log_text = node.log_text()
-    assert "damaged-0" in log_text and "damaged-1" in log_text, log_text[-2000:]
-    found = read_all(node.bootstrap, topic, 2)
-    # Partition 0 lost only its last batch; partition 1 kept a prefix ending before the flip.
+    assert "damaged-0" in log_text and "damaged bytes" in log_text, log_text[-2000:]
+    found = read_all(node.bootstrap, topic, 1)
+    # Partition 0 lost only its torn last batch.
     assert [o for o, _ in found[0]] == acked[0][:-1]
-    kept = [o for o, _ in found[1]]
-    assert kept == acked[1][: len(kept)] and 0 < len(kept) < len(acked[1])
+    # Partition 1 keeps everything but the one damaged batch (one record), which readers are refused.
+    with RawClient(node.bootstrap) as client:
+        codes = {offset: _fetch_code(client, topic, 1, offset) for offset in acked[1]}
+    refused = [offset for offset, code in codes.items() if code != 0]
+    assert len(refused) == 1 and codes[refused[0]] == ErrorCode.CORRUPT_MESSAGE
     # Appends continue right after what was kept.
-    more = produce(node.bootstrap, topic, [b"x"])
-    for partition, records in more.items():
-        expected_next = len(found[partition])
-        assert records[0][0] == expected_next
+    next_offsets: dict[int, int] = {}
+    for partition in (0, 1):
+        producer.produce(topic, b"x", partition=partition,
+                         on_delivery=lambda err, msg: next_offsets.__setitem__(msg.partition(), msg.offset()))
+    assert producer.flush(30) == 0
+    assert next_offsets == {0: len(found[0]), 1: len(acked[1])}
+
+
+def _fetch_code(client: RawClient, topic: str, partition: int, offset: int) -> int:
+    answer = client.request(1, 12, {"max_wait_ms": 0, "min_bytes": 0, "max_bytes": 1 << 16, "isolation_level": 0,
+                                    "session_id": 0, "session_epoch": -1, "topics": [{"topic": topic, "partitions": [
+                                        {"partition": partition, "fetch_offset": offset, "partition_max_bytes": 1 << 16,
+                                         "current_leader_epoch": -1, "log_start_offset": -1}]}],
+                                    "forgotten_topics_data": [], "rack_id": ""})
+    return answer.responses[0].partitions[0].error_code

@@ -45,11 +45,13 @@ def open_log(tmp_path: Path, clock: Clock) -> Iterator[OpenLog]:
         log.release()
 
 
-def read_all(log: Log, start: int | None = None, max_bytes: int = 1 << 20) -> list[ReadRec]:
-    """Every record from `start` (default: log start) to the log end, following segments."""
+def read_all(log: Log, start: int | None = None, max_bytes: int = 1 << 20,
+             stop_before: int | None = None) -> list[ReadRec]:
+    """Every record from `start` (default: log start) to the log end (or `stop_before`), following segments."""
     offset = log.log_start_offset if start is None else start
+    stop = log.log_end_offset if stop_before is None else stop_before
     out: list[ReadRec] = []
-    while offset < log.log_end_offset:
+    while offset < stop:
         result = log.read(offset, max_bytes)
         if result is None:
             break

@@ -9,6 +9,7 @@ import pytest
 from kbroker.storage.log import Log
 from kbroker.storage.log_config import LogConfig
 from tests.storage.batches import batch
+from protocol.errors import ErrorCode, KafkaError
 from tests.storage.conftest import T0, OpenLog, read_all
 
 CONFIG = LogConfig(segment_bytes=3000, index_interval_bytes=200)
@@ -56,13 +57,15 @@ def test_a_torn_last_batch_is_cut(open_log: OpenLog, caplog: pytest.LogCaptureFi
     assert info.first_offset == 117
 
 
-def test_a_flipped_byte_cuts_at_that_batch_and_drops_later_segments(
-    open_log: OpenLog, caplog: pytest.LogCaptureFixture
-) -> None:
+def test_a_flipped_byte_costs_only_its_batch(open_log: OpenLog, caplog: pytest.LogCaptureFixture) -> None:
+    # Before, recovery cut the segment at the damaged batch and deleted every later segment,
+    # the active one included: everything after one flipped byte was gone.
     log = open_log(CONFIG)
     fill(log, 40)
+    end = log.log_end_offset
     second = log.segments[1]
     first_in_second = second.base_offset
+    segments = [s.base_offset for s in log.segments]
     crash(log)
     data = bytearray(second.log_path.read_bytes())
     batches_before_flip = 2
@@ -73,15 +76,21 @@ def test_a_flipped_byte_cuts_at_that_batch_and_drops_later_segments(
     second.log_path.write_bytes(bytes(data))
     with caplog.at_level(logging.WARNING, logger="kbroker.storage"):
         reopened = open_log(CONFIG)
-    kept = first_in_second + batches_before_flip * 3
-    assert reopened.log_end_offset == kept
-    assert [s.base_offset for s in reopened.segments] == [0, first_in_second]
-    assert [r.offset for r in read_all(reopened)] == list(range(kept))
+    damaged = first_in_second + batches_before_flip * 3
+    assert reopened.log_end_offset == end
+    assert [s.base_offset for s in reopened.segments] == segments
+    before = reopened.read(0, 1 << 20)
+    assert before is not None and before.first_offset == 0
+    assert [r.offset for r in read_all(reopened, 0, stop_before=damaged)] == list(range(damaged))
+    for offset in range(damaged, damaged + 3):  # the damaged batch's offsets: an error, not bytes
+        with pytest.raises(KafkaError) as refused:
+            reopened.read(offset, 1 << 20)
+        assert refused.value.code == ErrorCode.CORRUPT_MESSAGE
+    assert [r.offset for r in read_all(reopened, damaged + 3)] == list(range(damaged + 3, end))
     text = "\n".join(r.getMessage() for r in caplog.records)
     assert f"at position {position}" in text and "CRC mismatch" in text
-    assert "deleting segment" in text
-    check_lookups(reopened)
-    assert reopened.append_as_leader(batch(values=[b"n"]), 0, T0).first_offset == kept
+    assert "deleting segment" not in text
+    assert reopened.append_as_leader(batch(values=[b"n"]), 0, T0).first_offset == end
 
 
 def test_trailing_zeros_are_cut(open_log: OpenLog) -> None:
