@@ -106,9 +106,27 @@ class TopicManager:
         if validate_only:
             return record
         self.store.create_topic(record.name, record.topic_id, record.assignment, record.configs)
-        self._host(record)
+        try:
+            self._host(record)
+        except Exception as e:  # all or nothing: no topic without its logs
+            self._abandon(record.name)
+            if isinstance(e, KafkaError):
+                raise
+            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"Topic '{spec.name}' could not be created: {e}") from e
         log.info("created topic %s with %d partitions", spec.name, len(assignment))
         return record
+
+    def _abandon(self, name: str) -> None:
+        """Undo a creation that failed half way: its logs and its record go."""
+        log.warning("creating topic %s failed; removing what was created", name)
+        try:
+            self.replicas.remove_topic(name)
+        finally:
+            try:
+                self.store.delete_topic(name)
+            except Exception:
+                log.exception("topic %s could not be removed from the metadata store; the next start "
+                              "creates its logs", name)
 
     def _check_assignment(self, assignment: dict[int, list[int]]) -> dict[int, list[int]]:
         if len(assignment) > MAX_PARTITIONS_PER_REQUEST:

@@ -103,6 +103,24 @@ class LocalMetadataStore(MetadataStore):
         self._cluster_id = document.get("cluster_id")
 
     def _save(self) -> None:
+        """Persist the current state; when that fails, the state goes back to what was last saved
+        (a change is all or nothing: never in memory only) and KAFKA_STORAGE_ERROR is raised."""
+        try:
+            self._write()
+        except OSError as e:
+            self._revert()
+            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"metadata could not be saved to {self.path}: {e}") from e
+
+    def _revert(self) -> None:
+        self._topics = {}
+        self._broker_configs = {}
+        self._partition_states = {}
+        self._controller_epoch = 0
+        self._cluster_id = None
+        if self.path.exists():
+            self._load()
+
+    def _write(self) -> None:
         states: dict[str, dict[str, Any]] = {}
         for (topic, partition), s in sorted(self._partition_states.items()):
             states.setdefault(topic, {})[str(partition)] = {

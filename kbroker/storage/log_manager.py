@@ -121,7 +121,13 @@ class LogManager:
                 existing.config = config
             return existing
         directory = self._least_loaded_dir() / f"{topic}-{partition}"
-        created = Log(directory, config or self.config_provider(topic), had_clean_shutdown=True, clock=self.clock)
+        existed = directory.exists()
+        try:
+            created = Log(directory, config or self.config_provider(topic), had_clean_shutdown=True, clock=self.clock)
+        except BaseException:
+            if not existed and directory.is_dir():
+                shutil.rmtree(directory, ignore_errors=True)  # no half-made partition left behind
+            raise
         self._logs[key] = created
         log.info("created log %s in %s", created.name, directory.parent)
         return created
