@@ -63,6 +63,8 @@ _DEFS = [
     ConfigDef("node.id", _int, None, "Synonym of broker.id."),
     ConfigDef("listeners", _str, "PLAINTEXT://127.0.0.1:9092", "Addresses to listen on."),
     ConfigDef("advertised.listeners", _str, None, "Addresses clients are told to use (default: listeners)."),
+    ConfigDef("listener.security.protocol.map", _str, "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL",
+              "Listener name -> security protocol; only PLAINTEXT is served yet."),
     ConfigDef("log.dirs", _str, None, "Directories holding partition logs (comma separated)."),
     ConfigDef("log.dir", _str, os.path.join(tempfile.gettempdir(), "kbroker-logs"), "Used when log.dirs is unset."),
     ConfigDef("cluster.id", _str, None, "Cluster id to use when log dirs are new (default: random)."),
@@ -76,6 +78,21 @@ _DEFS = [
     ConfigDef("auto.create.topics.enable", _bool, "true", "Create a topic when Metadata asks for an unknown one."),
     ConfigDef("delete.topic.enable", _bool, "true", "Allow DeleteTopics."),
     ConfigDef("socket.request.max.bytes", _int, "104857600", "Largest request frame accepted."),
+    # Connections and the memory requests may hold (see docs/operations.md).
+    ConfigDef("max.connections", _int, "2147483647",
+              "Connections the broker keeps at once; at the limit it stops accepting until one closes."),
+    ConfigDef("max.connections.per.ip", _int, "2147483647",
+              "Connections one client address may hold; more are closed at once."),
+    ConfigDef("max.connections.per.ip.overrides", _str, "",
+              "Per-address limits, host:count,host:count, overriding max.connections.per.ip."),
+    ConfigDef("connections.max.idle.ms", _int, "600000",
+              "A connection with no bytes either way for this long is closed."),
+    ConfigDef("socket.request.read.timeout.ms", _int, "30000",
+              "A request whose first bytes arrived must be complete within this long, or the connection "
+              "is closed (a client trickling bytes cannot hold a connection and its buffers forever)."),
+    ConfigDef("queued.max.request.bytes", _int, "536870912",
+              "Bytes of requests held at once across all connections; at the limit sockets are not "
+              "read until memory is freed (-1: no limit, Kafka's default)."),
     ConfigDef("log.retention.check.interval.ms", _int, "300000", "How often retention runs."),
     ConfigDef("log.cleaner.enable", _bool, "true", "Run compaction for cleanup.policy=compact topics."),
     ConfigDef("log.cleaner.backoff.ms", _int, "15000", "Pause between compaction passes."),
@@ -242,6 +259,28 @@ def security_protocol_map(props: Mapping[str, str]) -> dict[str, str]:
     return mapping
 
 
+def parse_ip_overrides(text: str | None) -> dict[str, int]:
+    """`max.connections.per.ip.overrides`: "host:count,host:count" (hosts or IP addresses)."""
+    overrides: dict[str, int] = {}
+    for item in (text or "").split(","):
+        item = item.strip()
+        if not item:
+            continue
+        host, sep, count = item.rpartition(":")
+        if not sep or not host or not count.strip().isdigit():
+            raise ValueError(f"max.connections.per.ip.overrides: {item!r} is not host:count")
+        for address in _addresses_of(host.strip()):
+            overrides[address] = int(count)
+    return overrides
+
+
+def _addresses_of(host: str) -> list[str]:
+    try:
+        return sorted({info[4][0] for info in socket.getaddrinfo(host, None)})
+    except OSError:
+        return [host]
+
+
 # -- properties files -----------------------------------------------------------------------------
 
 _ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
@@ -325,8 +364,7 @@ class BrokerConfig:
                 f"{'asks' if len(refused) == 1 else 'ask'} for security kbroker does not implement yet "
                 "(TLS, SASL, ACLs, quotas); remove the setting to run without it"
             )
-        known = set(BROKER_CONFIG_DEFS) | {"listener.security.protocol.map"}
-        for name in sorted(set(props) - known):
+        for name in sorted(set(props) - set(BROKER_CONFIG_DEFS)):
             log.warning("ignoring unknown property %s", name)
         self.values: dict[str, Any] = {}
         for definition in _DEFS:
@@ -362,10 +400,26 @@ class BrokerConfig:
         self.security_protocols = self._check_security_protocols(props)
         if self.num_partitions < 1:
             raise ConfigError("num.partitions must be at least 1")
+        self._check_connection_settings()
         try:
             LogConfig.from_properties(self.topic_defaults())
         except KafkaError as e:
             raise ConfigError(e.message) from None
+
+    def _check_connection_settings(self) -> None:
+        for name in ("max.connections", "max.connections.per.ip", "connections.max.idle.ms",
+                     "socket.request.read.timeout.ms", "socket.request.max.bytes"):
+            if self.values[name] < 1:
+                raise ConfigError(f"{name} must be at least 1")
+        queued = self.values["queued.max.request.bytes"]
+        if 0 < queued < self.socket_request_max_bytes:
+            # As Kafka: the pool must hold the largest request, or that request could never be read.
+            raise ConfigError("queued.max.request.bytes must be at least socket.request.max.bytes "
+                              f"({self.socket_request_max_bytes}), or -1")
+        try:
+            parse_ip_overrides(self.values["max.connections.per.ip.overrides"])
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
 
     def _check_security_protocols(self, props: Mapping[str, str]) -> dict[str, str]:
         """Listener name -> security protocol; a listener kbroker cannot secure stops the start

@@ -19,6 +19,7 @@ from protocol.messages import BY_KEY, request_header, response_header
 from protocol.primitives import ProtocolError, SegmentedWriter, build_into, parse_all
 
 _SIZE = struct.Struct(">i")
+PRODUCE_KEY = 0
 API_VERSIONS_KEY = 18
 CONTROLLED_SHUTDOWN_KEY = 7
 
@@ -119,24 +120,59 @@ class ServerConnection:
         return decode_request(frame)
 
     def encode_response(self, header: RequestHeader, body: Any, version: int | None = None) -> list:
-        """Wire parts (bytes and external slices) of a response, size prefix included."""
-        api = BY_KEY[header.api_key]
-        version = header.api_version if version is None else version
-        writer = SegmentedWriter()
-        writer.write(b"\0\0\0\0")  # size, patched below
-        build_into(response_header.SCHEMA[response_header_version(api, version)],
-                   {"correlation_id": header.correlation_id}, writer)
-        build_into(api.RESPONSE[version], body, writer)
-        writer.getbuffer()[0:4] = _SIZE.pack(writer.total_size - 4)
-        return writer.parts()
+        return encode_response(header, body, version)
 
 
-def _read_header(frame: memoryview) -> tuple[RequestHeader, ModuleType | None, io.BytesIO]:
+def encode_response(header: RequestHeader, body: Any, version: int | None = None) -> list:
+    """Wire parts (bytes and external slices) of a response, size prefix included."""
+    api = BY_KEY[header.api_key]
+    version = header.api_version if version is None else version
+    writer = SegmentedWriter()
+    writer.write(b"\0\0\0\0")  # size, patched below
+    build_into(response_header.SCHEMA[response_header_version(api, version)],
+               {"correlation_id": header.correlation_id}, writer)
+    build_into(api.RESPONSE[version], body, writer)
+    writer.getbuffer()[0:4] = _SIZE.pack(writer.total_size - 4)
+    return writer.parts()
+
+
+class _ViewStream:
+    """A read-only stream over a frame whose large reads are views into it, not copies.
+
+    Produce requests are parsed through it, so a record set reaches the log as a slice of the
+    frame the socket filled (the log makes the one copy it patches). Small reads are bytes, as
+    every other field expects.
+    """
+
+    __slots__ = ("_view", "_position")
+    ZERO_COPY_FROM = 4096
+
+    def __init__(self, view: memoryview) -> None:
+        self._view = view
+        self._position = 0
+
+    def read(self, size: int = -1) -> bytes | memoryview:
+        start = self._position
+        end = len(self._view) if size < 0 else min(start + size, len(self._view))
+        self._position = end
+        chunk = self._view[start:end]
+        return chunk if end - start >= self.ZERO_COPY_FROM else bytes(chunk)
+
+    def tell(self) -> int:
+        return self._position
+
+    def seek(self, position: int, whence: int = 0) -> int:
+        self._position = position if whence == 0 else self._position + position if whence == 1 \
+            else len(self._view) + position
+        return self._position
+
+
+def _read_header(frame: memoryview) -> tuple[RequestHeader, ModuleType | None, io.BytesIO | _ViewStream]:
     if len(frame) < 8:
         raise MalformedRequest("frame shorter than a request header")
     api_key, api_version, correlation_id = struct.unpack_from(">hhi", frame, 0)
     api = BY_KEY.get(api_key)
-    stream = io.BytesIO(frame)
+    stream: io.BytesIO | _ViewStream = _ViewStream(memoryview(frame)) if api_key == PRODUCE_KEY else io.BytesIO(frame)
     partial = RequestHeader(api_key, api_version, correlation_id, None)
     header_version = request_header_version(api, api_version) if api else 1
     try:
@@ -154,7 +190,7 @@ def _read_header(frame: memoryview) -> tuple[RequestHeader, ModuleType | None, i
     return RequestHeader(api_key, api_version, correlation_id, raw.client_id), api, stream
 
 
-def parse_all_stream(con, stream: io.BytesIO) -> Container:
+def parse_all_stream(con, stream: io.BytesIO | _ViewStream) -> Container:
     return con._parsereport(stream, Container(_parsing=True, _building=False, _sizing=False, _params={}), "")
 
 
@@ -219,5 +255,6 @@ __all__ = [
     "RequestHeader",
     "ServerConnection",
     "decode_request",
+    "encode_response",
     "parse_all",
 ]

@@ -172,7 +172,7 @@ class KString(_Length):
         if length is None:
             return None
         try:
-            return _read_exact(stream, length, path).decode("utf-8")
+            return str(_read_exact(stream, length, path), "utf-8")
         except UnicodeDecodeError:
             raise ProtocolError("string is not UTF-8", path=path) from None
 

@@ -32,6 +32,7 @@ class BrokerProcess:
     overrides: dict[str, str] = field(default_factory=dict)
     launcher: list[str] | None = None  # another way to run `kbroker start` (e.g. scripts/start.sh)
     start_timeout_s: float = START_TIMEOUT_S
+    max_open_files: int | None = None  # RLIMIT_NOFILE of the broker process, for descriptor-exhaustion tests
     proc: subprocess.Popen[str] | None = None
 
     @property
@@ -62,11 +63,23 @@ class BrokerProcess:
         stderr = open(self.stderr_path, "a")  # noqa: SIM115 - owned by the child for its lifetime
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         self.proc = subprocess.Popen(
-            self.command(), stdout=subprocess.PIPE, stderr=stderr, text=True, cwd=PROJECT_ROOT, env=env
+            self.command(), stdout=subprocess.PIPE, stderr=stderr, text=True, cwd=PROJECT_ROOT, env=env,
+            preexec_fn=self._limit_open_files if self.max_open_files else None,
         )
         stderr.close()
         self._wait_ready()
         return self
+
+    def _limit_open_files(self) -> None:
+        import resource
+
+        assert self.max_open_files is not None
+        resource.setrlimit(resource.RLIMIT_NOFILE, (self.max_open_files, self.max_open_files))
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
 
     def _wait_ready(self) -> None:
         assert self.proc is not None and self.proc.stdout is not None

@@ -1,119 +1,345 @@
-"""One client connection: read frames, run handlers one request at a time, write responses.
+"""One client connection: read frames, run handlers one request at a time, write answers.
 
-Requests of one connection are handled in order and answered in order, as Kafka does.
-Bytes keep being read while a request is in progress, so a pipelining client never stalls
-on TCP. One exception to one-at-a-time: an acks=all Produce whose batches are appended and
-only wait for the ISR (a `Deferred` answer) lets the next request start, so a producer with
-several requests in flight gets them replicated in one round instead of one round each; the
-answers still leave in request order (at most MAX_DEFERRED outstanding).
+Requests of one connection are handled in order and answered in order, as Kafka does. Bytes
+keep being read while a request is in progress, so a pipelining client never stalls on TCP,
+up to MAX_QUEUED_REQUESTS waiting requests; then reading pauses. One exception to
+one-at-a-time: an acks=all Produce whose batches are appended and only wait for the ISR (a
+`Deferred` answer) lets the next request start, so a producer with several requests in flight
+gets them replicated in one round instead of one round each; the answers still leave in request
+order (at most MAX_DEFERRED outstanding).
+
+Reading costs one copy per frame. Small frames arrive in a scratch buffer and are cut out of
+it; a frame too large for it gets a buffer of exactly its size, which the socket then fills
+directly. Every frame's size is taken from the broker's memory pool (`queued.max.request.bytes`)
+before its body is read and given back once it is answered: while the pool is exhausted the
+socket is not read. Frames above DECODE_INLINE_LIMIT are decoded in a worker thread, so one
+huge request does not stall every other client while its thousands of entries are parsed.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import struct
+import time
+from collections import deque
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from kbroker.handlers import HandlerResult, RequestContext, dispatch, failed, handlers
 from kbroker.log_limiter import RateLimitedLog
-from protocol.connection import FrameTooLarge, MalformedRequest, Request, ServerConnection
+from protocol.connection import MalformedRequest, Request, decode_request, encode_response
 from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from kbroker.broker import Broker
+    from kbroker.server.server import Server
 
 log = logging.getLogger("kbroker.server")
 limited_log = RateLimitedLog(log)
 
 # Below this, reading a slice into memory and writing it beats a sendfile system call.
 SENDFILE_THRESHOLD = 64 * 1024
-READ_CHUNK = 256 * 1024
+# Small frames are cut out of this per-connection buffer (allocated on first use: an idle
+# connection costs no buffer); larger ones get their own.
+SCRATCH_SIZE = 16 * 1024
 # Decoded requests waiting for their turn; when full, reading pauses (TCP backpressure) so a
 # client pipelining without limit cannot make the broker buffer without limit.
 MAX_QUEUED_REQUESTS = 64
 # Answers not yet sent behind a deferred one (producers keep at most 5 requests in flight).
 MAX_DEFERRED = 16
+# Frames larger than this are decoded off the event loop.
+DECODE_INLINE_LIMIT = 1 << 20
+_SIZE = struct.Struct(">i")
 
 
-class ClientConnection:
-    def __init__(self, broker: Broker, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.broker = broker
-        self.reader = reader
-        self.writer = writer
-        self.protocol = ServerConnection(broker.config.socket_request_max_bytes)
-        peer = writer.get_extra_info("peername")
-        self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
-        self._requests: asyncio.Queue[Request | None] = asyncio.Queue(MAX_QUEUED_REQUESTS)
+@dataclass(frozen=True, slots=True)
+class ConnectionLimits:
+    max_request_size: int  # socket.request.max.bytes
+    idle_ms: int  # connections.max.idle.ms: no bytes either way for this long closes the connection
+    read_timeout_ms: int  # socket.request.read.timeout.ms: a started frame must arrive within this
+
+
+@dataclass(slots=True)
+class _Frame:
+    data: bytes | bytearray
+    reserved: int  # bytes taken from the memory pool, given back when answered
+
+
+class ClientConnection(asyncio.BufferedProtocol):
+    def __init__(self, server: Server, ip: str) -> None:
+        self.server = server
+        self.broker = server.broker
+        self.limits = server.limits
+        self.ip = ip
+        self.peer = ip
+        self.transport: asyncio.Transport | None = None
+        now = time.monotonic()
+        self.last_activity = now
+        # Reading.
+        self._scratch: bytearray | None = None
+        self._scratch_len = 0
+        self._big: bytearray | None = None  # the body of a frame too large for the scratch buffer
+        self._big_filled = 0
+        self._reserved = 0  # pool bytes taken for the frame being read
+        self._frame_started: float | None = None  # when the first byte of an incomplete frame came
+        self._waiting_for_memory: asyncio.Task[None] | None = None
+        self._paused = False
+        # Processing.
+        self._frames: deque[_Frame] = deque()
+        self._wakeup = asyncio.Event()
+        self._closing = False
+        self._eof = False
+        self._handling = False
+        self._processor: asyncio.Task[None] | None = None
+        self._done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         # Answers behind a deferred one, in request order: each resolves to the parts to send,
         # or None to send nothing (acks=0); an exception closes the connection.
         self._answers: asyncio.Queue[asyncio.Future[list | None]] = asyncio.Queue(MAX_DEFERRED)
         self._sender: asyncio.Task[None] | None = None
+        # Writing.
+        self._write_paused = False
+        self._drain_waiter: asyncio.Future[None] | None = None
 
-    async def run(self) -> None:
-        processor = asyncio.create_task(self._process())
-        try:
-            await self._read_loop(processor)
-        finally:
-            await self._enqueue(None, processor)
-            try:
-                await processor
-            finally:
-                self.writer.close()
+    # -- transport callbacks --------------------------------------------------------------------
 
-    async def _read_loop(self, processor: asyncio.Task[None]) -> None:
-        while True:
-            data = await self.reader.read(READ_CHUNK)
-            if not data:
-                return
-            self.protocol.receive_data(data)
-            try:
-                while (request := self.protocol.next_request()) is not None:
-                    if not await self._enqueue(request, processor):
-                        return
-            except FrameTooLarge as e:
-                log.warning("closing %s: %s", self.peer, e)
-                return
-            except MalformedRequest as e:
-                log.info("closing %s: %s", self.peer, e)
-                return
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        peer = transport.get_extra_info("peername")
+        if peer:
+            self.peer = f"{peer[0]}:{peer[1]}"
+        self._processor = asyncio.get_running_loop().create_task(self._process())
 
-    async def _enqueue(self, request: Request | None, processor: asyncio.Task[None]) -> bool:
-        """Queue for the processor; False if it has stopped (the connection is closing)."""
-        if processor.done():
-            return False
-        try:
-            self._requests.put_nowait(request)
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if self._big is not None:
+            return memoryview(self._big)[self._big_filled :]
+        if self._scratch is None:
+            self._scratch = bytearray(SCRATCH_SIZE)
+        return memoryview(self._scratch)[self._scratch_len :]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.last_activity = time.monotonic()
+        if self._big is not None:
+            self._big_filled += nbytes
+            if self._big_filled == len(self._big):
+                self._deliver(self._big, self._reserved)
+                self._big = None
+                self._reserved = 0
+                self._frame_started = None
+            return
+        self._scratch_len += nbytes
+        self._cut_frames()
+
+    def eof_received(self) -> bool:
+        self._eof = True
+        self._wakeup.set()
+        return True  # keep the write side open: answers still owed go out
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._closing = True
+        self._eof = True
+        self._wakeup.set()
+        if self._drain_waiter is not None and not self._drain_waiter.done():
+            self._drain_waiter.set_exception(ConnectionError("connection lost"))
+        if self._waiting_for_memory is not None:
+            self._waiting_for_memory.cancel()
+        self._release_reading_memory()
+        self.server.connection_closed(self)
+        if self._processor is None and not self._done.done():
+            self._done.set_result(None)
+
+    def pause_writing(self) -> None:
+        self._write_paused = True
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        if self._drain_waiter is not None and not self._drain_waiter.done():
+            self._drain_waiter.set_result(None)
+
+    # -- framing ----------------------------------------------------------------------------------
+
+    def _cut_frames(self) -> None:
+        """Hand over every complete frame in the scratch buffer; start a dedicated buffer for
+        one that does not fit; keep a partial one at the front."""
+        scratch = self._scratch
+        assert scratch is not None
+        position = 0
+        while not self._closing:
+            available = self._scratch_len - position
+            if available < 4:
+                break
+            (size,) = _SIZE.unpack_from(scratch, position)
+            if size < 0 or size > self.limits.max_request_size:
+                limited_log.warning("frame-size", "closing %s: frame of %d bytes exceeds socket.request.max.bytes=%d",
+                                    self.peer, size, self.limits.max_request_size)
+                self.abort("frame too large")
+                return
+            if self._reserved == 0 and size and not self._reserve(size):
+                break  # wait for memory with the header still in the scratch buffer
+            if available - 4 >= size:
+                self._deliver(bytes(scratch[position + 4 : position + 4 + size]), self._reserved)
+                self._reserved = 0
+                self._frame_started = None  # the next frame's clock starts with its first bytes
+                position += 4 + size
+                continue
+            if 4 + size > SCRATCH_SIZE:
+                big = bytearray(size)  # the socket fills the rest of it directly
+                partial = available - 4
+                big[:partial] = scratch[position + 4 : self._scratch_len]
+                self._big, self._big_filled = big, partial
+                position = self._scratch_len
+            break
+        if position:
+            remaining = self._scratch_len - position
+            scratch[:remaining] = scratch[position : self._scratch_len]
+            self._scratch_len = remaining
+        # The read timeout runs while a frame is incomplete.
+        if self._scratch_len or self._big is not None:
+            self._frame_started = self._frame_started or time.monotonic()
+        else:
+            self._frame_started = None
+
+    def _reserve(self, size: int) -> bool:
+        """Take `size` bytes from the memory pool now, or pause reading until they are free."""
+        pool = self.server.memory
+        if pool.try_acquire(size):
+            self._reserved = size
             return True
-        except asyncio.QueueFull:
-            pass
-        put = asyncio.ensure_future(self._requests.put(request))
-        await asyncio.wait({put, processor}, return_when=asyncio.FIRST_COMPLETED)
-        if not put.done():
-            put.cancel()
-            return False
-        return True
+        self._pause_reading()
+        self._waiting_for_memory = asyncio.get_running_loop().create_task(self._wait_for_memory(size))
+        return False
+
+    async def _wait_for_memory(self, size: int) -> None:
+        await self.server.memory.acquire(size)
+        self._waiting_for_memory = None
+        if self._closing:
+            self.server.memory.release(size)
+            return
+        self._reserved = size
+        self._resume_reading()
+        self._cut_frames()
+
+    def _release_reading_memory(self) -> None:
+        if self._reserved:
+            self.server.memory.release(self._reserved)
+            self._reserved = 0
+        self._big = None
+
+    def _deliver(self, data: bytes | bytearray, reserved: int) -> None:
+        self._frames.append(_Frame(data, reserved))
+        self._wakeup.set()
+        if len(self._frames) >= MAX_QUEUED_REQUESTS:
+            self._pause_reading()
+
+    def _pause_reading(self) -> None:
+        if not self._paused and self.transport is not None and not self._closing:
+            self._paused = True
+            self.transport.pause_reading()
+
+    def _resume_reading(self) -> None:
+        if self._paused and self.transport is not None and not self._closing and self._waiting_for_memory is None \
+                and len(self._frames) < MAX_QUEUED_REQUESTS:
+            self._paused = False
+            if self._frame_started is not None:  # the wait was the broker's, not the client's
+                self._frame_started = time.monotonic()
+            self.transport.resume_reading()
+
+    # -- timeouts -----------------------------------------------------------------------------
+
+    def check_timeouts(self, now: float) -> None:
+        """Called by the server's sweeper: close a connection idle for connections.max.idle.ms, or
+        one that started a frame and has not finished it within socket.request.read.timeout.ms
+        (a client trickling bytes must not hold a connection and its buffers forever)."""
+        if self._closing:
+            return
+        started = self._frame_started
+        if started is not None and not self._paused and now - started > self.limits.read_timeout_ms / 1000:
+            limited_log.info("read-timeout", "closing %s: a request did not arrive within "
+                             "socket.request.read.timeout.ms=%d", self.peer, self.limits.read_timeout_ms)
+            self.abort("request read timeout")
+        elif now - self.last_activity > self.limits.idle_ms / 1000 and not self._busy():
+            limited_log.info("idle", "closing %s: idle for connections.max.idle.ms=%d", self.peer, self.limits.idle_ms)
+            self.abort("idle")
+
+    def _busy(self) -> bool:
+        """A request is being handled (a long-poll fetch, an acks=all wait) and has not been answered."""
+        return bool(self._frames) or self._handling or self._sender is not None
+
+    def abort(self, reason: str) -> None:
+        if self._closing:
+            return
+        self._closing = True
+        log.debug("closing %s: %s", self.peer, reason)
+        if self.transport is not None:
+            self.transport.abort()  # connection_lost follows
+
+    async def finished(self) -> None:
+        await asyncio.shield(self._done)
+
+    def shutdown(self) -> None:
+        """The broker is stopping: close now, abandoning a request in progress (a long poll, an
+        acks=all wait)."""
+        self.abort("the broker is stopping")
+        if self._processor is not None:
+            self._processor.cancel()
+
+    # -- processing ---------------------------------------------------------------------------
 
     async def _process(self) -> None:
         try:
-            while (request := await self._requests.get()) is not None:
-                try:
-                    keep_open = await self._handle(request)
-                except (ConnectionError, OSError):
-                    keep_open = False
-                if not keep_open:
-                    break
-            else:
-                if self._sender is not None:  # the client hung up: still send what it waits for
-                    await self._sender  # it stops once the queue is empty
-                return
+            await self._process_frames()
+        except Exception:
+            limited_log.exception("process", "connection %s failed", self.peer)
         finally:
             if self._sender is not None and not self._sender.done():
-                self._sender.cancel()
-        self._close_now()
+                if self._closing:
+                    self._sender.cancel()
+                else:
+                    with contextlib.suppress(Exception):
+                        await self._sender  # the client hung up its side: still send what it waits for
+            while self._frames:
+                self.server.memory.release(self._frames.popleft().reserved)
+            if not self._closing:
+                self._closing = True
+                if self.transport is not None:
+                    self.transport.close()
+            if not self._done.done():
+                self._done.set_result(None)
 
-    def _close_now(self) -> None:
-        self.reader.feed_eof()
-        self.writer.transport.abort()
+    async def _process_frames(self) -> None:
+        while True:
+            if not self._frames:
+                if self._eof or self._closing:
+                    return
+                self._wakeup.clear()
+                await self._wakeup.wait()
+                continue
+            frame = self._frames.popleft()
+            self._resume_reading()
+            self._handling = True
+            try:
+                keep_open = await self._handle_frame(frame.data)
+            finally:
+                self._handling = False
+                self.server.memory.release(frame.reserved)
+            if not keep_open or self._closing:
+                self.abort("closed after a request")
+                return
+
+    async def _handle_frame(self, data: bytes | bytearray) -> bool:
+        try:
+            if len(data) > DECODE_INLINE_LIMIT:
+                request = await asyncio.to_thread(decode_request, memoryview(data))
+            else:
+                request = decode_request(memoryview(data))
+        except MalformedRequest as e:
+            limited_log.info("malformed", "closing %s: %s", self.peer, e)
+            return False
+        try:
+            return await self._handle(request)
+        except (ConnectionError, OSError):
+            return False
 
     async def _handle(self, request: Request) -> bool:
         """Answer one request; False when the connection must close."""
@@ -124,7 +350,7 @@ class ClientConnection:
             limited_log.exception("dispatch", "handling api %s failed for %s", request.header.api_key, self.peer)
             return False
         if result.close:
-            log.info("closing %s: %s", self.peer, result.reason)
+            limited_log.info(f"close-{request.header.api_key}", "closing %s: %s", self.peer, result.reason)
             return False
         if self._sender is not None and self._sender.done():
             return False  # sending a deferred answer failed: the connection is closing
@@ -163,7 +389,7 @@ class ClientConnection:
         """The answer's wire parts; when the body cannot be encoded (a handler bug), Kafka's
         UNKNOWN_SERVER_ERROR answer instead; None when not even that can be built."""
         try:
-            return self.protocol.encode_response(request.header, body, version)
+            return encode_response(request.header, body, version)
         except Exception:
             limited_log.exception(f"encode-{request.header.api_key}", "encoding the answer to api %s v%s for %s failed",
                                   request.header.api_key, request.header.api_version, self.peer)
@@ -171,7 +397,7 @@ class ClientConnection:
         if fallback is None:
             return None
         try:
-            return self.protocol.encode_response(request.header, fallback)
+            return encode_response(request.header, fallback)
         except Exception:
             limited_log.exception(f"encode-error-{request.header.api_key}", "encoding an error answer to api %s failed",
                                   request.header.api_key)
@@ -208,20 +434,37 @@ class ClientConnection:
                     self._sender = None  # the processor writes directly again
                     return
         except (ConnectionError, OSError):
-            self._close_now()
+            self.abort("sending failed")
         except Exception:
-            log.exception("answering %s failed", self.peer)
-            self._close_now()
+            limited_log.exception("answering", "answering %s failed", self.peer)
+            self.abort("answering failed")
+
+    # -- writing ------------------------------------------------------------------------------
 
     async def _write(self, parts: list) -> None:
-        writer = self.writer
+        transport = self.transport
+        if transport is None or self._closing:
+            raise ConnectionError("connection closed")
         loop = asyncio.get_running_loop()
         for part in parts:
             if isinstance(part, bytes | bytearray | memoryview):
-                writer.write(part)
+                transport.write(part)
             elif part.size >= SENDFILE_THRESHOLD and hasattr(part, "file"):
-                await writer.drain()
-                await loop.sendfile(writer.transport, part.file, part.position, part.size)
+                await self._drain()
+                await loop.sendfile(transport, part.file, part.position, part.size)
             else:
-                writer.write(part.read_bytes())
-        await writer.drain()
+                transport.write(part.read_bytes())
+        self.last_activity = time.monotonic()
+        await self._drain()
+
+    async def _drain(self) -> None:
+        if self._closing:
+            raise ConnectionError("connection closed")
+        if not self._write_paused:
+            return
+        self._drain_waiter = asyncio.get_running_loop().create_future()
+        try:
+            await self._drain_waiter
+        finally:
+            self._drain_waiter = None
+        self.last_activity = time.monotonic()

@@ -1,55 +1,187 @@
-"""The TCP listener: accepts connections and runs each in its own task."""
+"""The TCP listeners: accept connections within the limits, and sweep idle or stalled ones.
+
+Accepting is done here rather than by asyncio's server, for three things Kafka's acceptor does:
+a client address over `max.connections.per.ip` (or its override) is closed at once; at
+`max.connections` the broker stops accepting until a connection ends (new clients wait in the
+listen backlog instead of being refused); and running out of file descriptors (EMFILE/ENFILE)
+pauses accepting for a moment with one log line per interval, instead of a traceback per try
+and a busy loop, while existing connections keep being served.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import errno
 import logging
 import socket
+import time
+from collections import Counter
 from typing import TYPE_CHECKING
 
-from kbroker.server.connection import ClientConnection
+from kbroker.config import parse_ip_overrides
+from kbroker.log_limiter import RateLimitedLog
+from kbroker.server.connection import ClientConnection, ConnectionLimits
+from kbroker.server.memory_pool import MemoryPool
 
 if TYPE_CHECKING:
     from kbroker.broker import Broker
 
 log = logging.getLogger("kbroker.server")
+limited_log = RateLimitedLog(log)
+
+# Errors of accept() that mean "out of resources", not "this one client failed".
+_RESOURCE_ERRORS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
+ACCEPT_BACKOFF_S = 0.5
+ACCEPTS_PER_WAKEUP = 64
+SWEEP_INTERVAL_S = 0.25
+
+
+class _Listener:
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.reading = False
 
 
 class Server:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
-        self._servers: list[asyncio.Server] = []
-        self._connections: set[asyncio.Task[None]] = set()
+        config = broker.config
+        self.limits = ConnectionLimits(
+            max_request_size=config.socket_request_max_bytes,
+            idle_ms=config.get("connections.max.idle.ms"),
+            read_timeout_ms=config.get("socket.request.read.timeout.ms"),
+        )
+        self.max_connections = config.get("max.connections")
+        self.max_per_ip = config.get("max.connections.per.ip")
+        self.per_ip_overrides = parse_ip_overrides(config.get("max.connections.per.ip.overrides"))
+        self.memory = MemoryPool(config.get("queued.max.request.bytes"))
+        self._listeners: list[_Listener] = []
+        self._connections: set[ClientConnection] = set()
+        self._per_ip: Counter[str] = Counter()
+        self._accept_paused_until = 0.0
+        self._sweeper: asyncio.Task[None] | None = None
+        self._stopping = False
+
+    @property
+    def connection_count(self) -> int:
+        return len(self._connections)
 
     async def start(self, host: str, port: int) -> int:
         """Listen on host:port (0 picks a free port); returns the bound port."""
-        server = await asyncio.start_server(self._accept, host or None, port, reuse_address=True, limit=1 << 20)
-        self._servers.append(server)
-        return server.sockets[0].getsockname()[1]
-
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        sock = writer.get_extra_info("socket")
-        if sock is not None:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        task = asyncio.current_task()
-        assert task is not None
-        self._connections.add(task)
+        loop = asyncio.get_running_loop()
+        infos = await loop.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        family, _, _, _, address = infos[0]
+        sock = socket.socket(family, socket.SOCK_STREAM)
         try:
-            await ClientConnection(self.broker, reader, writer).run()
-        except (ConnectionError, OSError):
-            pass
-        except asyncio.CancelledError:
-            pass  # `stop` cancels connections; letting it escape makes asyncio's stream callback log it
-        except Exception:
-            log.exception("connection failed")
-        finally:
-            self._connections.discard(task)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(address)
+            sock.listen(1024)
+            sock.setblocking(False)
+        except BaseException:
+            sock.close()
+            raise
+        listener = _Listener(sock)
+        self._listeners.append(listener)
+        self._resume_accepting(listener)
+        if self._sweeper is None:
+            self._sweeper = asyncio.create_task(self._sweep_forever())
+        return sock.getsockname()[1]
+
+    # -- accepting --------------------------------------------------------------------------------
+
+    def _resume_accepting(self, listener: _Listener) -> None:
+        if not listener.reading and not self._stopping and listener.sock.fileno() >= 0:
+            asyncio.get_running_loop().add_reader(listener.sock.fileno(), self._accept_ready, listener)
+            listener.reading = True
+
+    def _pause_accepting(self, listener: _Listener) -> None:
+        if listener.reading:
+            asyncio.get_running_loop().remove_reader(listener.sock.fileno())
+            listener.reading = False
+
+    def _accept_ready(self, listener: _Listener) -> None:
+        for _ in range(ACCEPTS_PER_WAKEUP):
+            if self.connection_count >= self.max_connections:
+                # As Kafka: at the broker-wide limit new clients wait until a connection ends.
+                self._pause_accepting(listener)
+                limited_log.warning("max-connections", "max.connections=%d reached; accepting paused until a "
+                                    "connection closes", self.max_connections)
+                return
+            try:
+                conn, address = listener.sock.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as e:
+                if e.errno in _RESOURCE_ERRORS:
+                    self._back_off(listener, e)
+                    return
+                limited_log.warning("accept", "accepting a connection failed: %s", e)
+                return
+            self._admit(conn, address[0])
+
+    def _back_off(self, listener: _Listener, error: OSError) -> None:
+        """Out of descriptors: stop accepting for a moment (or until a connection closes)."""
+        limited_log.warning("accept-resources", "cannot accept connections: %s; pausing accepting for %.1f s "
+                            "(existing connections are still served)", error.strerror, ACCEPT_BACKOFF_S)
+        self._pause_accepting(listener)
+        self._accept_paused_until = time.monotonic() + ACCEPT_BACKOFF_S
+        asyncio.get_running_loop().call_later(ACCEPT_BACKOFF_S, self._resume_accepting, listener)
+
+    def _admit(self, conn: socket.socket, ip: str) -> None:
+        limit = self.per_ip_overrides.get(ip, self.max_per_ip)
+        if self._per_ip[ip] >= limit:
+            limited_log.info(f"per-ip-{ip}", "rejected connection from %s: it already has max.connections.per.ip"
+                             "=%d connections", ip, limit)
+            conn.close()
+            return
+        conn.setblocking(False)
+        with contextlib.suppress(OSError):
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        connection = ClientConnection(self, ip)
+        self._connections.add(connection)
+        self._per_ip[ip] += 1
+        asyncio.get_running_loop().create_task(self._attach(conn, connection))
+
+    async def _attach(self, conn: socket.socket, connection: ClientConnection) -> None:
+        try:
+            await asyncio.get_running_loop().connect_accepted_socket(lambda: connection, sock=conn)
+        except OSError as e:
+            limited_log.warning("attach", "setting up a connection failed: %s", e)
+            conn.close()
+            self.connection_closed(connection)
+
+    def connection_closed(self, connection: ClientConnection) -> None:
+        if connection not in self._connections:
+            return
+        self._connections.discard(connection)
+        self._per_ip[connection.ip] -= 1
+        if self._per_ip[connection.ip] <= 0:
+            del self._per_ip[connection.ip]
+        # A slot (and a descriptor) is free: accept again unless out-of-descriptor backoff runs.
+        if time.monotonic() >= self._accept_paused_until:
+            for listener in self._listeners:
+                self._resume_accepting(listener)
+
+    # -- sweeping -----------------------------------------------------------------------------
+
+    async def _sweep_forever(self) -> None:
+        while True:
+            await asyncio.sleep(SWEEP_INTERVAL_S)
+            now = time.monotonic()
+            for connection in list(self._connections):
+                connection.check_timeouts(now)
+
+    # -- stopping -----------------------------------------------------------------------------
 
     async def stop(self) -> None:
-        for server in self._servers:
-            server.close()
-        for task in list(self._connections):
-            task.cancel()
-        await asyncio.gather(*self._connections, return_exceptions=True)
-        for server in self._servers:
-            await server.wait_closed()
+        self._stopping = True
+        for listener in self._listeners:
+            self._pause_accepting(listener)
+            listener.sock.close()
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+        connections = list(self._connections)
+        for connection in connections:
+            connection.shutdown()
+        await asyncio.gather(*(c.finished() for c in connections), return_exceptions=True)

@@ -8,8 +8,8 @@ import pytest
 
 from kbroker.storage.log import Log
 from kbroker.storage.log_config import LogConfig
-from tests.storage.batches import batch
 from protocol.errors import ErrorCode, KafkaError
+from tests.storage.batches import batch
 from tests.storage.conftest import T0, OpenLog, read_all
 
 CONFIG = LogConfig(segment_bytes=3000, index_interval_bytes=200)
