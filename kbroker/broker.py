@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import time
 from pathlib import Path
@@ -25,11 +26,13 @@ from kbroker.metadata.local_store import LocalMetadataStore
 from kbroker.metadata.store import BrokerEndpoint, BrokerIdInUse, BrokerRegistration, MetadataStore
 from kbroker.server.fetch_sessions import FetchSessionCache
 from kbroker.server.server import Server
+from kbroker.storage.log_dir_health import LogDirHealth
 from kbroker.storage.log_manager import LogManager
 
 log = logging.getLogger("kbroker")
 
 TICK_SECONDS = 1.0
+GC_YOUNG_THRESHOLD = 20_000
 
 
 class Broker:
@@ -134,6 +137,7 @@ class Broker:
         )
 
     async def start(self) -> None:
+        self.log_manager.on_dir_change = self._on_log_dir_change
         self.topics.start()
         self.groups.load()
         self.groups.start_timers()
@@ -148,6 +152,13 @@ class Broker:
             self.cluster.on_leadership_change = self._on_leadership_change
             self.cluster.start()
         self._ticker = asyncio.create_task(self._tick_forever())
+        # What start built (logs, indexes, coordinator state) lives as long as the broker: keep
+        # it out of the collector's full passes, which otherwise scan it all again every time a
+        # large request's objects trigger one (and hold up every client while they run).
+        gc.freeze()
+        # Fewer, larger young collections: a request's tens of thousands of short-lived entries
+        # otherwise trigger a cascade of collections, each a pause for every client.
+        gc.set_threshold(GC_YOUNG_THRESHOLD, 20, 20)
 
     async def _controlled_shutdown(self, timeout_s: float = 10.0) -> None:
         """Move leadership away and leave the ISRs before stopping; wait until the cluster's
@@ -163,6 +174,20 @@ class Broker:
             await asyncio.sleep(0.05)  # the store's watch updates the states on this loop
         if moved:
             log.info("controlled shutdown: leadership of %d partition(s) moved to other brokers", len(moved))
+
+    def _on_log_dir_change(self, health: LogDirHealth) -> None:
+        """A log dir that can no longer take writes: in a cluster its partitions' leadership goes to
+        other in-sync replicas (Kafka's log dir failure handling), so producers carry on there."""
+        if self.cluster is None or health.writable:
+            return
+        partitions = {(each.topic, each.partition) for each in self.log_manager.logs_in(health.path)}
+        try:
+            moved = self.cluster.step_down(partitions)
+        except Exception:
+            log.exception("moving leadership away from log dir %s failed", health.path)
+            return
+        log.warning("log dir %s is %s: leadership of %d partition(s) moved to other replicas",
+                    health.path, health.state.value, len(moved))
 
     def _on_leadership_change(self, topic: str, index: int, leads: bool) -> None:
         """Coordinator failover: the new leader of an internal partition replays it and takes over

@@ -90,6 +90,9 @@ _DEFS = [
     ConfigDef("socket.request.read.timeout.ms", _int, "30000",
               "A request whose first bytes arrived must be complete within this long, or the connection "
               "is closed (a client trickling bytes cannot hold a connection and its buffers forever)."),
+    ConfigDef("socket.request.max.entries", _int, "100000",
+              "Array entries (topics, partitions, groups...) one request may hold in all; a request with more "
+              "is refused and its connection closed (kbroker's own: each entry costs Python objects)."),
     ConfigDef("queued.max.request.bytes", _int, "536870912",
               "Bytes of requests held at once across all connections; at the limit sockets are not "
               "read until memory is freed (-1: no limit, Kafka's default)."),
@@ -408,7 +411,7 @@ class BrokerConfig:
 
     def _check_connection_settings(self) -> None:
         for name in ("max.connections", "max.connections.per.ip", "connections.max.idle.ms",
-                     "socket.request.read.timeout.ms", "socket.request.max.bytes"):
+                     "socket.request.read.timeout.ms", "socket.request.max.bytes", "socket.request.max.entries"):
             if self.values[name] < 1:
                 raise ConfigError(f"{name} must be at least 1")
         queued = self.values["queued.max.request.bytes"]

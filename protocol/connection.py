@@ -16,7 +16,7 @@ from typing import Any
 from construct import ConstructError, Container
 
 from protocol.messages import BY_KEY, request_header, response_header
-from protocol.primitives import ProtocolError, SegmentedWriter, build_into, parse_all
+from protocol.primitives import ProtocolError, SegmentedWriter, build_into, parse_all, parse_context
 
 _SIZE = struct.Struct(">i")
 PRODUCE_KEY = 0
@@ -190,16 +190,18 @@ def _read_header(frame: memoryview) -> tuple[RequestHeader, ModuleType | None, i
     return RequestHeader(api_key, api_version, correlation_id, raw.client_id), api, stream
 
 
-def parse_all_stream(con, stream: io.BytesIO | _ViewStream) -> Container:
-    return con._parsereport(stream, Container(_parsing=True, _building=False, _sizing=False, _params={}), "")
+def parse_all_stream(con, stream: io.BytesIO | _ViewStream, max_entries: int | None = None) -> Container:
+    return con._parsereport(stream, parse_context(max_entries), "")
 
 
-def decode_request(frame: memoryview) -> Request:
+def decode_request(frame: memoryview, max_entries: int | None = None) -> Request:
+    """The request in `frame`; with `max_entries`, a request whose arrays hold more entries in
+    all is refused (MalformedRequest) before it is built."""
     header, api, stream = _read_header(frame)
     if api is None or header.api_version not in api.REQUEST:
         return Request(header, api, None, len(frame))
     try:
-        body = parse_all_stream(api.REQUEST[header.api_version], stream)
+        body = parse_all_stream(api.REQUEST[header.api_version], stream, max_entries)
     except ConstructError as e:
         raise MalformedRequest(f"bad {api.NAME} v{header.api_version} request: {e}", header) from None
     return Request(header, api, body, len(frame))

@@ -163,6 +163,19 @@ class _Length(Construct):
             self._prefix._build(length, stream, None, path)
 
 
+class TooManyEntries(ProtocolError):
+    """A request holding more array entries than a parse allows (see `parse_context`)."""
+
+
+def parse_context(max_entries: int | None = None) -> Container:
+    """The context of one parse; with `max_entries`, arrays may hold that many entries in all."""
+    context = Container(_parsing=True, _building=False, _sizing=False, _params={})
+    if max_entries is not None:
+        context["_entries_left"] = max_entries
+        context["_max_entries"] = max_entries
+    return context
+
+
 class KString(_Length):
     def __init__(self, *, compact: bool = False, nullable: bool = False) -> None:
         super().__init__(compact=compact, nullable=nullable, wide=False)
@@ -254,6 +267,12 @@ class KArray(_Length):
         length = self._read_length(stream, path)
         if length is None:
             return None
+        budget = context.get("_entries_left")
+        if budget is not None:
+            # Each entry becomes Python objects: a request may not ask for more than its budget.
+            if length > budget:
+                raise TooManyEntries(f"more than {context['_max_entries']} array entries in one request", path=path)
+            context["_entries_left"] = budget - length
         element = self.element
         return ListContainer(element._parsereport(stream, context, path) for _ in range(length))
 
@@ -444,7 +463,7 @@ class SegmentedWriter(io.BytesIO):
 
 def parse_all(con: Construct, data: BytesLike) -> Container:
     """Parse `data` fully with `con`; trailing bytes are tolerated (newer clients may add tags)."""
-    return con._parsereport(io.BytesIO(data), Container(_parsing=True, _building=False, _sizing=False, _params={}), "")
+    return con._parsereport(io.BytesIO(data), parse_context(), "")
 
 
 def build_into(con: Construct, obj: Any, writer: io.BytesIO) -> None:
@@ -469,6 +488,7 @@ __all__ = [
     "ProtocolError",
     "SegmentedWriter",
     "TaggedField",
+    "TooManyEntries",
     "UInt16",
     "UInt32",
     "UVarInt",
@@ -476,4 +496,5 @@ __all__ = [
     "VarInt",
     "build_into",
     "parse_all",
+    "parse_context",
 ]

@@ -290,9 +290,17 @@ class ClusterView:
         replica and leave the ISR of those it follows, as Kafka's controlled shutdown does, so
         clients see no leaderless moment and acks=all does not wait for a stopped follower.
         Returns the partitions whose leadership moved."""
+        return self.step_down()
+
+    def step_down(self, only: set[tuple[str, int]] | None = None) -> list[tuple[str, int]]:
+        """Leave the ISR of the partitions (`only` these, or all) and hand those this broker
+        leads to another in-sync replica: a stopping broker's, or one whose log dir failed.
+        Returns the partitions whose leadership moved."""
         moved = []
         others = set(self.brokers) - {self.broker_id}
         for (topic, index), state in list(self.states.items()):
+            if only is not None and (topic, index) not in only:
+                continue
             record = self.records.get(topic)
             if record is None or self.broker_id not in state.isr:
                 continue

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 
 from kbroker.cluster.partition import IsrWriter, Partition
 from kbroker.cluster.replica_fetcher import FetcherConfig, ReplicaFetcher
@@ -150,6 +150,11 @@ class ReplicaManager:
         return sorted((p for p in self._partitions.values() if p.topic == topic), key=lambda p: p.index)
 
     def remove_topic(self, topic: str) -> None:
+        for _ in self.remove_topic_steps(topic):
+            pass
+
+    def remove_topic_steps(self, topic: str) -> Iterator[None]:
+        """Remove a topic's partitions one at a time (a step each)."""
         for partition in self.partitions_of(topic):
             del self._partitions[(topic, partition.index)]
             # A follower stops fetching it here: this broker's own DeleteTopics comes before the
@@ -158,6 +163,7 @@ class ReplicaManager:
             self._stop_fetching(partition)
             partition.wake_waiters()
             self.log_manager.delete_log(topic, partition.index)
+            yield
 
     def update_config(self, topic: str, config: LogConfig) -> None:
         self.log_manager.update_config(topic, config)

@@ -12,7 +12,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -687,11 +687,15 @@ class GroupCoordinator:
         self, group_id: str, partitions: list[tuple[str, int]] | None
     ) -> dict[tuple[str, int], OffsetValue | None]:
         """Committed offsets (None: nothing committed); all of the group's when `partitions` is None."""
-        self._check_coordinator(group_id)
-        committed = self.offsets.get(group_id, {})
+        committed = self.committed_offsets(group_id)
         if partitions is None:
             return dict(sorted(committed.items()))
         return {tp: committed.get(tp) for tp in partitions}
+
+    def committed_offsets(self, group_id: str) -> Mapping[tuple[str, int], OffsetValue]:
+        """The group's committed offsets, read-only (raises when this broker is not its coordinator)."""
+        self._check_coordinator(group_id)
+        return self.offsets.get(group_id, {})
 
     # -- describing, listing, deleting -----------------------------------------------------------
 

@@ -17,6 +17,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from kbroker.log_limiter import RateLimitedLog
+from kbroker.pacing import ENTRIES_PER_TURN, Pacer, each  # noqa: F401 - the handlers' toolkit
 from protocol.connection import Request, RequestHeader
 from protocol.errors import ErrorCode, KafkaError
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from kbroker.handlers import RequestContext
+from kbroker.handlers import Pacer, RequestContext
 from protocol.errors import ErrorCode, KafkaError
 
 API_KEY = 37
@@ -14,15 +14,21 @@ MAX_VERSION = 3
 
 
 async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
-    counts = Counter(t.name for t in request.topics)
+    pacer = Pacer()
+    counts: Counter[str] = Counter()
+    for topic in request.topics:
+        counts[topic.name] += 1
+        await pacer.tick()
     results = []
     for topic in request.topics:
+        await pacer.tick()
         if counts[topic.name] > 1:
             results.append(_result(topic.name, KafkaError(ErrorCode.INVALID_REQUEST, "Duplicate topic in request.")))
             continue
         assignment = [list(a.broker_ids) for a in topic.assignments] if topic.assignments is not None else None
         try:
-            ctx.broker.topics.add_partitions(topic.name, topic.count, assignment, validate_only=request.validate_only)
+            await ctx.broker.topics.add_partitions_paced(topic.name, topic.count, assignment, request.validate_only,
+                                                         pacer)
         except KafkaError as e:
             results.append(_result(topic.name, e))
             continue

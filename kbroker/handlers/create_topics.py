@@ -6,7 +6,7 @@ from collections import Counter
 from typing import Any
 
 from kbroker.cluster.topics import MAX_PARTITIONS_PER_REQUEST, TopicSpec
-from kbroker.handlers import RequestContext
+from kbroker.handlers import Pacer, RequestContext
 from protocol.errors import ErrorCode, KafkaError
 
 API_KEY = 19
@@ -15,25 +15,36 @@ MAX_VERSION = 7
 
 
 async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
-    counts = Counter(t.name for t in request.topics)
-    if _requested_partitions(request.topics) > MAX_PARTITIONS_PER_REQUEST:
+    pacer = Pacer()
+    counts: Counter[str] = Counter()
+    partitions = 0
+    default_partitions = ctx.broker.topics.default_partitions
+    for topic in request.topics:
+        counts[topic.name] += 1
+        partitions += _requested_partitions(topic, default_partitions)
+        await pacer.tick()
+    if partitions > MAX_PARTITIONS_PER_REQUEST:
         # Like Kafka's controller, one oversized request fails as a whole.
         error = KafkaError(ErrorCode.POLICY_VIOLATION, "Excessively large number of partitions per request.")
-        return {"throttle_time_ms": 0, "topics": [_error(t.name, error) for t in request.topics]}
+        return {"throttle_time_ms": 0, "topics": await pacer.map(request.topics, lambda t: _error(t.name, error))}
     results = []
     for topic in request.topics:
+        await pacer.tick()
         if counts[topic.name] > 1:
             results.append(_error(topic.name, KafkaError(ErrorCode.INVALID_REQUEST, "Duplicate topic name.")))
             continue
-        results.append(_create(ctx, topic, request.validate_only))
+        results.append(await _create(ctx, topic, request.validate_only, pacer))
     return {"throttle_time_ms": 0, "topics": results}
 
 
-def _requested_partitions(topics: Any) -> int:
-    return sum(len(t.assignments) if t.assignments else max(t.num_partitions, 0) for t in topics)
+def _requested_partitions(topic: Any, default_partitions: int) -> int:
+    """Partitions a topic of the request would create, as Kafka's controller counts them."""
+    if topic.assignments:
+        return len(topic.assignments)
+    return default_partitions if topic.num_partitions == -1 else max(topic.num_partitions, 0)
 
 
-def _create(ctx: RequestContext, topic: Any, validate_only: bool) -> dict[str, Any]:
+async def _create(ctx: RequestContext, topic: Any, validate_only: bool, pacer: Pacer) -> dict[str, Any]:
     configs = {c.name: c.value for c in topic.configs if c.value is not None}
     assignment = {a.partition_index: list(a.broker_ids) for a in topic.assignments} or None
     if assignment and (topic.num_partitions != -1 or topic.replication_factor != -1):
@@ -44,7 +55,7 @@ def _create(ctx: RequestContext, topic: Any, validate_only: bool) -> dict[str, A
         return _error(topic.name, error)
     spec = TopicSpec(topic.name, topic.num_partitions, topic.replication_factor, assignment, configs)
     try:
-        record = ctx.broker.topics.create(spec, validate_only=validate_only)
+        record = await ctx.broker.topics.create_paced(spec, pacer, validate_only=validate_only)
     except KafkaError as e:
         return _error(topic.name, e)
     return {

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kbroker.handlers import RequestContext
+from kbroker.handlers import Pacer, RequestContext
 
 API_KEY = 42
 MIN_VERSION = 0
@@ -12,8 +12,7 @@ MAX_VERSION = 2
 
 
 async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
-    results = ctx.broker.groups.delete_groups(request.groups_names)
-    return {
-        "throttle_time_ms": 0,
-        "results": [{"group_id": g, "error_code": results[g]} for g in request.groups_names],
-    }
+    groups = ctx.broker.groups
+    results = await Pacer().map(request.groups_names, lambda g: {"group_id": g,
+                                                                  "error_code": groups.delete_groups([g])[g]})
+    return {"throttle_time_ms": 0, "results": results}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kbroker.handlers import RequestContext
+from kbroker.handlers import Pacer, RequestContext
 from protocol.errors import ErrorCode, KafkaError
 
 API_KEY = 21
@@ -13,8 +13,10 @@ MAX_VERSION = 2
 
 
 async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    pacer = Pacer()
     topics = [
-        {"name": t.name, "partitions": [_delete(ctx, t.name, p.partition_index, p.offset) for p in t.partitions]}
+        {"name": t.name,
+         "partitions": await pacer.map(t.partitions, lambda p, t=t: _delete(ctx, t.name, p.partition_index, p.offset))}
         for t in request.topics
     ]
     return {"throttle_time_ms": 0, "topics": topics}

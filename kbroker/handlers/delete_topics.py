@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kbroker.handlers import RequestContext
+from kbroker.handlers import Pacer, RequestContext
 from protocol.errors import ErrorCode, KafkaError
 
 API_KEY = 20
@@ -17,10 +17,12 @@ async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
         targets = [(t.name, t.topic_id) for t in request.topics]
     else:
         targets = [(name, None) for name in request.topic_names]
-    return {"throttle_time_ms": 0, "responses": [_delete(ctx, name, topic_id) for name, topic_id in targets]}
+    pacer = Pacer()
+    return {"throttle_time_ms": 0,
+            "responses": [await _delete(ctx, name, topic_id, pacer) for name, topic_id in targets]}
 
 
-def _delete(ctx: RequestContext, name: str | None, topic_id: Any) -> dict[str, Any]:
+async def _delete(ctx: RequestContext, name: str | None, topic_id: Any, pacer: Pacer) -> dict[str, Any]:
     topics = ctx.broker.topics
     try:
         if not ctx.broker.config.delete_topic_enable:
@@ -30,7 +32,8 @@ def _delete(ctx: RequestContext, name: str | None, topic_id: Any) -> dict[str, A
             if record is None:
                 raise KafkaError(ErrorCode.UNKNOWN_TOPIC_ID)
             name = record.name
-        record = topics.delete(name)
+        await pacer.tick()
+        record = await topics.delete_paced(name, pacer)
     except KafkaError as e:
         return {"name": name, "topic_id": topic_id, "error_code": e.code, "error_message": e.message}
     return {"name": name, "topic_id": record.topic_id, "error_code": ErrorCode.NO_ERROR, "error_message": None}

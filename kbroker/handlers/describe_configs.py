@@ -7,7 +7,7 @@ from typing import Any
 from kbroker.cluster.configs import ResourceType, describe_loggers
 from kbroker.cluster.topics import validate_topic_name
 from kbroker.config import BROKER_CONFIG_DEFS
-from kbroker.handlers import RequestContext
+from kbroker.handlers import RequestContext, each
 from protocol.errors import ErrorCode, KafkaError
 
 API_KEY = 32
@@ -18,7 +18,7 @@ MAX_VERSION = 4
 async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
     synonyms = ctx.version >= 1 and request.include_synonyms
     documentation = ctx.version >= 3 and request.include_documentation
-    results = [_describe(ctx, resource, synonyms, documentation) for resource in request.resources]
+    results = [_describe(ctx, resource, synonyms, documentation) async for resource in each(request.resources)]
     return {"throttle_time_ms": 0, "results": results}
 
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from kbroker.cluster.authorization import group_operations
 from kbroker.coordinator.group import Group, GroupState
-from kbroker.handlers import RequestContext
+from kbroker.handlers import Pacer, RequestContext
 from protocol.errors import ErrorCode, KafkaError
 
 API_KEY = 15
@@ -16,7 +16,8 @@ MAX_VERSION = 5
 
 async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
     operations = group_operations(ctx.version >= 3 and request.include_authorized_operations)
-    return {"throttle_time_ms": 0, "groups": [_describe(ctx, g, operations) for g in request.groups]}
+    groups = await Pacer().map(request.groups, lambda g: _describe(ctx, g, operations))
+    return {"throttle_time_ms": 0, "groups": groups}
 
 
 def _describe(ctx: RequestContext, group_id: str, operations: int) -> dict[str, Any]:

@@ -23,11 +23,12 @@ async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
     for log in manager.logs():
         if wanted is None or (log.topic, log.partition) in wanted:
             by_dir[log.directory.parent].append(log)
-    results = [_describe_dir(directory, by_dir[directory]) for directory in manager.log_dirs]
+    results = [_describe_dir(directory, by_dir[directory], manager.health[directory].writable)
+               for directory in manager.log_dirs]
     return {"throttle_time_ms": 0, "error_code": ErrorCode.NO_ERROR, "results": results}
 
 
-def _describe_dir(directory: Path, logs: list[Log]) -> dict[str, Any]:
+def _describe_dir(directory: Path, logs: list[Log], writable: bool) -> dict[str, Any]:
     topics: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for log in sorted(logs, key=lambda log: (log.topic, log.partition)):
         topics[log.topic].append({
@@ -39,7 +40,9 @@ def _describe_dir(directory: Path, logs: list[Log]) -> dict[str, Any]:
         })
     usage = shutil.disk_usage(directory)
     return {
-        "error_code": ErrorCode.NO_ERROR,
+        # A full or failed dir is reported as Kafka reports an offline one; its partitions are
+        # still listed (a full dir still serves reads).
+        "error_code": ErrorCode.NO_ERROR if writable else ErrorCode.KAFKA_STORAGE_ERROR,
         "log_dir": str(directory.resolve()),
         "topics": [{"name": name, "partitions": partitions} for name, partitions in topics.items()],
         "total_bytes": usage.total,

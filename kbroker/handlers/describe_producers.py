@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kbroker.handlers import RequestContext
+from kbroker.handlers import Pacer, RequestContext
 from protocol.errors import ErrorCode, KafkaError
 
 API_KEY = 61
@@ -13,8 +13,9 @@ MAX_VERSION = 0
 
 
 async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    pacer = Pacer()
     topics = [
-        {"name": t.name, "partitions": [_describe(ctx, t.name, p) for p in t.partition_indexes]}
+        {"name": t.name, "partitions": await pacer.map(t.partition_indexes, lambda p, t=t: _describe(ctx, t.name, p))}
         for t in request.topics
     ]
     return {"throttle_time_ms": 0, "topics": topics}

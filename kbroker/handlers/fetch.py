@@ -13,7 +13,7 @@ import uuid
 from typing import Any
 
 from kbroker.cluster.partition import Partition
-from kbroker.handlers import RequestContext
+from kbroker.handlers import Pacer, RequestContext
 from kbroker.server.fetch_sessions import (
     FINAL_EPOCH,
     INITIAL_EPOCH,
@@ -59,7 +59,8 @@ async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
     replica_id = _replica_id(ctx, request)
     epoch, session_id = request.session_epoch, request.session_id
     session: FetchSession | None = None
-    wanted = _wanted(ctx, request)
+    pacer = Pacer()
+    wanted = await _wanted(ctx, request, pacer)
     if epoch in (INITIAL_EPOCH, FINAL_EPOCH):
         if session_id != INVALID_SESSION_ID:
             sessions.remove(session_id)  # a full fetch ends the session it names
@@ -77,14 +78,14 @@ async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
         else:
             sessions.remove(session.id)  # nothing left to fetch: the session ends
             session = None
-    reads = _plan(ctx, wanted)
+    reads = await _plan(ctx, wanted, pacer)
     if replica_id >= 0:
         _record_follower(ctx, replica_id, reads)
     committed = request.isolation_level == READ_COMMITTED
     loop = asyncio.get_running_loop()
     deadline = loop.time() + request.max_wait_ms / 1000
     while True:
-        total, errors = _read_all(reads, request.max_bytes, committed, follower=replica_id >= 0)
+        total, errors = await _read_all(reads, request.max_bytes, committed, pacer, follower=replica_id >= 0)
         remaining = deadline - loop.time()
         # Nothing readable (no partitions, or only unknown topic ids) answers at once, as in
         # Kafka: e.g. the Java consumer's close sends an empty fetch to end its session.
@@ -112,24 +113,27 @@ def _key(ctx: RequestContext, topic: Any, index: int) -> PartitionKey:
     return (ZERO_UUID, topic.topic, index)
 
 
-def _wanted(ctx: RequestContext, request: Any) -> dict[PartitionKey, CachedPartition]:
+async def _wanted(ctx: RequestContext, request: Any, pacer: Pacer) -> dict[PartitionKey, CachedPartition]:
     """The partitions the request names, with what it asks of each."""
-    return {
-        _key(ctx, topic, data.partition): CachedPartition(
-            data.fetch_offset, data.partition_max_bytes, data.current_leader_epoch, data.log_start_offset)
-        for topic in request.topics for data in topic.partitions
-    }
+    wanted = {}
+    for topic in request.topics:
+        for data in topic.partitions:
+            wanted[_key(ctx, topic, data.partition)] = CachedPartition(
+                data.fetch_offset, data.partition_max_bytes, data.current_leader_epoch, data.log_start_offset)
+            await pacer.tick()
+    return wanted
 
 
 def _forgotten(ctx: RequestContext, request: Any) -> list[PartitionKey]:
     return [_key(ctx, topic, index) for topic in request.forgotten_topics_data or [] for index in topic.partitions]
 
 
-def _plan(ctx: RequestContext, wanted: dict[PartitionKey, CachedPartition]) -> list[_Read]:
+async def _plan(ctx: RequestContext, wanted: dict[PartitionKey, CachedPartition], pacer: Pacer) -> list[_Read]:
     broker = ctx.broker
     names: dict[uuid.UUID, str | None] = {}
     reads = []
     for key, data in wanted.items():
+        await pacer.tick()
         topic_id, name, index = key
         if name is None:
             if topic_id not in names:
@@ -206,10 +210,12 @@ def _record_follower(ctx: RequestContext, replica_id: int, reads: list[_Read]) -
             read.refused = e
 
 
-def _read_all(reads: list[_Read], max_bytes: int, committed: bool, follower: bool = False) -> tuple[int, bool]:
+async def _read_all(reads: list[_Read], max_bytes: int, committed: bool, pacer: Pacer,
+                    follower: bool = False) -> tuple[int, bool]:
     total = 0
     errors = False
     for read in reads:
+        await pacer.tick()
         if read.partition is None:
             errors = True
             continue

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kbroker.handlers import RequestContext
+from kbroker.handlers import Pacer, RequestContext
 from protocol.errors import ErrorCode, KafkaError
 
 API_KEY = 10
@@ -17,7 +17,8 @@ GROUP, TRANSACTION = 0, 1
 async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
     key_type = request.key_type if ctx.version >= 1 else GROUP
     if ctx.version >= 4:
-        return {"throttle_time_ms": 0, "coordinators": [_find(ctx, key, key_type) for key in request.coordinator_keys]}
+        coordinators = await Pacer().map(request.coordinator_keys, lambda key: _find(ctx, key, key_type))
+        return {"throttle_time_ms": 0, "coordinators": coordinators}
     found = _find(ctx, request.key, key_type)
     del found["key"]
     return {"throttle_time_ms": 0, **found}

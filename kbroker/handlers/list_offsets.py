@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from kbroker.cluster.partition import Partition
-from kbroker.handlers import RequestContext
+from kbroker.handlers import Pacer, RequestContext
 from protocol.errors import ErrorCode, KafkaError
 
 API_KEY = 2
@@ -23,10 +23,14 @@ READ_COMMITTED = 1
 
 async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
     committed = ctx.version >= 2 and request.isolation_level == READ_COMMITTED
-    topics = [
-        {"name": t.name, "partitions": [_lookup(ctx, t.name, p, committed) for p in t.partitions]}
-        for t in request.topics
-    ]
+    pacer = Pacer()
+    topics = []
+    for topic in request.topics:
+        partitions = []
+        for partition in topic.partitions:
+            partitions.append(_lookup(ctx, topic.name, partition, committed))
+            await pacer.tick()
+        topics.append({"name": topic.name, "partitions": partitions})
     return {"throttle_time_ms": 0, "topics": topics}
 
 

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from typing import Any
 
 from kbroker.cluster.authorization import cluster_operations, topic_operations
 from kbroker.cluster.controller import ClusterView
 from kbroker.cluster.topics import INTERNAL_TOPICS, TopicSpec, validate_topic_name
-from kbroker.handlers import RequestContext
+from kbroker.handlers import Pacer, RequestContext
 from protocol.errors import ErrorCode, KafkaError
 
 API_KEY = 3
@@ -17,28 +16,23 @@ MIN_VERSION = 0
 MAX_VERSION = 12
 
 ZERO_UUID = uuid.UUID(int=0)
-# Topics described between two turns of the event loop: a request naming thousands of topics
-# must not keep every other client waiting until its answer is complete.
-TOPICS_PER_TURN = 100
-
-
 async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
     broker = ctx.broker
     operations = request.include_topic_authorized_operations
     # Before v4 a request always auto-creates; later versions say so explicitly.
     auto_create = request.allow_auto_topic_creation if ctx.version >= 4 else True
-    _check_request(ctx.version, request.topics)
+    pacer = Pacer()
     if request.topics is None or (ctx.version == 0 and not request.topics):  # v0: an empty list means all
         names = sorted(t.name for t in broker.topics.store.list_topics())
-        topics = await _describe_all(ctx, names, False, operations)
-    elif topic_ids := _requested_ids(ctx, request.topics):
-        # As in Kafka: once a v12+ request names any topic by id, topics are looked up by
-        # id only (never auto-created), and names in the request are ignored.
-        topics = [_describe_topic_id(ctx, topic_id, operations) for topic_id in topic_ids]
+        topics = await _describe_all(ctx, names, False, operations, pacer)
     else:
-        # Kafka answers a set of names: a topic named twice is described once.
-        names = list(dict.fromkeys(t.name for t in request.topics))
-        topics = await _describe_all(ctx, names, auto_create, operations)
+        names, topic_ids = await _requested(ctx.version, request.topics, pacer)
+        if topic_ids:
+            # As in Kafka: once a v12+ request names any topic by id, topics are looked up by
+            # id only (never auto-created), and names in the request are ignored.
+            topics = await pacer.map(topic_ids, lambda topic_id: _describe_topic_id(ctx, topic_id, operations))
+        else:
+            topics = await _describe_all(ctx, names, auto_create, operations, pacer)
     return {
         "throttle_time_ms": 0,
         "brokers": broker.broker_endpoints(),
@@ -49,33 +43,34 @@ async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
     }
 
 
-def _check_request(version: int, topics: Any) -> None:
-    """Kafka's checks of the whole request (before v12 a topic has a name and no id)."""
-    if topics is None or version >= 12:
-        return
+async def _requested(version: int, topics: Any, pacer: Pacer) -> tuple[list[str | None], list[uuid.UUID]]:
+    """The names and (v12+) ids a request asks for, each once: Kafka reads them as sets.
+
+    Before v12 a topic has a name and no id, or the whole request is refused as Kafka does. The
+    Java client sends name "" (not null) next to a topic id, so an id decides.
+    """
+    names: dict[str | None, None] = {}
+    ids: dict[uuid.UUID, None] = {}
     for topic in topics:
-        if topic.name is None:
-            raise KafkaError(ErrorCode.INVALID_REQUEST, f"Topic name can not be null for version {version}")
-        if topic.topic_id is not None and topic.topic_id != ZERO_UUID:
-            raise KafkaError(ErrorCode.INVALID_REQUEST, f"Topic IDs are not supported in requests for version {version}")
+        name, topic_id = topic.name, topic.topic_id
+        if version < 12:
+            if name is None:
+                raise KafkaError(ErrorCode.INVALID_REQUEST, f"Topic name can not be null for version {version}")
+            if topic_id is not None and topic_id != ZERO_UUID:
+                raise KafkaError(ErrorCode.INVALID_REQUEST,
+                                 f"Topic IDs are not supported in requests for version {version}")
+        elif topic_id and topic_id != ZERO_UUID:
+            ids[topic_id] = None
+        names[name] = None
+        await pacer.tick()
+    return list(names), list(ids)
 
 
-async def _describe_all(ctx: RequestContext, names: list[str | None], auto_create: bool,
-                        operations: bool) -> list[dict[str, Any]]:
-    topics = []
-    for count, name in enumerate(names, 1):
-        # v12 allows a null name; with no id either there is nothing to look up.
-        topics.append(_unknown_id(ZERO_UUID) if name is None else _describe_topic(ctx, name, auto_create, operations))
-        if count % TOPICS_PER_TURN == 0:
-            await asyncio.sleep(0)
-    return topics
-
-
-def _requested_ids(ctx: RequestContext, topics: Any) -> list[uuid.UUID]:
-    if ctx.version < 12:
-        return []
-    # The Java client sends name "" (not null) next to a topic id, so the id decides.
-    return list(dict.fromkeys(t.topic_id for t in topics if t.topic_id and t.topic_id != ZERO_UUID))
+async def _describe_all(ctx: RequestContext, names: list[str | None], auto_create: bool, operations: bool,
+                        pacer: Pacer) -> list[dict[str, Any]]:
+    # v12 allows a null name; with no id either there is nothing to look up.
+    return await pacer.map(names, lambda name: _unknown_id(ZERO_UUID) if name is None
+                           else _describe_topic(ctx, name, auto_create, operations))
 
 
 def _describe_topic_id(ctx: RequestContext, topic_id: uuid.UUID, operations: bool) -> dict[str, Any]:

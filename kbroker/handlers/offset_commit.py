@@ -2,35 +2,44 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from kbroker.coordinator.group_coordinator import OffsetCommit
-from kbroker.handlers import RequestContext
+from kbroker.handlers import ENTRIES_PER_TURN, Pacer, RequestContext
 from protocol.errors import ErrorCode
 
+COMMITS_PER_TURN = ENTRIES_PER_TURN // 2
 API_KEY = 8
 MIN_VERSION = 0
 MAX_VERSION = 9
 
 
 async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
-    commits = [
-        OffsetCommit(t.name, p.partition_index, p.committed_offset, p.committed_leader_epoch, p.committed_metadata)
-        for t in request.topics
-        for p in t.partitions
-    ]
+    pacer = Pacer()
+    commits = []
+    for t in request.topics:
+        for p in t.partitions:
+            commits.append(OffsetCommit(t.name, p.partition_index, p.committed_offset, p.committed_leader_epoch,
+                                        p.committed_metadata))
+            await pacer.tick()
     # v0 commits carry no generation: they are offsets-only commits.
     generation = request.generation_id_or_member_epoch if ctx.version >= 1 else -1
     member_id = request.member_id if ctx.version >= 1 else ""
-    errors = iter(ctx.broker.groups.commit(request.group_id, generation, member_id, request.group_instance_id, commits))
-    codes = list(errors)
+    codes: list[int] = []
+    # In slices, each written as one batch, so a commit of thousands of partitions does not hold
+    # up every other client while its records are built.
+    for start in range(0, len(commits), COMMITS_PER_TURN):
+        codes += ctx.broker.groups.commit(request.group_id, generation, member_id, request.group_instance_id,
+                                          commits[start : start + COMMITS_PER_TURN])
+        await asyncio.sleep(0)
     if ErrorCode.NO_ERROR in codes:  # acknowledged only once the commit is replicated
         replicated = await ctx.broker.groups.topic.wait_replicated(request.group_id)
         codes = [replicated if code == ErrorCode.NO_ERROR else code for code in codes]
     results = iter(codes)
     topics = [
-        {"name": t.name, "partitions": [{"partition_index": p.partition_index, "error_code": next(results)}
-                                        for p in t.partitions]}
+        {"name": t.name, "partitions": await pacer.map(
+            t.partitions, lambda p: {"partition_index": p.partition_index, "error_code": next(results)})}
         for t in request.topics
     ]
     return {"throttle_time_ms": 0, "topics": topics}

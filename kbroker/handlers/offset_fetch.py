@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from kbroker.handlers import RequestContext
+from kbroker.handlers import Pacer, RequestContext
 from protocol.coordinator_records import OffsetValue
 from protocol.errors import ErrorCode, KafkaError
 
@@ -17,21 +17,26 @@ MAX_VERSION = 9
 async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
     stable = ctx.version >= 7 and request.require_stable
     if ctx.version >= 8:
-        groups = [_fetch_group(ctx, g.group_id, g.topics, stable) for g in request.groups]
+        pacer = Pacer()
+        groups = [await _fetch_group(ctx, g.group_id, g.topics, stable, pacer) for g in request.groups]
         return {"throttle_time_ms": 0, "groups": groups}
     topics = request.topics if ctx.version >= 2 else (request.topics or [])
-    result = _fetch_group(ctx, request.group_id, topics, stable)
+    result = await _fetch_group(ctx, request.group_id, topics, stable, Pacer())
     return {"throttle_time_ms": 0, "topics": result["topics"], "error_code": result["error_code"]}
 
 
-def _fetch_group(ctx: RequestContext, group_id: str, topics: Any, stable: bool) -> dict[str, Any]:
-    wanted = None if topics is None else [(t.name, p) for t in topics for p in t.partition_indexes]
+async def _fetch_group(ctx: RequestContext, group_id: str, topics: Any, stable: bool, pacer: Pacer) -> dict[str, Any]:
     try:
-        offsets = ctx.broker.groups.fetch_offsets(group_id, wanted)
+        committed = ctx.broker.groups.committed_offsets(group_id)
     except KafkaError as e:
         return {"group_id": group_id, "error_code": e.code, "topics": []}
+    if topics is None:
+        wanted: Any = sorted(committed.items())
+    else:
+        wanted = (((t.name, p), committed.get((t.name, p))) for t in topics for p in t.partition_indexes)
     by_topic: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for (topic, partition), value in offsets.items():
+    for (topic, partition), value in wanted:
+        await pacer.tick()
         entry = _partition(partition, value)
         if stable and ctx.broker.groups.has_pending(group_id, (topic, partition)):
             # An open transaction may still change this offset (KIP-447): the client retries.

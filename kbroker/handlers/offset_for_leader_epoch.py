@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kbroker.handlers import RequestContext
+from kbroker.handlers import Pacer, RequestContext
 from protocol.errors import ErrorCode, KafkaError
 
 API_KEY = 23
@@ -15,8 +15,9 @@ UNDEFINED = -1
 
 
 async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    pacer = Pacer()
     topics = [
-        {"topic": t.topic, "partitions": [_lookup(ctx, t.topic, p) for p in t.partitions]}
+        {"topic": t.topic, "partitions": await pacer.map(t.partitions, lambda p, t=t: _lookup(ctx, t.topic, p))}
         for t in request.topics
     ]
     return {"throttle_time_ms": 0, "topics": topics}

@@ -8,7 +8,7 @@ from typing import Any
 
 from kbroker.cluster.partition import Partition
 from kbroker.cluster.topics import INTERNAL_TOPICS
-from kbroker.handlers import CloseConnection, Deferred, RequestContext
+from kbroker.handlers import CloseConnection, Deferred, Pacer, RequestContext
 from kbroker.storage.log_validator import RecordValidationError
 from protocol.errors import ErrorCode, KafkaError
 from protocol.records import (
@@ -39,9 +39,11 @@ async def handle(ctx: RequestContext, request: Any) -> dict[str, Any] | Deferred
     failed = False
     topics = []
     replicating: list[tuple[dict[str, Any], Partition, int]] = []  # acks=all: (result, partition, end offset)
+    pacer = Pacer()
     for topic in request.topic_data:
         partitions = []
         for data in topic.partition_data:
+            await pacer.tick()
             result, pending = _append(ctx, request.acks, request.transactional_id, topic.name, data, now_ms)
             failed = failed or result["error_code"] != ErrorCode.NO_ERROR
             partitions.append(result)

@@ -48,14 +48,17 @@ SCRATCH_SIZE = 16 * 1024
 MAX_QUEUED_REQUESTS = 64
 # Answers not yet sent behind a deferred one (producers keep at most 5 requests in flight).
 MAX_DEFERRED = 16
-# Frames larger than this are decoded off the event loop.
-DECODE_INLINE_LIMIT = 1 << 20
+# Frames larger than this are decoded off the event loop, and their answers encoded off it.
+DECODE_INLINE_LIMIT = 256 * 1024
+# Answers with more entries than this are encoded off the event loop.
+ENCODE_INLINE_ENTRIES = 2000
 _SIZE = struct.Struct(">i")
 
 
 @dataclass(frozen=True, slots=True)
 class ConnectionLimits:
     max_request_size: int  # socket.request.max.bytes
+    max_request_entries: int  # socket.request.max.entries: array entries of one request in all
     idle_ms: int  # connections.max.idle.ms: no bytes either way for this long closes the connection
     read_timeout_ms: int  # socket.request.read.timeout.ms: a started frame must arrive within this
 
@@ -91,6 +94,7 @@ class ClientConnection(asyncio.BufferedProtocol):
         self._closing = False
         self._eof = False
         self._handling = False
+        self.current_api: tuple[int, int] | None = None  # (api key, version) being handled, for stall reports
         self._processor: asyncio.Task[None] | None = None
         self._done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         # Answers behind a deferred one, in request order: each resolves to the parts to send,
@@ -328,27 +332,32 @@ class ClientConnection(asyncio.BufferedProtocol):
                 return
 
     async def _handle_frame(self, data: bytes | bytearray) -> bool:
+        entries = self.limits.max_request_entries
+        large = len(data) > DECODE_INLINE_LIMIT
         try:
-            if len(data) > DECODE_INLINE_LIMIT:
-                request = await asyncio.to_thread(decode_request, memoryview(data))
+            if large:
+                request = await asyncio.to_thread(decode_request, memoryview(data), entries)
             else:
-                request = decode_request(memoryview(data))
+                request = decode_request(memoryview(data), entries)
         except MalformedRequest as e:
             limited_log.info("malformed", "closing %s: %s", self.peer, e)
             return False
         try:
-            return await self._handle(request)
+            return await self._handle(request, large)
         except (ConnectionError, OSError):
             return False
 
-    async def _handle(self, request: Request) -> bool:
+    async def _handle(self, request: Request, large: bool = False) -> bool:
         """Answer one request; False when the connection must close."""
         context = RequestContext(self.broker, request.header, self.peer)
+        self.current_api = (request.header.api_key, request.header.api_version)
         try:
             result = await dispatch(context, request)
         except Exception:  # a dispatch bug must cost one connection, not the broker
             limited_log.exception("dispatch", "handling api %s failed for %s", request.header.api_key, self.peer)
             return False
+        finally:
+            self.current_api = None
         if result.close:
             limited_log.info(f"close-{request.header.api_key}", "closing %s: %s", self.peer, result.reason)
             return False
@@ -359,7 +368,10 @@ class ClientConnection(asyncio.BufferedProtocol):
             return True
         if result.body is None:
             return True  # e.g. Produce with acks=0
-        parts = self._encode(request, result.body, result.version)
+        if large or _entries(result.body) > ENCODE_INLINE_ENTRIES:
+            parts = await asyncio.to_thread(self._encode, request, result.body, result.version)
+        else:
+            parts = self._encode(request, result.body, result.version)
         if parts is None:
             return False
         if self._sender is None:
@@ -468,3 +480,19 @@ class ClientConnection(asyncio.BufferedProtocol):
         finally:
             self._drain_waiter = None
         self.last_activity = time.monotonic()
+
+
+def _entries(body: object) -> int:
+    """About how many entries an answer holds: its arrays and their entries' arrays."""
+    if not isinstance(body, dict):
+        return 0
+    total = 0
+    for value in body.values():
+        if isinstance(value, list):
+            total += len(value)
+            for entry in value[:ENCODE_INLINE_ENTRIES]:
+                if isinstance(entry, dict):
+                    total += sum(len(v) for v in entry.values() if isinstance(v, list))
+            if total > ENCODE_INLINE_ENTRIES:
+                break
+    return total

@@ -35,6 +35,7 @@ _RESOURCE_ERRORS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 ACCEPT_BACKOFF_S = 0.5
 ACCEPTS_PER_WAKEUP = 64
 SWEEP_INTERVAL_S = 0.25
+STALL_WARNING_S = 0.5
 
 
 class _Listener:
@@ -49,6 +50,7 @@ class Server:
         config = broker.config
         self.limits = ConnectionLimits(
             max_request_size=config.socket_request_max_bytes,
+            max_request_entries=config.get("socket.request.max.entries"),
             idle_ms=config.get("connections.max.idle.ms"),
             read_timeout_ms=config.get("socket.request.read.timeout.ms"),
         )
@@ -167,8 +169,14 @@ class Server:
 
     async def _sweep_forever(self) -> None:
         while True:
+            expected = time.monotonic() + SWEEP_INTERVAL_S
             await asyncio.sleep(SWEEP_INTERVAL_S)
             now = time.monotonic()
+            if now - expected > STALL_WARNING_S:
+                # Something held the event loop: every client waited. Say what was being handled.
+                busy = sorted({c.current_api for c in self._connections if c.current_api is not None})
+                limited_log.warning("stall", "the event loop was held for %.0f ms (requests in progress: %s)",
+                                    (now - expected) * 1000, busy or "none")
             for connection in list(self._connections):
                 connection.check_timeouts(now)
 

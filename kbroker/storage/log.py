@@ -22,6 +22,7 @@ from kbroker.storage.batch_scan import CorruptBatch, scan_batches
 from kbroker.storage.index import CorruptIndex, segment_file_name
 from kbroker.storage.leader_epoch import LeaderEpochCache
 from kbroker.storage.log_config import LONG_MAX, LogConfig
+from kbroker.storage.log_dir_health import LogDirHealth
 from kbroker.storage.log_validator import validate_batches, validate_records
 from kbroker.storage.producer_state import (
     AppendOrigin,
@@ -97,6 +98,7 @@ class Log:
         high_watermark: int = 0,
         had_clean_shutdown: bool = False,
         clock: Clock = wall_clock_ms,
+        health: LogDirHealth | None = None,
     ) -> None:
         parsed = parse_log_dir_name(directory.name)
         if parsed is None:
@@ -105,6 +107,8 @@ class Log:
         self.directory = directory
         self.config = config
         self.clock = clock
+        # Shared by every log of the dir: a full or failed disk stops writes to all of them.
+        self.health = health or LogDirHealth(directory.parent)
         self.log_start_offset = log_start_offset
         self.recovery_point = recovery_point
         self.cleaner_checkpoint = 0  # first offset the cleaner has not compacted yet
@@ -365,6 +369,15 @@ class Log:
         INVALID_TXN_STATE. A client's retry of one of its last five batches returns the offsets
         that batch got, with `duplicate` set, and writes nothing.
         """
+        self.health.check_writable(self.name)
+        try:
+            return self._append_as_leader(batches, leader_epoch, now_ms, origin)
+        except OSError as e:
+            raise self.health.failed(e, f"appending to {self.name}") from e
+
+    def _append_as_leader(
+        self, batches: bytes | bytearray | memoryview, leader_epoch: int, now_ms: int, origin: AppendOrigin
+    ) -> AppendInfo:
         buf = bytearray(batches)  # the one copy: offsets, epochs and append times are patched in place
         headers = validate_batches(buf, self.config, self.name, from_client=True,
                                    coordinator=origin is AppendOrigin.COORDINATOR)
@@ -402,6 +415,13 @@ class Log:
 
     def append_as_follower(self, batches: bytes | bytearray | memoryview, now_ms: int | None = None) -> AppendInfo:
         """Append batches whose offsets and epochs the leader assigned, as they are."""
+        self.health.check_writable(self.name)
+        try:
+            return self._append_as_follower(batches, now_ms)
+        except OSError as e:
+            raise self.health.failed(e, f"appending to {self.name}") from e
+
+    def _append_as_follower(self, batches: bytes | bytearray | memoryview, now_ms: int | None) -> AppendInfo:
         headers = validate_batches(batches, self.config, self.name, from_client=False)
         previous = self._log_end_offset - 1
         for header in headers:
@@ -581,6 +601,7 @@ class Log:
         after it. Raises OFFSET_OUT_OF_RANGE outside [log start, log end], and CORRUPT_MESSAGE
         for an offset that may lie in damaged bytes (a slice stops before them).
         """
+        self.health.check_readable(self.name)
         end = self._log_end_offset
         if offset < self.log_start_offset or offset > end:
             raise KafkaError(

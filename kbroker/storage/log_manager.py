@@ -21,11 +21,14 @@ from kbroker.storage import checkpoint
 from kbroker.storage.cleaner import compact
 from kbroker.storage.log import Clock, Log, parse_log_dir_name, wall_clock_ms
 from kbroker.storage.log_config import LogConfig
+from kbroker.storage.log_dir_health import KafkaStorageError, LogDirHealth
 
 log = logging.getLogger("kbroker.storage")
 
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 DELETE_DIR_SUFFIX = "-delete"
+# How often a full log dir is tried for room again.
+PROBE_INTERVAL_MS = 2_000
 # KRaft's metadata log lives in a log dir too; it is not a partition this manager owns.
 _NOT_PARTITION_PREFIXES = ("__cluster_metadata",)
 
@@ -60,8 +63,20 @@ class LogManager:
         self._next_retention_ms = 0
         self._next_cleaning_ms = 0
         self._next_checkpoint_ms = 0
+        self._next_probe_ms = 0
+        # Called with a dir's health when it goes FULL, OFFLINE or back ONLINE (the broker moves
+        # leadership in a cluster).
+        self.on_dir_change: Callable[[LogDirHealth], None] | None = None
+        self.health = {d: LogDirHealth(d, self._dir_changed) for d in self.log_dirs}
         for log_dir in self.log_dirs:
             self._load_dir(log_dir)
+
+    def _dir_changed(self, health: LogDirHealth) -> None:
+        if self.on_dir_change is not None:
+            self.on_dir_change(health)
+
+    def logs_in(self, log_dir: Path) -> list[Log]:
+        return [each for each in self._logs.values() if each.directory.parent == log_dir]
 
     # -- loading ----------------------------------------------------------------------------------
 
@@ -88,11 +103,27 @@ class LogManager:
                 high_watermark=high_watermarks.get(key, 0),
                 had_clean_shutdown=clean,
                 clock=self.clock,
+                health=self.health[log_dir],
             )
             opened.cleaner_checkpoint = max(cleaner_offsets.get(key, 0), opened.log_start_offset)
             self._logs[key] = opened
         # From here on a crash must be noticed at the next start.
         marker.unlink(missing_ok=True)
+        self._probe_space(log_dir)
+
+    def _probe_space(self, log_dir: Path) -> None:
+        """A dir that starts full is served read-only from the start (see LogDirHealth)."""
+        health = self.health[log_dir]
+        probe = log_dir / ".kbroker-start-probe"
+        try:
+            with open(probe, "wb") as f:
+                f.write(bytes(64 * 1024))
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError as e:
+            health.failed(e, "starting")
+        finally:
+            probe.unlink(missing_ok=True)
 
     def _partition_dirs(self, log_dir: Path) -> Iterator[tuple[Path, tuple[str, int]]]:
         for child in sorted(log_dir.iterdir()):
@@ -120,10 +151,12 @@ class LogManager:
             if config is not None:
                 existing.config = config
             return existing
-        directory = self._least_loaded_dir() / f"{topic}-{partition}"
+        log_dir = self._least_loaded_dir()
+        directory = log_dir / f"{topic}-{partition}"
         existed = directory.exists()
         try:
-            created = Log(directory, config or self.config_provider(topic), had_clean_shutdown=True, clock=self.clock)
+            created = Log(directory, config or self.config_provider(topic), had_clean_shutdown=True, clock=self.clock,
+                          health=self.health[log_dir])
         except BaseException:
             if not existed and directory.is_dir():
                 shutil.rmtree(directory, ignore_errors=True)  # no half-made partition left behind
@@ -133,14 +166,19 @@ class LogManager:
         return created
 
     def _least_loaded_dir(self) -> Path:
-        if len(self.log_dirs) == 1:
-            return self.log_dirs[0]  # the common case: no need to count thousands of logs
-        counts = {d: 0 for d in self.log_dirs}
+        """Where a new partition goes: the writable dir holding the fewest."""
+        writable = [d for d in self.log_dirs if self.health[d].writable]
+        if not writable:
+            raise KafkaStorageError("no log dir can take a new partition: "
+                                    + ", ".join(f"{d} is {self.health[d].state.value}" for d in self.log_dirs))
+        if len(writable) == 1:
+            return writable[0]  # the common case: no need to count thousands of logs
+        counts = {d: 0 for d in writable}
         for existing in self._logs.values():
             parent = existing.directory.parent
             if parent in counts:
                 counts[parent] += 1
-        return min(self.log_dirs, key=lambda d: counts[d])
+        return min(writable, key=lambda d: counts[d])
 
     def delete_log(self, topic: str, partition: int) -> None:
         """Take the log away now; its directory (renamed `<name>.<uuid>-delete`) goes after a delay,
@@ -163,11 +201,15 @@ class LogManager:
     def tick(self, now_ms: int) -> None:
         """Called about once a second: deferred deletions, flushes, retention, compaction, checkpoints."""
         self._delete_expired(now_ms)
-        for each in self.logs():
-            each.flush_if_due(now_ms)
+        if now_ms >= self._next_probe_ms:
+            self._next_probe_ms = now_ms + PROBE_INTERVAL_MS
+            for health in self.health.values():
+                health.probe()
+        self._for_each_log("flush", lambda each: each.flush_if_due(now_ms))
         if now_ms >= self._next_retention_ms:
             self._next_retention_ms = now_ms + self.retention_check_interval_ms
-            self._for_each_log("retention", lambda each: each.delete_old_segments(now_ms))
+            # Retention frees space: it runs on a full dir too.
+            self._for_each_log("retention", lambda each: each.delete_old_segments(now_ms), needs_write=False)
         if now_ms >= self._next_cleaning_ms:
             self._next_cleaning_ms = now_ms + self.cleaner_backoff_ms
             self._for_each_log("compaction", lambda each: compact(each, now_ms) if each.config.compact else None)
@@ -175,10 +217,16 @@ class LogManager:
             self._next_checkpoint_ms = now_ms + self.checkpoint_interval_ms
             self.write_checkpoints()
 
-    def _for_each_log(self, what: str, work: Callable[[Log], object]) -> None:
+    def _for_each_log(self, what: str, work: Callable[[Log], object], needs_write: bool = True) -> None:
         for each in self.logs():
+            if not (each.health.writable if needs_write else each.health.readable):
+                continue  # a full dir gets no writes, upkeep included; a failed one nothing
             try:
                 work(each)
+            except OSError as e:
+                each.health.failed(e, f"{what} of {each.name}")
+            except KafkaStorageError:
+                pass
             except Exception:  # one broken log must not stop the upkeep of the others
                 log.exception("%s of %s failed", what, each.name)
 
@@ -192,31 +240,53 @@ class LogManager:
 
     def write_checkpoints(self) -> None:
         for log_dir in self.log_dirs:
-            logs = [each for each in self._logs.values() if each.directory.parent == log_dir]
+            if not self.health[log_dir].writable:
+                continue
+            try:
+                self._write_checkpoints(log_dir)
+            except OSError as e:
+                self.health[log_dir].failed(e, f"writing the checkpoints of {log_dir}")
 
-            def offsets(field: Callable[[Log], int], logs: list[Log] = logs) -> dict[tuple[str, int], int]:
-                return {(each.topic, each.partition): field(each) for each in logs}
+    def _write_checkpoints(self, log_dir: Path) -> None:
+        logs = self.logs_in(log_dir)
 
-            checkpoint.write_offsets(log_dir / checkpoint.RECOVERY_POINT_CHECKPOINT, offsets(lambda e: e.recovery_point))
-            checkpoint.write_offsets(log_dir / checkpoint.REPLICATION_CHECKPOINT, offsets(lambda e: e.high_watermark))
-            checkpoint.write_offsets(log_dir / checkpoint.LOG_START_CHECKPOINT, offsets(lambda e: e.log_start_offset))
-            checkpoint.write_offsets(log_dir / checkpoint.CLEANER_CHECKPOINT, offsets(lambda e: e.cleaner_checkpoint))
+        def offsets(field: Callable[[Log], int]) -> dict[tuple[str, int], int]:
+            return {(each.topic, each.partition): field(each) for each in logs}
+
+        checkpoint.write_offsets(log_dir / checkpoint.RECOVERY_POINT_CHECKPOINT, offsets(lambda e: e.recovery_point))
+        checkpoint.write_offsets(log_dir / checkpoint.REPLICATION_CHECKPOINT, offsets(lambda e: e.high_watermark))
+        checkpoint.write_offsets(log_dir / checkpoint.LOG_START_CHECKPOINT, offsets(lambda e: e.log_start_offset))
+        checkpoint.write_offsets(log_dir / checkpoint.CLEANER_CHECKPOINT, offsets(lambda e: e.cleaner_checkpoint))
 
     # -- shutdown -------------------------------------------------------------------------------
 
     def shutdown(self) -> None:
-        """Flush every log, write checkpoints, close, and mark each log dir cleanly shut down."""
-        for each in self.logs():
-            each.flush()
+        """Flush every log, write checkpoints, close, and mark each log dir cleanly shut down.
+
+        A dir that is full or failed (or fails now) is closed without its marker, so its logs are
+        recovered at the next start; the other dirs shut down cleanly all the same.
+        """
+        self._for_each_log("flush", lambda each: each.flush())
         self.write_checkpoints()
         for each in self.logs():
-            each.close()
+            try:
+                each.close() if each.health.writable else each.release()
+            except OSError as e:
+                each.health.failed(e, f"closing {each.name}")
+                each.release()
         for _, directory, doomed in self._dirs_to_delete:
             _remove_deleted_log(directory, doomed)
         self._dirs_to_delete = []
         for log_dir in self.log_dirs:
-            (log_dir / CLEAN_SHUTDOWN_FILE).touch()
-            checkpoint.fsync_dir(log_dir)
+            if not self.health[log_dir].writable:
+                log.warning("%s is %s: not marked cleanly shut down, its logs recover at the next start",
+                            log_dir, self.health[log_dir].state.value)
+                continue
+            try:
+                (log_dir / CLEAN_SHUTDOWN_FILE).touch()
+                checkpoint.fsync_dir(log_dir)
+            except OSError as e:
+                log.error("could not mark %s cleanly shut down: %s", log_dir, e)
 
 
 def _remove_deleted_log(directory: Path, doomed: Log) -> None:

@@ -290,13 +290,35 @@ class LogSegment:
     # -- appending ------------------------------------------------------------------------------
 
     def append(self, data: bytes | bytearray | memoryview, headers: Sequence[BatchHeader]) -> None:
-        """Write `data`, the batches described by `headers` (offsets assigned), and index them."""
-        position = self._size
-        _pwrite_all(self.fd, data, position)
-        for header in headers:
-            self._index_batch(position, header)
-            position += header.size
+        """Write `data`, the batches described by `headers` (offsets assigned), and index them.
+
+        A write that fails (a full disk) leaves the segment as it was: the bytes that did reach
+        the file and the index entries made are taken back.
+        """
+        start = self._size
+        before = (self.next_offset, self.max_timestamp, self.offset_of_max_timestamp,
+                  self._bytes_since_index_entry, self._first_batch_timestamp)
+        position = start
+        try:
+            _pwrite_all(self.fd, data, position)
+            for header in headers:
+                self._index_batch(position, header)
+                position += header.size
+        except OSError:
+            self._undo_append(start, headers[0].base_offset, before)
+            raise
         self._size = position
+
+    def _undo_append(self, start: int, first_offset: int, before: tuple) -> None:
+        (self.next_offset, self.max_timestamp, self.offset_of_max_timestamp, self._bytes_since_index_entry,
+         self._first_batch_timestamp) = before
+        try:  # shrinking needs no space
+            self.file.truncate(start)
+            self.offset_index.truncate_to(first_offset)
+            self.time_index.truncate_to(first_offset)
+        except OSError as e:
+            log.error("%s: could not take back a failed append (%s); recovery will at the next start",
+                      self.log_path, e)
 
     def _note_batch(self, position: int, header: BatchHeader) -> None:
         if header.max_timestamp > self.max_timestamp:

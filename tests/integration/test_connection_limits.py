@@ -12,24 +12,16 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from protocol.connection import ClientConnection
 from tests.brokers import BrokerProcess
+from tests.members import wait_until
 from tests.rawclient import RawClient
 
 API_VERSIONS = 18
-
-
-def wait_until(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 def is_closed(sock: socket.socket) -> bool:
