@@ -223,6 +223,8 @@ LOG_LEVELS = {
     "TRACE": 5,
 }
 ROOT_LOGGER = "root"
+# The levels Kafka names when it refuses one (LogLevelConfig.VALID_LOG_LEVELS, in the order it prints them).
+_VALID_LEVELS = "DEBUG, ERROR, FATAL, INFO, TRACE, WARN"
 
 
 def _logger(name: str) -> logging.Logger:
@@ -252,7 +254,8 @@ def set_logger_level(name: str, level: str | None, validate_only: bool) -> None:
     if name not in logger_names():
         raise KafkaError(ErrorCode.INVALID_CONFIG, f"Logger {name} does not exist!")
     if level is not None and level.upper() not in LOG_LEVELS:
-        raise KafkaError(ErrorCode.INVALID_CONFIG, f"Cannot set the log level of {name} to {level}")
+        raise KafkaError(ErrorCode.INVALID_CONFIG, f"Cannot set the log level of {name} to {level} as it is not a "
+                                                   f"supported log level. Valid log levels are {_VALID_LEVELS}")
     if level is None and name == ROOT_LOGGER:
         raise KafkaError(ErrorCode.INVALID_REQUEST, "Removing the log level of the root logger is not allowed")
     if validate_only:

@@ -256,10 +256,10 @@ class TopicManager:
         if count < current:
             raise KafkaError(
                 ErrorCode.INVALID_PARTITIONS,
-                f"Topic currently has {current} partitions, which is higher than the requested {count}.",
+                f"The topic {name} currently has {current} partition(s); {count} would not be an increase.",
             )
         if count == current:
-            raise KafkaError(ErrorCode.INVALID_PARTITIONS, f"Topic already has {current} partitions.")
+            raise KafkaError(ErrorCode.INVALID_PARTITIONS, f"Topic already has {current} partition(s).")
         if count - current > MAX_PARTITIONS_PER_REQUEST:
             raise KafkaError(ErrorCode.POLICY_VIOLATION, "Excessively large number of partitions per request.")
         factor = len(record.assignment[0])

@@ -1,6 +1,7 @@
 """ElectLeaders: move leadership to the preferred replica, or (unclean) to any live replica.
 
-On one node every partition's only replica leads already: ELECTION_NOT_NEEDED. In a cluster
+On one node every partition's only replica leads already: ELECTION_NOT_NEEDED (left out of
+the answer when every partition was asked for, as Kafka's controller does). In a cluster
 the broker asked writes the new partition state itself (compare-and-set in ZooKeeper), as the
 controller would; the replicas take their new roles from the state's watch.
 """
@@ -22,11 +23,16 @@ async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
     election_type = request.election_type if ctx.version >= 1 else PREFERRED
     if election_type not in (PREFERRED, UNCLEAN):
         return {"throttle_time_ms": 0, "error_code": ErrorCode.INVALID_REQUEST, "replica_election_results": []}
-    wanted = _wanted(ctx, request.topic_partitions)
+    every_partition = request.topic_partitions is None
     by_topic: dict[str, list[dict[str, Any]]] = {}
-    for topic, index in wanted:
+    for topic, index in _wanted(ctx, request.topic_partitions):
         code = _elect(ctx, topic, index, election_type == UNCLEAN)
-        by_topic.setdefault(topic, []).append({"partition_id": index, "error_code": code, "error_message": None})
+        results_of_topic = by_topic.setdefault(topic, [])
+        # Asked for every partition, Kafka's controller answers only for those that needed an
+        # election (each topic is still listed): on a balanced cluster the answer is empty.
+        if every_partition and code == ErrorCode.ELECTION_NOT_NEEDED:
+            continue
+        results_of_topic.append({"partition_id": index, "error_code": code, "error_message": None})
     results = [{"topic": t, "partition_result": ps} for t, ps in by_topic.items()]
     return {"throttle_time_ms": 0, "error_code": ErrorCode.NO_ERROR, "replica_election_results": results}
 

@@ -366,8 +366,9 @@ def test_preferred_leader_election_brings_leadership_back(cluster: list[BrokerPr
     wait_until(lambda: {p: leader for p, (leader, _, _) in partition_info(cluster, topic).items()} == preferred,
                what="every partition led by its preferred replica")
     again = elect()
-    assert again.returncode == 0 and "Valid replica already elected for partitions" in again.stdout
-    assert "Successfully" not in again.stdout
+    # Asked for every partition, the answer names only those that needed an election (as Kafka's
+    # controller answers): none now, so nothing is printed, as kafka-leader-election.sh prints nothing.
+    assert (again.returncode, again.stdout) == (0, ""), again.stderr
 
 
 @pytest.mark.cluster_overrides({"leader.imbalance.check.interval.seconds": "1"})

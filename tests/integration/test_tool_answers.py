@@ -1,0 +1,54 @@
+"""Answers whose exact shape or text Kafka's own tools print (kafka-leader-election.sh,
+kafka-topics.sh, kafka-configs.sh): checked on the wire here, and side by side with Apache
+Kafka in compat_tests/test_kafka_tools.py."""
+
+from __future__ import annotations
+
+from protocol.errors import ErrorCode
+from tests.brokers import BrokerProcess
+from tests.rawclient import RawClient
+
+CREATE_PARTITIONS, INCREMENTAL_ALTER_CONFIGS, ELECT_LEADERS = 37, 44, 43
+BROKER_LOGGER, SET = 8, 0
+PREFERRED = 0
+
+
+def test_electing_every_partition_answers_only_for_those_that_needed_it(broker: BrokerProcess, new_topic) -> None:
+    """KRaft's controller leaves out ELECTION_NOT_NEEDED when asked for all partitions (the topic
+    entries stay), so kafka-leader-election.sh --all-topic-partitions prints nothing on a balanced
+    cluster; a partition asked for by name still gets ELECTION_NOT_NEEDED."""
+    topic = new_topic(partitions=2)
+    with RawClient(broker.bootstrap) as client:
+        everything = client.request(ELECT_LEADERS, 2, {"election_type": PREFERRED, "topic_partitions": None,
+                                                       "timeout_ms": 10000})
+        named = client.request(ELECT_LEADERS, 2, {"election_type": PREFERRED, "timeout_ms": 10000,
+                                                  "topic_partitions": [{"topic": topic, "partitions": [1]}]})
+    assert everything.error_code == ErrorCode.NO_ERROR
+    by_topic = {r.topic: list(r.partition_result) for r in everything.replica_election_results}
+    assert by_topic[topic] == []
+    assert [(r.topic, [(p.partition_id, p.error_code) for p in r.partition_result])
+            for r in named.replica_election_results] == [(topic, [(1, ErrorCode.ELECTION_NOT_NEEDED)])]
+
+
+def test_create_partitions_refusals_say_what_kafka_says(broker: BrokerProcess, new_topic) -> None:
+    topic = new_topic(partitions=3)
+    body = {"topics": [{"name": topic, "count": 2, "assignments": None}], "timeout_ms": 10000,
+            "validate_only": False}
+    same = {**body, "topics": [{"name": topic, "count": 3, "assignments": None}]}
+    with RawClient(broker.bootstrap) as client:
+        shrink = client.request(CREATE_PARTITIONS, 3, body).results[0]
+        unchanged = client.request(CREATE_PARTITIONS, 3, same).results[0]
+    assert (shrink.error_code, shrink.error_message) == (
+        ErrorCode.INVALID_PARTITIONS, f"The topic {topic} currently has 3 partition(s); 2 would not be an increase.")
+    assert (unchanged.error_code, unchanged.error_message) == (
+        ErrorCode.INVALID_PARTITIONS, "Topic already has 3 partition(s).")
+
+
+def test_an_unknown_log_level_is_refused_with_the_valid_ones(broker: BrokerProcess) -> None:
+    body = {"resources": [{"resource_type": BROKER_LOGGER, "resource_name": "0", "configs": [
+        {"name": "root", "config_operation": SET, "value": "LOUD"}]}], "validate_only": False}
+    with RawClient(broker.bootstrap) as client:
+        answer = client.request(INCREMENTAL_ALTER_CONFIGS, 1, body).responses[0]
+    assert (answer.error_code, answer.error_message) == (
+        ErrorCode.INVALID_CONFIG, "Cannot set the log level of root to LOUD as it is not a supported log level. "
+                                  "Valid log levels are DEBUG, ERROR, FATAL, INFO, TRACE, WARN")
