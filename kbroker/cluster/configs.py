@@ -223,7 +223,7 @@ LOG_LEVELS = {
     "TRACE": 5,
 }
 ROOT_LOGGER = "root"
-# The levels Kafka names when it refuses one (LogLevelConfig.VALID_LOG_LEVELS, in the order it prints them).
+# The levels Kafka accepts, upper case only (LogLevelConfig.VALID_LOG_LEVELS), in the order it names them.
 _VALID_LEVELS = "DEBUG, ERROR, FATAL, INFO, TRACE, WARN"
 
 
@@ -253,14 +253,14 @@ def set_logger_level(name: str, level: str | None, validate_only: bool) -> None:
     """Set a logger's level (None: inherit from its parent again, as Kafka's DELETE does)."""
     if name not in logger_names():
         raise KafkaError(ErrorCode.INVALID_CONFIG, f"Logger {name} does not exist!")
-    if level is not None and level.upper() not in LOG_LEVELS:
+    if level is not None and level not in _VALID_LEVELS.split(", "):
         raise KafkaError(ErrorCode.INVALID_CONFIG, f"Cannot set the log level of {name} to {level} as it is not a "
                                                    f"supported log level. Valid log levels are {_VALID_LEVELS}")
     if level is None and name == ROOT_LOGGER:
         raise KafkaError(ErrorCode.INVALID_REQUEST, "Removing the log level of the root logger is not allowed")
     if validate_only:
         return
-    _logger(name).setLevel(LOG_LEVELS[level.upper()] if level is not None else logging.NOTSET)
+    _logger(name).setLevel(LOG_LEVELS[level] if level is not None else logging.NOTSET)
 
 
 def _dynamic(name: str) -> bool:

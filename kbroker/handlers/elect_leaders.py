@@ -32,7 +32,8 @@ async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
         # election (each topic is still listed): on a balanced cluster the answer is empty.
         if every_partition and code == ErrorCode.ELECTION_NOT_NEEDED:
             continue
-        results_of_topic.append({"partition_id": index, "error_code": code, "error_message": None})
+        results_of_topic.append({"partition_id": index, "error_code": code,
+                                 "error_message": _message(ctx, topic, index, code)})
     results = [{"topic": t, "partition_result": ps} for t, ps in by_topic.items()]
     return {"throttle_time_ms": 0, "error_code": ErrorCode.NO_ERROR, "replica_election_results": results}
 
@@ -41,6 +42,15 @@ def _wanted(ctx: RequestContext, topic_partitions: Any) -> list[tuple[str, int]]
     if topic_partitions is None:  # every partition of the cluster
         return [(t.name, i) for t in ctx.broker.topics.store.list_topics() for i in sorted(t.assignment)]
     return [(t.topic, p) for t in topic_partitions for p in t.partitions]
+
+
+def _message(ctx: RequestContext, topic: str, index: int, code: ErrorCode) -> str | None:
+    """KRaft's texts for what does not exist (kafka-leader-election.sh prints them)."""
+    if code != ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+        return None
+    if ctx.broker.topics.store.get_topic(topic) is None:
+        return f"No such topic as {topic}"
+    return f"No such partition as {topic}-{index}"
 
 
 def _elect(ctx: RequestContext, topic: str, index: int, unclean: bool) -> ErrorCode:

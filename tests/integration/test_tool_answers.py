@@ -4,6 +4,8 @@ Kafka in compat_tests/test_kafka_tools.py."""
 
 from __future__ import annotations
 
+import pytest
+
 from protocol.errors import ErrorCode
 from tests.brokers import BrokerProcess
 from tests.rawclient import RawClient
@@ -30,6 +32,18 @@ def test_electing_every_partition_answers_only_for_those_that_needed_it(broker: 
             for r in named.replica_election_results] == [(topic, [(1, ErrorCode.ELECTION_NOT_NEEDED)])]
 
 
+def test_electing_what_does_not_exist_says_so(broker: BrokerProcess, new_topic) -> None:
+    topic = new_topic()
+    body = {"election_type": PREFERRED, "timeout_ms": 10000, "topic_partitions": [
+        {"topic": "no-such-topic", "partitions": [0]}, {"topic": topic, "partitions": [5]}]}
+    with RawClient(broker.bootstrap) as client:
+        answer = client.request(ELECT_LEADERS, 2, body)
+    assert [(p.partition_id, p.error_code, p.error_message) for r in answer.replica_election_results
+            for p in r.partition_result] == [
+        (0, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "No such topic as no-such-topic"),
+        (5, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"No such partition as {topic}-5")]
+
+
 def test_create_partitions_refusals_say_what_kafka_says(broker: BrokerProcess, new_topic) -> None:
     topic = new_topic(partitions=3)
     body = {"topics": [{"name": topic, "count": 2, "assignments": None}], "timeout_ms": 10000,
@@ -44,11 +58,13 @@ def test_create_partitions_refusals_say_what_kafka_says(broker: BrokerProcess, n
         ErrorCode.INVALID_PARTITIONS, "Topic already has 3 partition(s).")
 
 
-def test_an_unknown_log_level_is_refused_with_the_valid_ones(broker: BrokerProcess) -> None:
+@pytest.mark.parametrize("level", ["LOUD", "warn", "OFF"])
+def test_an_unknown_log_level_is_refused_with_the_valid_ones(broker: BrokerProcess, level: str) -> None:
+    """Kafka takes only its six level names, in upper case."""
     body = {"resources": [{"resource_type": BROKER_LOGGER, "resource_name": "0", "configs": [
-        {"name": "root", "config_operation": SET, "value": "LOUD"}]}], "validate_only": False}
+        {"name": "root", "config_operation": SET, "value": level}]}], "validate_only": False}
     with RawClient(broker.bootstrap) as client:
         answer = client.request(INCREMENTAL_ALTER_CONFIGS, 1, body).responses[0]
     assert (answer.error_code, answer.error_message) == (
-        ErrorCode.INVALID_CONFIG, "Cannot set the log level of root to LOUD as it is not a supported log level. "
+        ErrorCode.INVALID_CONFIG, f"Cannot set the log level of root to {level} as it is not a supported log level. "
                                   "Valid log levels are DEBUG, ERROR, FATAL, INFO, TRACE, WARN")
