@@ -31,7 +31,6 @@ from compat_tests.kafka_tools import (
     ToolPair,
     ToolResult,
     ToolTarget,
-    mask,
     rename,
     rename_column,
     replace,
@@ -330,8 +329,6 @@ def test_configs_topic_describe_alter(pair: ToolPair) -> None:
     assert "max.message.bytes=2000000" in described.stdout
     pair.assert_same("kafka-configs", *configs, "--alter", "--delete-config", "min.cleanable.dirty.ratio,max.message.bytes")
     pair.assert_same("kafka-configs", *configs, "--describe")
-    invalid, _ = pair.assert_same("kafka-configs", *configs, "--alter", "--add-config", "retention.ms=soon")
-    assert invalid.returncode == 1
     pair.assert_same("kafka-configs", *BS, "--entity-type", "topics", "--entity-name", "tools-nope", "--describe")
     pair.assert_same("kafka-configs", *BS, "--entity-type", "topics", "--entity-name", "tools-nope",
                      "--alter", "--add-config", "retention.ms=1")
@@ -348,13 +345,15 @@ TOPIC_DEFAULT_DIFFERENCES = [
 ]
 
 
-@pytest.mark.xfail(strict=True, reason="config types: Kafka says 'Not a number of type INT' for an INT config; "
-                                       "kbroker's LogConfig does not tell INT from LONG")
-def test_configs_topic_invalid_int(pair: ToolPair) -> None:
-    topic = "tools-configs-int"
-    create_topic(pair, topic, 1)
+@pytest.mark.xfail(strict=True, reason="config types: Kafka's refusal of a value that is no number names the "
+                                       "type ('Not a number of type INT'); kbroker's LogConfig does not tell "
+                                       "INT from LONG")
+@pytest.mark.parametrize("setting", ["segment.bytes=big", "retention.ms=soon"])
+def test_configs_topic_invalid_number(pair: ToolPair, setting: str) -> None:
+    topic = "tools-configs-number"
+    pair.run("kafka-topics", *BS, "--create", "--if-not-exists", "--topic", topic)
     pair.assert_same("kafka-configs", *BS, "--entity-type", "topics", "--entity-name", topic, "--alter",
-                     "--add-config", "segment.bytes=big")
+                     "--add-config", setting)
 
 
 @pytest.mark.xfail(strict=True, reason="DescribeConfigs synonyms: Kafka keeps a topic config's broker synonyms "
@@ -785,6 +784,8 @@ def sorted_rows(text: str) -> str:
     return "\n".join(sorted(rows(text)))
 
 
+# The time since the transaction started, which grows between the two runs.
+TXN_DURATION = rename_column(7, "duration-ms")
 # (kbroker subcommand and arguments, Kafka tool, its arguments, how to compare the outputs).
 # Both run against the same kbroker, after the tests above left topics, groups and a
 # transaction on it; column widths, blank lines and the order of rows are not compared.
@@ -795,7 +796,7 @@ CLI_CASES = [
     (["topics", *BS, "--describe", "--topic", "tools-records"], "kafka-topics",
      [*BS, "--describe", "--topic", "tools-records"], collapsed),
     (["topics", *BS, "--describe", "--topic", "tools-console.*"], "kafka-topics",
-     [*BS, "--describe", "--topic", "tools-console.*"], collapsed),
+     [*BS, "--describe", "--topic", "tools-console.*"], sorted_rows),
     (["consumer-groups", *BS, "--list"], "kafka-consumer-groups", [*BS, "--list"], sorted_rows),
     (["consumer-groups", *BS, "--list", "--state"], "kafka-consumer-groups", [*BS, "--list", "--state"],
      sorted_rows),
@@ -820,7 +821,7 @@ CLI_CASES = [
      [*BS, "--entity-type", "brokers", "--entity-default", "--describe"], collapsed),
     (["transactions", *BS, "list"], "kafka-transactions", [*BS, "list"], sorted_rows),
     (["transactions", *BS, "describe", "--transactional-id", "tools-txn-1"], "kafka-transactions",
-     [*BS, "describe", "--transactional-id", "tools-txn-1"], collapsed),
+     [*BS, "describe", "--transactional-id", "tools-txn-1"], lambda text: collapsed(TXN_DURATION(text))),
     (["transactions", *BS, "describe-producers", "--topic", "tools-txn", "--partition", "0"], "kafka-transactions",
      [*BS, "describe-producers", "--topic", "tools-txn", "--partition", "0"], collapsed),
     (["transactions", *BS, "find-hanging", "--broker-id", "0"], "kafka-transactions",
@@ -839,9 +840,15 @@ CLI_CASES = [
 ]
 
 
-@pytest.mark.parametrize(("ours", "tool", "tool_args", "compare"), CLI_CASES,
-                         ids=[" ".join(case[0][:1] + [a for a in case[0][3:] if not a.startswith("tools-")])
-                              for case in CLI_CASES])
+CLI_CASE_IDS = ["topics-list", "topics-list-exclude-internal", "topics-describe", "topics-describe-regex",
+                "groups-list", "groups-list-state", "groups-describe", "groups-members-verbose", "groups-state",
+                "groups-reset-dry-run", "configs-topic", "configs-topic-all", "configs-broker",
+                "configs-broker-default", "transactions-list", "transactions-describe",
+                "transactions-describe-producers", "transactions-find-hanging", "leader-election-all",
+                "leader-election-one", "console-consumer"]
+
+
+@pytest.mark.parametrize(("ours", "tool", "tool_args", "compare"), CLI_CASES, ids=CLI_CASE_IDS)
 def test_kbroker_cli_prints_what_kafkas_tool_prints(pair: ToolPair, ours: list[str], tool: str,
                                                      tool_args: list[str], compare: Callable[[str], str]) -> None:
     target = pair.kbroker
@@ -850,6 +857,7 @@ def test_kbroker_cli_prints_what_kafkas_tool_prints(pair: ToolPair, ours: list[s
         theirs = pool.submit(target.run, tool, *tool_args)
         kbroker_result, kafka_result = mine.result(), theirs.result()
     assert kbroker_result.returncode == kafka_result.returncode, (kbroker_result, kafka_result)
-    assert compare(mask(kbroker_result.stdout, target)) == compare(mask(kafka_result.stdout, target)), (
+    # Both ran against the same broker: no value needs masking, only the layout is normalized.
+    assert compare(kbroker_result.stdout) == compare(kafka_result.stdout), (
         f"kbroker {' '.join(ours)}\n--- kbroker's tool\n{kbroker_result.stdout}\n--- Kafka's tool\n"
         f"{kafka_result.stdout}")

@@ -237,9 +237,11 @@ def _assignment_text(assignment: list[TopicPartition]) -> str:
 def _print_state(group: GroupDescription) -> None:
     c = group.coordinator
     coordinator = f"{c.host}:{c.port}  ({c.node_id})"
-    _print_table([("GROUP", 15), ("COORDINATOR (ID)", 25), ("ASSIGNMENT-STRATEGY", 20), ("STATE", 20),
-                  ("#MEMBERS", 0)],
-                 [[group.group_id, coordinator, group.protocol or MISSING, group.state, str(len(group.members))]])
+    # Kafka's layout: the GROUP column is as wide as the coordinator's (at least 25), and an
+    # empty group's assignment strategy is blank.
+    _print_table([("GROUP", max(25, len(coordinator))), ("COORDINATOR (ID)", 25), ("ASSIGNMENT-STRATEGY", 20),
+                  ("STATE", 15), ("#MEMBERS", 0)],
+                 [[group.group_id, coordinator, group.protocol, group.state, str(len(group.members))]])
 
 
 # -- reset offsets ----------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from protocol.errors import ErrorCode, KafkaError
 
 _ACTIONS = ("create", "list", "describe", "alter", "delete")
 _DEFAULT_CONFIG = 5
+DESCRIBE_TOPIC_PARTITIONS = 75
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -69,6 +70,7 @@ def _list(client: Client, args: argparse.Namespace) -> None:
 def _describe(client: Client, args: argparse.Namespace) -> None:
     names = _existing_topics(client, args)
     metadata = client.metadata(names)
+    elr = _eligible_leader_replicas(client, names)
     partition_filter = args.under_replicated_partitions or args.unavailable_partitions
     for name in names:
         topic = metadata.topic(name)
@@ -80,8 +82,33 @@ def _describe(client: Client, args: argparse.Namespace) -> None:
                 continue
             if args.unavailable_partitions and p.leader >= 0:
                 continue
+            eligible, last_known = elr.get((name, index), ("N/A", "N/A"))
             print(f"\tTopic: {name}\tPartition: {index}\tLeader: {_node(p.leader)}\t"
-                  f"Replicas: {_ids(p.replicas)}\tIsr: {_ids(p.isr)}")
+                  f"Replicas: {_ids(p.replicas)}\tIsr: {_ids(p.isr)}\tElr: {eligible}\tLastKnownElr: {last_known}")
+
+
+def _eligible_leader_replicas(client: Client, names: list[str]) -> dict[tuple[str, int], tuple[str, str]]:
+    """Each partition's eligible leader replicas (KIP-966) and last known ones, as kafka-topics.sh
+    prints them: from DescribeTopicPartitions where the broker has it; where it has not (it
+    answers Metadata only) the tool prints N/A, and so do we (by leaving the partition out)."""
+    try:
+        client.version(DESCRIBE_TOPIC_PARTITIONS)
+    except KafkaError:
+        return {}
+    found: dict[tuple[str, int], tuple[str, str]] = {}
+    cursor = None
+    while names:
+        body = {"topics": [{"name": n} for n in names], "response_partition_limit": 2000, "cursor": cursor}
+        response = client.request(DESCRIBE_TOPIC_PARTITIONS, body)
+        for topic in response.topics:
+            for p in topic.partitions:
+                found[(topic.name, p.partition_index)] = (_ids(p.eligible_leader_replicas or []),
+                                                          _ids(p.last_known_elr or []))
+        cursor = response.next_cursor
+        if cursor is None:
+            break
+        cursor = {"topic_name": cursor.topic_name, "partition_index": cursor.partition_index}
+    return found
 
 
 def _alter(client: Client, args: argparse.Namespace) -> None:

@@ -116,7 +116,8 @@ TOPIC_LINE = re.compile(
     r"Topic: (?P<name>\S+)\tTopicId: (?P<id>[A-Za-z0-9_-]{22})\tPartitionCount: (?P<count>\d+)\t"
     r"ReplicationFactor: (?P<rf>\d+)\tConfigs: (?P<configs>.*)"
 )
-PARTITION_LINE = re.compile(r"\tTopic: (\S+)\tPartition: (\d+)\tLeader: (\d+)\tReplicas: ([\d,]+)\tIsr: ([\d,]+)")
+PARTITION_LINE = re.compile(r"\tTopic: (\S+)\tPartition: (\d+)\tLeader: (\d+)\tReplicas: ([\d,]+)\tIsr: ([\d,]+)"
+                            r"\tElr: (?:[\d,]*)\tLastKnownElr: (?:[\d,]*)")
 
 
 def test_topics_create_describe_list_delete(broker: BrokerProcess) -> None:
