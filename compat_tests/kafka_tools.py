@@ -184,17 +184,20 @@ def rows(text: str) -> list[str]:
 
 def rename_column(index: int, label: str, separator: str = "\t") -> Rule:
     """In a table of `separator`-separated cells (header first), each distinct value of column
-    `index` becomes <label-N>, numbered by first appearance; the padding is kept."""
+    `index` becomes <label-N>, numbered by first appearance, padded to the header's width (the
+    padding of the value itself depends on its length, e.g. a duration's number of digits)."""
 
     def apply(text: str) -> str:
         seen: dict[str, str] = {}
         lines = text.split("\n")
+        header = lines[0].split(separator)
+        width = len(header[index]) if len(header) > index else 0
         for number, line in enumerate(lines[1:], start=1):
             cells = line.split(separator)
             if len(cells) > index and cells[index].strip():
                 value = cells[index].strip()
                 seen.setdefault(value, f"<{label}-{len(seen) + 1}>")
-                cells[index] = cells[index].replace(value, seen[value], 1)
+                cells[index] = seen[value].ljust(width)
                 lines[number] = separator.join(cells)
         return "\n".join(lines)
 

@@ -34,7 +34,10 @@ def _describe(ctx: RequestContext, resource: Any, synonyms: bool, documentation:
     try:
         configs = _configs(ctx, resource.resource_type, resource.resource_name, keys, synonyms)
     except KafkaError as e:
-        return {**result, "error_code": e.code, "error_message": e.message}
+        # Kafka answers a topic it does not have with the code alone (kafka-configs.sh prints
+        # "UnknownTopicOrPartitionException: " and nothing more).
+        unknown_topic = e.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION and resource.resource_type == ResourceType.TOPIC
+        return {**result, "error_code": e.code, "error_message": None if unknown_topic else e.message}
     if documentation:
         for entry in configs:
             definition = BROKER_CONFIG_DEFS.get(entry["name"])

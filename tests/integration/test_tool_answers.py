@@ -10,8 +10,8 @@ from protocol.errors import ErrorCode
 from tests.brokers import BrokerProcess
 from tests.rawclient import RawClient
 
-CREATE_PARTITIONS, INCREMENTAL_ALTER_CONFIGS, ELECT_LEADERS = 37, 44, 43
-BROKER_LOGGER, SET = 8, 0
+DESCRIBE_CONFIGS, CREATE_PARTITIONS, INCREMENTAL_ALTER_CONFIGS, ELECT_LEADERS = 32, 37, 44, 43
+TOPIC, BROKER_LOGGER, SET = 2, 8, 0
 PREFERRED = 0
 
 
@@ -68,3 +68,12 @@ def test_an_unknown_log_level_is_refused_with_the_valid_ones(broker: BrokerProce
     assert (answer.error_code, answer.error_message) == (
         ErrorCode.INVALID_CONFIG, f"Cannot set the log level of root to {level} as it is not a supported log level. "
                                   "Valid log levels are DEBUG, ERROR, FATAL, INFO, TRACE, WARN")
+
+
+def test_describing_the_configs_of_a_missing_topic_answers_the_code_alone(broker: BrokerProcess) -> None:
+    body = {"resources": [{"resource_type": TOPIC, "resource_name": "no-such-topic", "configuration_keys": None}],
+            "include_synonyms": True, "include_documentation": False}
+    with RawClient(broker.bootstrap) as client:
+        result = client.request(DESCRIBE_CONFIGS, 4, body).results[0]
+    assert (result.error_code, result.error_message, list(result.configs)) == (
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None, [])
