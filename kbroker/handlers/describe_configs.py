@@ -34,10 +34,10 @@ def _describe(ctx: RequestContext, resource: Any, synonyms: bool, documentation:
     try:
         configs = _configs(ctx, resource.resource_type, resource.resource_name, keys, synonyms)
     except KafkaError as e:
-        # Kafka answers a topic it does not have with the code alone (kafka-configs.sh prints
-        # "UnknownTopicOrPartitionException: " and nothing more).
+        # Kafka answers a topic it does not have with the code and an empty message (the field's
+        # default; kafka-configs.sh prints "UnknownTopicOrPartitionException: " and nothing more).
         unknown_topic = e.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION and resource.resource_type == ResourceType.TOPIC
-        return {**result, "error_code": e.code, "error_message": None if unknown_topic else e.message}
+        return {**result, "error_code": e.code, "error_message": "" if unknown_topic else e.message}
     if documentation:
         for entry in configs:
             definition = BROKER_CONFIG_DEFS.get(entry["name"])

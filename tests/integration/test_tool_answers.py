@@ -71,9 +71,11 @@ def test_an_unknown_log_level_is_refused_with_the_valid_ones(broker: BrokerProce
 
 
 def test_describing_the_configs_of_a_missing_topic_answers_the_code_alone(broker: BrokerProcess) -> None:
+    """Kafka leaves the message at its default, "" (not null, which clients would replace by the
+    code's own text)."""
     body = {"resources": [{"resource_type": TOPIC, "resource_name": "no-such-topic", "configuration_keys": None}],
             "include_synonyms": True, "include_documentation": False}
     with RawClient(broker.bootstrap) as client:
         result = client.request(DESCRIBE_CONFIGS, 4, body).results[0]
     assert (result.error_code, result.error_message, list(result.configs)) == (
-        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None, [])
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "", [])
