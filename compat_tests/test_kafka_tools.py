@@ -10,6 +10,7 @@ is masked or checked separately, and listed in compat_tests/README.md ("Kafka's 
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import socket
@@ -98,8 +99,10 @@ def pair(kafka_home: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator
         yield tools
         tools.close()
     finally:
-        kbroker.kill() if not kbroker.alive else kbroker.stop()
-        kafka.stop()
+        if kbroker.alive:
+            kbroker.stop()
+        if kafka.proc is not None:
+            kafka.stop()
 
 
 def create_topic(pair: ToolPair, name: str, partitions: int = 1, *config: str) -> None:
@@ -261,9 +264,13 @@ def test_consumer_groups_describe_an_active_group(pair: ToolPair, group_topic: s
         pair.assert_same("kafka-consumer-groups", *BS, "--delete", "--group", group)
     finally:
         for process in members.values():
-            process.send_signal(signal.SIGTERM)
+            process.send_signal(signal.SIGTERM)  # the consumer leaves the group and exits
         for process in members.values():
-            process.wait(30)
+            try:
+                process.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.communicate()
 
 
 def test_consumer_groups_list_and_describe_an_empty_group(pair: ToolPair, group_topic: str) -> None:
