@@ -56,6 +56,7 @@ class Broker:
             retention_check_interval_ms=config.log_retention_check_interval_ms,
             cleaner_backoff_ms=config.log_cleaner_backoff_ms,
             checkpoint_interval_ms=config.checkpoint_interval_ms,
+            initial_task_delay_ms=config.log_initial_task_delay_ms,
         )
         self.replicas = ReplicaManager(config.broker_id, self.log_manager, fetcher_config=FetcherConfig(
             max_wait_ms=config.get("replica.fetch.wait.max.ms"), min_bytes=config.get("replica.fetch.min.bytes"),

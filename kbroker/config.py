@@ -100,6 +100,9 @@ _DEFS = [
     ConfigDef("log.cleaner.enable", _bool, "true", "Run compaction for cleanup.policy=compact topics."),
     ConfigDef("log.cleaner.backoff.ms", _int, "15000", "Pause between compaction passes."),
     ConfigDef("log.flush.offset.checkpoint.interval.ms", _int, "60000", "How often recovery points are saved."),
+    ConfigDef("log.initial.task.delay.ms", _int, "30000",
+              "How long after start retention, flush.ms flushes, the recovery-point and log-start-offset "
+              "checkpoints and the removal of deleted partitions first run (Kafka: for testing only)."),
     ConfigDef("log.flush.scheduler.interval.ms", _int, "9223372036854775807", "Kept for compatibility."),
     # Consumer groups and committed offsets.
     ConfigDef("group.initial.rebalance.delay.ms", _int, "3000", "How long a new group waits for more members."),
@@ -397,6 +400,9 @@ class BrokerConfig:
         self.log_cleaner_enable: bool = self.values["log.cleaner.enable"]
         self.log_cleaner_backoff_ms: int = self.values["log.cleaner.backoff.ms"]
         self.checkpoint_interval_ms: int = self.values["log.flush.offset.checkpoint.interval.ms"]
+        self.log_initial_task_delay_ms: int = self.values["log.initial.task.delay.ms"]
+        if self.log_initial_task_delay_ms < 0:
+            raise ConfigError("log.initial.task.delay.ms must be at least 0")
         self._listeners = parse_listeners(self.values["listeners"], "listeners")
         advertised = self.values["advertised.listeners"]
         self._advertised = parse_listeners(advertised, "advertised.listeners") if advertised else None

@@ -781,11 +781,16 @@ class Log:
             segment.flush()
 
     def flush_if_due(self, now_ms: int) -> None:
-        """Periodic: flush rolled segments (Kafka does so right after a roll), and honour flush.ms."""
+        """Periodic: honour flush.ms, and flush rolled segments."""
         if now_ms - self.last_flush_ms >= self.config.flush_ms:
             self.flush()
             self.last_flush_ms = now_ms
-        elif self.recovery_point < self.active_segment.base_offset:
+        else:
+            self.flush_rolled()
+
+    def flush_rolled(self) -> None:
+        """Flush the segments rolled since the last flush (Kafka does so right after a roll)."""
+        if self.recovery_point < self.active_segment.base_offset:
             self.flush(self.active_segment.base_offset)
 
     def close(self) -> None:

@@ -6,6 +6,15 @@ Per log dir, in Kafka's formats: `recovery-point-offset-checkpoint`,
 shutdown (its absence at start makes every log recover from its recovery point).
 
 Single-threaded: meant to be driven from the event loop (`tick` about once a second).
+
+Periodic upkeep is scheduled as Kafka's LogManager schedules its tasks: retention
+(kafka-log-retention), the flush.ms flusher (kafka-log-flusher), the recovery-point and
+log-start-offset checkpoints (kafka-recovery-point-checkpoint, kafka-log-start-offset-checkpoint)
+and the removal of deleted partitions' directories (kafka-delete-logs) first run
+`log.initial.task.delay.ms` (30 s) after the logs are loaded, then at their intervals. What Kafka
+runs from the start runs from the start: compaction (the LogCleaner's threads), the flush that
+follows a roll, the deletion of `.deleted` segment files (each has its own delay), the
+high-watermark and cleaner-offset checkpoints (ReplicaManager's and the cleaner's).
 """
 
 from __future__ import annotations
@@ -29,10 +38,25 @@ CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 DELETE_DIR_SUFFIX = "-delete"
 # How often a full log dir is tried for room again.
 PROBE_INTERVAL_MS = 2_000
+# Kafka's log.initial.task.delay.ms default (ServerLogConfigs.LOG_INITIAL_TASK_DELAY_MS_DEFAULT).
+DEFAULT_INITIAL_TASK_DELAY_MS = 30_000
 # KRaft's metadata log lives in a log dir too; it is not a partition this manager owns.
 _NOT_PARTITION_PREFIXES = ("__cluster_metadata",)
 
 ConfigProvider = Callable[[str], LogConfig]
+
+# What each checkpoint file holds per partition.
+_CHECKPOINTED_FIELDS: dict[str, Callable[[Log], int]] = {
+    checkpoint.RECOVERY_POINT_CHECKPOINT: lambda each: each.recovery_point,
+    checkpoint.REPLICATION_CHECKPOINT: lambda each: each.high_watermark,
+    checkpoint.LOG_START_CHECKPOINT: lambda each: each.log_start_offset,
+    checkpoint.CLEANER_CHECKPOINT: lambda each: each.cleaner_checkpoint,
+}
+ALL_CHECKPOINTS = tuple(_CHECKPOINTED_FIELDS)
+# Kafka's LogManager writes these on tasks that wait log.initial.task.delay.ms after start...
+DELAYED_CHECKPOINTS = (checkpoint.RECOVERY_POINT_CHECKPOINT, checkpoint.LOG_START_CHECKPOINT)
+# ...and its ReplicaManager (high watermarks) and cleaner write these from the start.
+UNDELAYED_CHECKPOINTS = (checkpoint.REPLICATION_CHECKPOINT, checkpoint.CLEANER_CHECKPOINT)
 
 
 def _default_config(_topic: str) -> LogConfig:
@@ -48,6 +72,7 @@ class LogManager:
         retention_check_interval_ms: int = 300_000,
         cleaner_backoff_ms: int = 15_000,
         checkpoint_interval_ms: int = 60_000,
+        initial_task_delay_ms: int = DEFAULT_INITIAL_TASK_DELAY_MS,
         clock: Clock = wall_clock_ms,
     ) -> None:
         if not log_dirs:
@@ -60,9 +85,8 @@ class LogManager:
         self.clock = clock
         self._logs: dict[tuple[str, int], Log] = {}
         self._dirs_to_delete: list[tuple[int, Path, Log]] = []
-        self._next_retention_ms = 0
         self._next_cleaning_ms = 0
-        self._next_checkpoint_ms = 0
+        self._next_hw_checkpoint_ms = 0
         self._next_probe_ms = 0
         # Called with a dir's health when it goes FULL, OFFLINE or back ONLINE (the broker moves
         # leadership in a cluster).
@@ -70,6 +94,11 @@ class LogManager:
         self.health = {d: LogDirHealth(d, self._dir_changed) for d in self.log_dirs}
         for log_dir in self.log_dirs:
             self._load_dir(log_dir)
+        # A broker that has just started serves before its upkeep deletes or checkpoints anything:
+        # records written with old timestamps right after a start are not gone a second later.
+        self._delayed_tasks_start_ms = self.clock() + initial_task_delay_ms
+        self._next_retention_ms = self._delayed_tasks_start_ms
+        self._next_checkpoint_ms = self._delayed_tasks_start_ms
 
     def _dir_changed(self, health: LogDirHealth) -> None:
         if self.on_dir_change is not None:
@@ -200,12 +229,16 @@ class LogManager:
 
     def tick(self, now_ms: int) -> None:
         """Called about once a second: deferred deletions, flushes, retention, compaction, checkpoints."""
-        self._delete_expired(now_ms)
+        delayed_tasks_due = now_ms >= self._delayed_tasks_start_ms
+        self._delete_expired(now_ms, remove_dirs=delayed_tasks_due)
         if now_ms >= self._next_probe_ms:
             self._next_probe_ms = now_ms + PROBE_INTERVAL_MS
             for health in self.health.values():
                 health.probe()
-        self._for_each_log("flush", lambda each: each.flush_if_due(now_ms))
+        if delayed_tasks_due:
+            self._for_each_log("flush", lambda each: each.flush_if_due(now_ms))
+        else:
+            self._for_each_log("flush", Log.flush_rolled)
         if now_ms >= self._next_retention_ms:
             self._next_retention_ms = now_ms + self.retention_check_interval_ms
             # Retention frees space: it runs on a full dir too.
@@ -215,7 +248,10 @@ class LogManager:
             self._for_each_log("compaction", lambda each: compact(each, now_ms) if each.config.compact else None)
         if now_ms >= self._next_checkpoint_ms:
             self._next_checkpoint_ms = now_ms + self.checkpoint_interval_ms
-            self.write_checkpoints()
+            self.write_checkpoints(DELAYED_CHECKPOINTS)
+        if now_ms >= self._next_hw_checkpoint_ms:
+            self._next_hw_checkpoint_ms = now_ms + self.checkpoint_interval_ms
+            self.write_checkpoints(UNDELAYED_CHECKPOINTS)
 
     def _for_each_log(self, what: str, work: Callable[[Log], object], needs_write: bool = True) -> None:
         for each in self.logs():
@@ -230,33 +266,31 @@ class LogManager:
             except Exception:  # one broken log must not stop the upkeep of the others
                 log.exception("%s of %s failed", what, each.name)
 
-    def _delete_expired(self, now_ms: int) -> None:
+    def _delete_expired(self, now_ms: int, remove_dirs: bool = True) -> None:
         for each in self.logs():
             each.delete_expired_files(now_ms)
+        if not remove_dirs:
+            return
         due = [entry for entry in self._dirs_to_delete if entry[0] <= now_ms]
         self._dirs_to_delete = [entry for entry in self._dirs_to_delete if entry[0] > now_ms]
         for _, directory, doomed in due:
             _remove_deleted_log(directory, doomed)
 
-    def write_checkpoints(self) -> None:
+    def write_checkpoints(self, files: Sequence[str] = ALL_CHECKPOINTS) -> None:
+        """Write the named checkpoint files (all by default) of every writable log dir."""
         for log_dir in self.log_dirs:
             if not self.health[log_dir].writable:
                 continue
             try:
-                self._write_checkpoints(log_dir)
+                self._write_checkpoints(log_dir, files)
             except OSError as e:
                 self.health[log_dir].failed(e, f"writing the checkpoints of {log_dir}")
 
-    def _write_checkpoints(self, log_dir: Path) -> None:
+    def _write_checkpoints(self, log_dir: Path, files: Sequence[str]) -> None:
         logs = self.logs_in(log_dir)
-
-        def offsets(field: Callable[[Log], int]) -> dict[tuple[str, int], int]:
-            return {(each.topic, each.partition): field(each) for each in logs}
-
-        checkpoint.write_offsets(log_dir / checkpoint.RECOVERY_POINT_CHECKPOINT, offsets(lambda e: e.recovery_point))
-        checkpoint.write_offsets(log_dir / checkpoint.REPLICATION_CHECKPOINT, offsets(lambda e: e.high_watermark))
-        checkpoint.write_offsets(log_dir / checkpoint.LOG_START_CHECKPOINT, offsets(lambda e: e.log_start_offset))
-        checkpoint.write_offsets(log_dir / checkpoint.CLEANER_CHECKPOINT, offsets(lambda e: e.cleaner_checkpoint))
+        for name in files:
+            field = _CHECKPOINTED_FIELDS[name]
+            checkpoint.write_offsets(log_dir / name, {(each.topic, each.partition): field(each) for each in logs})
 
     # -- shutdown -------------------------------------------------------------------------------
 
