@@ -15,6 +15,7 @@ import pytest
 from confluent_kafka import Producer
 
 from compat_tests.kafka_local import LocalKafka, kafka_home_or_skip, run_tool
+from kbroker.client import Client
 from kbroker.metadata.local_store import STORE_FILE
 from protocol.errors import ErrorCode
 from tests.brokers import BrokerProcess
@@ -76,6 +77,11 @@ def produce_one(bootstrap: str, topic: str, size: int) -> str | None:
     producer.produce(topic, b"x" * size, on_delivery=lambda e, _m: outcome.append(e and e.name()))
     producer.flush(30)
     return outcome[0]
+
+
+def leader_of(brokers: list[BrokerProcess], topic: str) -> int:
+    with Client(",".join(b.bootstrap for b in brokers)) as client:
+        return client.metadata([topic], refresh=True).topic(topic).partitions[0].leader
 
 
 # -- takes effect at once ----------------------------------------------------------------------
@@ -256,7 +262,7 @@ def test_zookeeper_layout_and_every_broker_follows_the_default(tmp_path: Path, z
         topic = create_topic(brokers[1].bootstrap, "follows-cluster-default")
         assert incremental(brokers[0].bootstrap, "", ("log.retention.ms", SET, "7200000"),
                            ("log.cleaner.threads", SET, "2")) == (ErrorCode.NO_ERROR, None)
-        assert incremental(brokers[0].bootstrap, "0", ("message.max.bytes", SET, "2000")) == (ErrorCode.NO_ERROR, None)
+        assert incremental(brokers[0].bootstrap, "0", ("message.max.bytes", SET, "2000000")) == (ErrorCode.NO_ERROR, None)
 
         def follows() -> bool:
             entry = describe(brokers[1].bootstrap, topic, ["retention.ms"], TOPIC)["retention.ms"]
@@ -267,6 +273,17 @@ def test_zookeeper_layout_and_every_broker_follows_the_default(tmp_path: Path, z
         # Broker 0's own value stays with broker 0.
         assert value_and_source(describe(brokers[1].bootstrap, "1")["message.max.bytes"]) == ("1048588", DEFAULT)
 
+        # A topic config changed through one broker reaches the leader on the other.
+        leader = leader_of(brokers, topic)
+        other = brokers[1 - leader]
+        assert produce_one(brokers[leader].bootstrap, topic, 5000) is None
+        body = {"resources": [{"resource_type": TOPIC, "resource_name": topic, "configs": [
+            {"name": "max.message.bytes", "config_operation": SET, "value": "1000"}]}], "validate_only": False}
+        with RawClient(other.bootstrap) as client:
+            assert client.request(INCREMENTAL_ALTER_CONFIGS, 1, body).responses[0].error_code == ErrorCode.NO_ERROR
+        wait_until(lambda: produce_one(brokers[leader].bootstrap, topic, 5000) == "MSG_SIZE_TOO_LARGE",
+                   "the leader following the topic's new max.message.bytes")
+
         host, _, chroot = zk_connect.partition("/")
         zk = KazooClient(hosts=host)
         zk.start()
@@ -275,7 +292,7 @@ def test_zookeeper_layout_and_every_broker_follows_the_default(tmp_path: Path, z
             assert json.loads(default) == {"version": 1, "config": {"log.retention.ms": "7200000",
                                                                     "log.cleaner.threads": "2"}}
             own, _ = zk.get(f"/{chroot}/config/brokers/0")
-            assert json.loads(own) == {"version": 1, "config": {"message.max.bytes": "2000"}}
+            assert json.loads(own) == {"version": 1, "config": {"message.max.bytes": "2000000"}}
             changes = zk.get_children(f"/{chroot}/config/changes")
             paths = {json.loads(zk.get(f"/{chroot}/config/changes/{c}")[0])["entity_path"] for c in changes}
             assert {"brokers/<default>", "brokers/0"} <= paths
