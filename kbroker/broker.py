@@ -47,10 +47,10 @@ class Broker:
             cluster_id = self.store.get_or_create_cluster_id(config.cluster_id) if config.zookeeper_connect \
                 else config.cluster_id
             self.cluster_id = load_or_create_meta(log_dirs, config.broker_id, cluster_id)
+            self.configs = ConfigService(self)  # applies the stored dynamic broker configs to `config`
         except BaseException:
             self.store.close()
             raise
-        self.configs = ConfigService(self)
         self.log_manager = LogManager(
             log_dirs,
             retention_check_interval_ms=config.log_retention_check_interval_ms,
@@ -143,6 +143,7 @@ class Broker:
         self.groups.load()
         self.groups.start_timers()
         self.transactions.load()
+        self.configs.start(asyncio.get_running_loop())
         for listener in self.config.listeners_parsed():
             port = await self.server.start(listener.host, listener.port)
             self.bound.append((listener.name, listener.host, port))
@@ -288,6 +289,7 @@ class Broker:
                 await self._ticker
         if self.cluster is not None:
             await self._controlled_shutdown()
+        self.configs.stop()
         await self.server.stop()
         await self.replicas.stop()
         self.log_manager.shutdown()

@@ -58,8 +58,10 @@ def test_retention_defaults_to_two_weeks_and_synonyms_rank_like_kafka() -> None:
     assert hours == ("3600000", "log.retention.hours", "static")
     both = BrokerConfig({"log.retention.hours": "1", "log.retention.minutes": "5"})
     assert both.topic_defaults()["retention.ms"] == "300000"
-    dynamic = both.topic_default_entries({"log.retention.ms": ("42", "dynamic-default")})
-    assert dynamic["retention.ms"] == ("42", "log.retention.ms", "dynamic-default")
+    both.apply_dynamic({"log.retention.ms": "42"}, {})
+    assert both.topic_default_entries()["retention.ms"] == ("42", "log.retention.ms", "dynamic-default")
+    both.apply_dynamic({"log.retention.ms": "42"}, {"log.retention.ms": "7"})
+    assert both.topic_default_entries()["retention.ms"] == ("7", "log.retention.ms", "dynamic")
     assert BrokerConfig({"message.max.bytes": "2000"}).topic_defaults()["max.message.bytes"] == "2000"
 
 
