@@ -289,7 +289,7 @@ class LogDirMover:
             budget = min(COPY_CHUNK_BYTES, max(rate // 10, HEADER_SIZE))
             try:
                 copied, remaining = _copy(move, budget)
-                if remaining <= FINAL_COPY_BYTES:
+                if remaining <= min(FINAL_COPY_BYTES, budget):  # a pace applies to the last bytes too
                     # Pending bulk fsyncs first, off the loop: the swap itself then waits for little.
                     await asyncio.to_thread(move.future.flush)
                     if not self._live(key, move):
