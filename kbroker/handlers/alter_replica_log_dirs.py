@@ -3,7 +3,8 @@
 Kafka's ReplicaManager.alterReplicaLogDirs, partition by partition: the path must be one of
 `log.dirs` (LOG_DIR_NOT_FOUND) and take writes (KAFKA_STORAGE_ERROR); a move to another dir in
 progress stops; a partition not hosted here yet has the dir recorded so that it is created there
-later, and gets REPLICA_NOT_AVAILABLE (UNKNOWN_TOPIC_OR_PARTITION when the topic does not exist);
+later, and gets REPLICA_NOT_AVAILABLE (UNKNOWN_TOPIC_OR_PARTITION, and nothing recorded, when
+the partition does not exist);
 otherwise the copy starts in the background (see kbroker/storage/log_mover.py) and the answer is
 NONE at once. DescribeLogDirs shows its progress.
 """
@@ -42,10 +43,14 @@ def _alter(ctx: RequestContext, topic: str, partition: int, path: str) -> int:
     key = (topic, partition)
     try:
         log_dir = mover.log_dir_for(path, topic, partition)
+        hosted = ctx.broker.replicas.find(topic, partition) is not None
+        if not hosted and not ctx.broker.topics.partition_exists(topic, partition):
+            # Kafka records a preferred dir even for unknown partitions; kbroker does not, so that
+            # requests naming made-up partitions cannot grow the broker's memory.
+            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         mover.prefer(key, log_dir)
-        if ctx.broker.replicas.find(topic, partition) is None:
-            exists = ctx.broker.topics.partition_exists(topic, partition)
-            return ErrorCode.REPLICA_NOT_AVAILABLE if exists else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        if not hosted:
+            return ErrorCode.REPLICA_NOT_AVAILABLE
         mover.move(key, log_dir)
     except KafkaError as e:
         return e.code
