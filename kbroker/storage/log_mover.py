@@ -281,6 +281,9 @@ class LogDirMover:
         except Exception:
             log.exception("%s: moving to another log dir failed", move.source.name)
             self._abort(key, move, "unexpected error")
+        finally:
+            if self._moves.get(key) is move and self.manager.future_logs.get(key) is not move.future:
+                del self._moves[key]  # the partition or its copy went away (a deleted topic)
 
     async def _copy_until_swapped(self, key: Key, move: _Move) -> None:
         _resume_point(move)
