@@ -26,8 +26,10 @@ from kbroker.metadata.local_store import LocalMetadataStore
 from kbroker.metadata.store import BrokerEndpoint, BrokerIdInUse, BrokerRegistration, MetadataStore
 from kbroker.server.fetch_sessions import FetchSessionCache
 from kbroker.server.server import Server
+from kbroker.storage.log import Log
 from kbroker.storage.log_dir_health import LogDirHealth
 from kbroker.storage.log_manager import LogManager
+from kbroker.storage.log_mover import LogDirMover
 
 log = logging.getLogger("kbroker")
 
@@ -58,6 +60,7 @@ class Broker:
             checkpoint_interval_ms=config.checkpoint_interval_ms,
             initial_task_delay_ms=config.log_initial_task_delay_ms,
         )
+        self.log_mover = LogDirMover(self.log_manager, on_replaced=self._on_log_replaced, rate=self._log_dir_move_rate)
         self.replicas = ReplicaManager(config.broker_id, self.log_manager, fetcher_config=FetcherConfig(
             max_wait_ms=config.get("replica.fetch.wait.max.ms"), min_bytes=config.get("replica.fetch.min.bytes"),
             max_bytes=config.get("replica.fetch.response.max.bytes"),
@@ -154,6 +157,7 @@ class Broker:
             self.cluster.on_leadership_change = self._on_leadership_change
             self.cluster.start()
         self._ticker = asyncio.create_task(self._tick_forever())
+        self.log_mover.start()  # moves between log dirs that a restart interrupted
         # What start built (logs, indexes, coordinator state) lives as long as the broker: keep
         # it out of the collector's full passes, which otherwise scan it all again every time a
         # large request's objects trigger one (and hold up every client while they run).
@@ -190,6 +194,17 @@ class Broker:
             return
         log.warning("log dir %s is %s: leadership of %d partition(s) moved to other replicas",
                     health.path, health.state.value, len(moved))
+
+    def _on_log_replaced(self, log_: Log) -> None:
+        """A replica moved to another log dir: its partition reads and writes the new copy from now on."""
+        partition = self.replicas.find(log_.topic, log_.partition)
+        if partition is not None:
+            partition.log = log_
+
+    def _log_dir_move_rate(self) -> int:
+        name = "replica.alter.log.dirs.io.max.bytes.per.second"
+        dynamic = self.configs.dynamic_broker_configs().get(name)
+        return int(dynamic[0]) if dynamic is not None else self.config.get(name)
 
     def _on_leadership_change(self, topic: str, index: int, leads: bool) -> None:
         """Coordinator failover: the new leader of an internal partition replays it and takes over
@@ -292,6 +307,7 @@ class Broker:
         self.configs.stop()
         await self.server.stop()
         await self.replicas.stop()
+        await self.log_mover.stop()
         self.log_manager.shutdown()
         if self.cluster is not None:
             self.cluster.stop()

@@ -54,7 +54,7 @@ class CleanablePart:
 
 def compact(log_: Log, now_ms: int) -> bool:
     """One cleaning pass if the log is due for one; True if it ran."""
-    if not log_.config.compact:
+    if not log_.config.compact or log_.cleaning_paused:
         return False
     part = cleanable_part(log_, now_ms)
     if part is None or not _is_due(log_, part, now_ms):

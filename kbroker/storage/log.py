@@ -13,6 +13,7 @@ import os
 import random
 import shutil
 import time
+import uuid
 from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -55,6 +56,8 @@ Clock = Callable[[], int]
 CLEANED_SUFFIX = ".cleaned"
 SWAP_SUFFIX = ".swap"
 HIGH_WATERMARK = -1  # DeleteRecords' "up to the high watermark"
+# A replica being copied to another log dir of this broker: `<topic>-<partition>.<uuid>-future`.
+FUTURE_DIR_SUFFIX = "-future"
 
 
 def wall_clock_ms() -> int:
@@ -67,6 +70,25 @@ def parse_log_dir_name(name: str) -> tuple[str, int] | None:
     if not sep or not topic or not partition.isdigit():
         return None
     return topic, int(partition)
+
+
+def future_dir_name(topic: str, partition: int) -> str:
+    """Kafka's name for a future replica's directory: `<topic>-<partition>.<uuid>-future`."""
+    return f"{topic}-{partition}.{uuid.uuid4().hex}{FUTURE_DIR_SUFFIX}"
+
+
+def parse_future_dir_name(name: str) -> tuple[str, int] | None:
+    """`<topic>-<partition>.<32 hex>-future` -> (topic, partition); None for anything else."""
+    return _parse_suffixed_dir_name(name, FUTURE_DIR_SUFFIX)
+
+
+def _parse_suffixed_dir_name(name: str, suffix: str) -> tuple[str, int] | None:
+    if not name.endswith(suffix):
+        return None
+    base, dot, unique = name[: -len(suffix)].rpartition(".")
+    if not dot or len(unique) != 32 or any(c not in "0123456789abcdef" for c in unique):
+        return None
+    return parse_log_dir_name(base)
 
 
 class UnexpectedAppendOffset(KafkaError):
@@ -100,11 +122,15 @@ class Log:
         clock: Clock = wall_clock_ms,
         health: LogDirHealth | None = None,
     ) -> None:
-        parsed = parse_log_dir_name(directory.name)
+        parsed = parse_log_dir_name(directory.name) or parse_future_dir_name(directory.name)
         if parsed is None:
-            raise ValueError(f"{directory} is not named <topic>-<partition>")
+            raise ValueError(f"{directory} is not named <topic>-<partition> (or <topic>-<partition>.<id>-future)")
         self.topic, self.partition = parsed
         self.directory = directory
+        self.is_future = directory.name.endswith(FUTURE_DIR_SUFFIX)
+        # Compaction waits while the log is copied to another log dir (Kafka's abortAndPauseCleaning):
+        # a rewritten segment would no longer match the copy.
+        self.cleaning_paused = False
         self.config = config
         self.clock = clock
         # Shared by every log of the dir: a full or failed disk stops writes to all of them.
@@ -763,6 +789,51 @@ class Log:
         self.cleaner_checkpoint = min(self.cleaner_checkpoint, end)
         self._high_watermark = min(self._high_watermark, end)
         self.epochs.truncate_from_end(end)
+
+    # -- moving between log dirs -----------------------------------------------------------------
+
+    def adopt_state_of(self, source: Log, now_ms: int) -> None:
+        """A complete copy (a future replica) takes over what the batches alone do not say: the
+        source's log start, high watermark, leader epochs, producer state and segment layout.
+
+        Call only when this log holds every batch of `source` (same log end)."""
+        if self._log_end_offset != source.log_end_offset:
+            raise ValueError(f"{self.name}: the copy ends at {self._log_end_offset}, the source at "
+                             f"{source.log_end_offset}")
+        source_active = source.active_segment.base_offset
+        if source_active > self.active_segment.base_offset:
+            self.roll(now_ms, source_active)  # the source rolled an empty segment at its end
+        self.high_watermark = source.high_watermark
+        if source.log_start_offset > self.log_start_offset:
+            self._advance_log_start(source.log_start_offset)
+        self._delete_segments_below_log_start(now_ms)
+        self.epochs.replace_entries(source.epochs.entries)
+        state, theirs = self.producer_state, source.producer_state
+        state.producers = {pid: entry.copy() for pid, entry in theirs.producers.items()}
+        state.ongoing = dict(theirs.ongoing)
+        state.map_end_offset = self._log_end_offset
+        self.cleaner_checkpoint = source.cleaner_checkpoint
+        self.earliest_delete_horizon = source.earliest_delete_horizon
+
+    def flush_everything(self) -> None:
+        """fsync every segment, its indexes, the producer state and the directory: a copy about to
+        replace its source must be wholly on disk first."""
+        self._flush_segments(self._segments)
+        self.recovery_point = self._log_end_offset
+        self.producer_state.map_end_offset = self._log_end_offset
+        self.producer_state.take_snapshot(sync=True)  # also fsyncs the directory
+
+    def repoint(self, directory: Path) -> None:
+        """The log's directory was renamed to `directory`: point every path at the new name.
+
+        Open files need nothing (a rename does not touch them); files opened from now on are
+        opened under the new name."""
+        self.directory = directory
+        self.is_future = directory.name.endswith(FUTURE_DIR_SUFFIX)
+        self.epochs.path = directory / self.epochs.path.name
+        self.producer_state.directory = directory
+        for segment in [*self._segments, *(segment for _, segment in self._doomed)]:
+            segment.repoint(directory)
 
     # -- durability and lifecycle -------------------------------------------------------------
 

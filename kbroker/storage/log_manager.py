@@ -28,9 +28,17 @@ from pathlib import Path
 
 from kbroker.storage import checkpoint
 from kbroker.storage.cleaner import compact
-from kbroker.storage.log import Clock, Log, parse_log_dir_name, wall_clock_ms
+from kbroker.storage.log import (
+    FUTURE_DIR_SUFFIX,
+    Clock,
+    Log,
+    parse_future_dir_name,
+    parse_log_dir_name,
+    wall_clock_ms,
+)
 from kbroker.storage.log_config import LogConfig
 from kbroker.storage.log_dir_health import KafkaStorageError, LogDirHealth
+from kbroker.storage.log_mover import finish_interrupted_swaps
 
 log = logging.getLogger("kbroker.storage")
 
@@ -84,6 +92,10 @@ class LogManager:
         self.checkpoint_interval_ms = checkpoint_interval_ms
         self.clock = clock
         self._logs: dict[tuple[str, int], Log] = {}
+        # Replicas being copied to another log dir (`LogDirMover`), and where partitions not yet
+        # created here are to go (AlterReplicaLogDirs before the replica exists, as in Kafka).
+        self.future_logs: dict[tuple[str, int], Log] = {}
+        self.preferred_dirs: dict[tuple[str, int], Path] = {}
         self._dirs_to_delete: list[tuple[int, Path, Log]] = []
         self._next_cleaning_ms = 0
         self._next_hw_checkpoint_ms = 0
@@ -92,6 +104,7 @@ class LogManager:
         # leadership in a cluster).
         self.on_dir_change: Callable[[LogDirHealth], None] | None = None
         self.health = {d: LogDirHealth(d, self._dir_changed) for d in self.log_dirs}
+        finish_interrupted_swaps(self.log_dirs)
         for log_dir in self.log_dirs:
             self._load_dir(log_dir)
         # A broker that has just started serves before its upkeep deletes or checkpoints anything:
@@ -120,9 +133,10 @@ class LogManager:
         if not clean and any(self._partition_dirs(log_dir)):
             log.warning("%s was not shut down cleanly: recovering its logs from their recovery points", log_dir)
         for directory, key in self._partition_dirs(log_dir):
-            if key in self._logs:
+            loaded = self.future_logs if directory.name.endswith(FUTURE_DIR_SUFFIX) else self._logs
+            if key in loaded:
                 log.error("%s: partition %s-%d is also in %s; ignoring this copy",
-                          directory, *key, self._logs[key].directory)
+                          directory, *key, loaded[key].directory)
                 continue
             opened = Log(
                 directory,
@@ -135,7 +149,7 @@ class LogManager:
                 health=self.health[log_dir],
             )
             opened.cleaner_checkpoint = max(cleaner_offsets.get(key, 0), opened.log_start_offset)
-            self._logs[key] = opened
+            loaded[key] = opened
         # From here on a crash must be noticed at the next start.
         marker.unlink(missing_ok=True)
         self._probe_space(log_dir)
@@ -161,7 +175,7 @@ class LogManager:
             if child.name.endswith(DELETE_DIR_SUFFIX):
                 shutil.rmtree(child, ignore_errors=True)  # a deletion the last run did not finish
                 continue
-            key = parse_log_dir_name(child.name)
+            key = parse_log_dir_name(child.name) or parse_future_dir_name(child.name)
             if key is not None and not key[0].startswith(_NOT_PARTITION_PREFIXES):
                 yield child, key
 
@@ -180,7 +194,7 @@ class LogManager:
             if config is not None:
                 existing.config = config
             return existing
-        log_dir = self._least_loaded_dir()
+        log_dir = self._preferred_dir(key) or self._least_loaded_dir()
         directory = log_dir / f"{topic}-{partition}"
         existed = directory.exists()
         try:
@@ -191,8 +205,13 @@ class LogManager:
                 shutil.rmtree(directory, ignore_errors=True)  # no half-made partition left behind
             raise
         self._logs[key] = created
+        self.preferred_dirs.pop(key, None)  # satisfied
         log.info("created log %s in %s", created.name, directory.parent)
         return created
+
+    def _preferred_dir(self, key: tuple[str, int]) -> Path | None:
+        preferred = self.preferred_dirs.get(key)
+        return preferred if preferred is not None and self.health[preferred].writable else None
 
     def _least_loaded_dir(self) -> Path:
         """Where a new partition goes: the writable dir holding the fewest."""
@@ -212,13 +231,26 @@ class LogManager:
     def delete_log(self, topic: str, partition: int) -> None:
         """Take the log away now; its directory (renamed `<name>.<uuid>-delete`) goes after a delay,
         so fetches already holding file slices can finish."""
+        future = self.future_logs.pop((topic, partition), None)
+        if future is not None:
+            self.delete_later(future)
         doomed = self._logs.pop((topic, partition), None)
         if doomed is None:
             return
-        target = doomed.directory.with_name(f"{doomed.directory.name}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}")
-        os.replace(doomed.directory, target)
+        self.delete_later(doomed)
+
+    def delete_later(self, doomed: Log) -> None:
+        """Rename a log no longer in use `<name>.<uuid>-delete` and remove it after file.delete.delay.ms."""
+        directory = doomed.directory
+        target = directory.with_name(f"{doomed.name}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}")
+        os.replace(directory, target)
+        doomed.repoint(target)
         due = self.clock() + doomed.config.file_delete_delay_ms
         self._dirs_to_delete.append((due, target, doomed))
+
+    def replace_log(self, replacement: Log) -> None:
+        """Serve the partition from `replacement` from now on (a finished move between log dirs)."""
+        self._logs[(replacement.topic, replacement.partition)] = replacement
 
     def update_config(self, topic: str, config: LogConfig) -> None:
         for (log_topic, _), each in self._logs.items():
@@ -287,7 +319,8 @@ class LogManager:
                 self.health[log_dir].failed(e, f"writing the checkpoints of {log_dir}")
 
     def _write_checkpoints(self, log_dir: Path, files: Sequence[str]) -> None:
-        logs = self.logs_in(log_dir)
+        # A future replica is checkpointed under its partition too (never in its current log's dir).
+        logs = self.logs_in(log_dir) + [each for each in self.future_logs.values() if each.directory.parent == log_dir]
         for name in files:
             field = _CHECKPOINTED_FIELDS[name]
             checkpoint.write_offsets(log_dir / name, {(each.topic, each.partition): field(each) for each in logs})
@@ -301,8 +334,11 @@ class LogManager:
         recovered at the next start; the other dirs shut down cleanly all the same.
         """
         self._for_each_log("flush", lambda each: each.flush())
+        for future in self.future_logs.values():  # a move resumes at the next start
+            if future.health.writable:
+                future.flush()
         self.write_checkpoints()
-        for each in self.logs():
+        for each in [*self.logs(), *self.future_logs.values()]:
             try:
                 each.close() if each.health.writable else each.release()
             except OSError as e:

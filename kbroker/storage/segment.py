@@ -474,6 +474,14 @@ class LogSegment:
             os.replace(self.damage_path, new_damage)
             self.damage_path = new_damage
 
+    def repoint(self, directory: Path) -> None:
+        """The segment's directory was renamed: its files keep their names under `directory`."""
+        self.directory = directory
+        self.log_path = directory / self.log_path.name
+        for index in (self.offset_index, self.time_index, self.txn_index):
+            index.path = directory / index.path.name
+        self.damage_path = directory / self.damage_path.name
+
     def close(self) -> None:
         self.offset_index.close()
         self.time_index.close()
