@@ -202,9 +202,8 @@ class Broker:
             partition.log = log_
 
     def _log_dir_move_rate(self) -> int:
-        name = "replica.alter.log.dirs.io.max.bytes.per.second"
-        dynamic = self.configs.dynamic_broker_configs().get(name)
-        return int(dynamic[0]) if dynamic is not None else self.config.get(name)
+        # Read at every step of a move: a dynamic change (kafka-reassign-partitions' throttle) applies at once.
+        return self.config.get("replica.alter.log.dirs.io.max.bytes.per.second")
 
     def _on_leadership_change(self, topic: str, index: int, leads: bool) -> None:
         """Coordinator failover: the new leader of an internal partition replays it and takes over

@@ -137,7 +137,7 @@ _DEFS = [
     ConfigDef("replica.lag.time.max.ms", _int, "30000",
               "A follower that has not caught up with its leader for this long leaves the ISR."),
     ConfigDef("replica.fetch.wait.max.ms", _int, "500", "Longest a follower's fetch waits for data."),
-    ConfigDef("replica.alter.log.dirs.io.max.bytes.per.second", _int, "9223372036854775807", "Pace of copying a replica to another log dir (AlterReplicaLogDirs).", True),
+    ConfigDef("replica.alter.log.dirs.io.max.bytes.per.second", _int, "9223372036854775807", "Pace of copying a replica to another log dir (AlterReplicaLogDirs)."),
     ConfigDef("replica.fetch.min.bytes", _int, "1", "Least data a follower's fetch waits for."),
     ConfigDef("replica.fetch.max.bytes", _int, "1048576", "Bytes a follower fetches per partition."),
     ConfigDef("replica.fetch.response.max.bytes", _int, "10485760", "Bytes a follower fetches per request."),
