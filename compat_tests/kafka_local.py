@@ -9,12 +9,18 @@ against any Kafka-compatible broker, kbroker included.
 Where no distribution is found, `kafka_home_or_skip()` skips with the reason, except in CI
 (CI=true) or with KBROKER_COMPAT_REQUIRE_KAFKA=1, where the absence is a failure: CI must not
 go green without the comparison.
+
+The compatibility tests start this local process unless KBROKER_COMPAT_KAFKA=docker asks for
+the `apache/kafka` container of kafka_docker.py instead (`reference_kind()`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import os
 import signal
+import socket
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -26,10 +32,42 @@ from compat_tests.kafka_docker import REQUIRE_ENV, broker_listed, coordinators_m
 from tests.brokers import PROJECT_ROOT, free_port
 
 HOME_ENV = "KBROKER_KAFKA_HOME"
+KIND_ENV = "KBROKER_COMPAT_KAFKA"
+KINDS = ("local", "docker")
 DEFAULT_HOME = PROJECT_ROOT.parent / "shared" / "kafka-3.9.0"
 NODE_ID = 0  # run-single-node.sh's node.id
 READY_TIMEOUT_S = 120.0
 TOOL_TIMEOUT_S = 120.0
+
+
+def reference_kind(env: dict[str, str] | None = None) -> str:
+    """How the compatibility tests run Apache Kafka: "local" (the default) or "docker"."""
+    env = os.environ if env is None else env
+    kind = env.get(KIND_ENV) or "local"
+    if kind not in KINDS:
+        raise ValueError(f"{KIND_ENV}={kind}: expected one of {', '.join(KINDS)}")
+    return kind
+
+
+def free_port_pair() -> int:
+    """A port P of 127.0.0.1 that is free along with P+1 (the node's controller listener)."""
+    while True:
+        port = free_port()
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port + 1))
+            except OSError:
+                continue
+        return port
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGTERM when the process that started it dies (Linux
+    PR_SET_PDEATHSIG), so a test run that is killed outright does not leave a broker running."""
+    pr_set_pdeathsig = 1
+    # Not Linux (no prctl): the session fixture's teardown still stops it.
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
 
 
 def kafka_home(env: dict[str, str] | None = None) -> tuple[Path | None, str]:
@@ -79,7 +117,7 @@ class LocalKafka:
 
     home: Path
     data_dir: Path
-    port: int = field(default_factory=free_port)
+    port: int = field(default_factory=free_port_pair)
     overrides: dict[str, str] = field(default_factory=dict)
     node_id: int = NODE_ID
     proc: subprocess.Popen[bytes] | None = None
@@ -106,7 +144,8 @@ class LocalKafka:
         with open(self.log_path, "ab") as out:
             # Its own session: a test run that is interrupted cannot leave the JVM's signals to ours.
             self.proc = subprocess.Popen(self.command(), stdout=out, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL, start_new_session=True)
+                                         stdin=subprocess.DEVNULL, start_new_session=True,
+                                         preexec_fn=_die_with_parent)
         try:
             self._wait_ready(ready_timeout_s)
         except BaseException:

@@ -21,11 +21,10 @@ from typing import Any
 
 import pytest
 
-from compat_tests.conftest import Target
+from compat_tests.conftest import Target, create_topic
 from compat_tests.harness import JavaHarness
 from protocol.errors import ErrorCode
 from protocol.record_batch import Record, encode_batch
-from tests.conftest import create_topic
 from tests.rawclient import RawClient
 
 pytestmark = pytest.mark.timeout(240)
