@@ -140,18 +140,23 @@ class LocalKafka:
                 *(f"{key}={value}" for key, value in self.overrides.items())]
 
     def start(self, ready_timeout_s: float = READY_TIMEOUT_S) -> LocalKafka:
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        with open(self.log_path, "ab") as out:
-            # Its own session: a test run that is interrupted cannot leave the JVM's signals to ours.
-            self.proc = subprocess.Popen(self.command(), stdout=out, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL, start_new_session=True,
-                                         preexec_fn=_die_with_parent)
+        self.spawn()
         try:
             self._wait_ready(ready_timeout_s)
         except BaseException:
             self.kill()
             raise
         return self
+
+    def spawn(self) -> None:
+        """Start the process without waiting for it to serve (`start` waits)."""
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as out:
+            # Its own session: a Ctrl-C meant for the test run reaches the run's teardown, which
+            # stops the broker cleanly, not the JVM directly. It still ends with its parent.
+            self.proc = subprocess.Popen(self.command(), stdout=out, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL, start_new_session=True,
+                                         preexec_fn=_die_with_parent)
 
     def _wait_ready(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
@@ -197,8 +202,10 @@ class LocalKafka:
         return self.proc.returncode
 
     def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
+        """SIGKILL to its whole process group (the script's children too, e.g. a format step)."""
+        if self.proc is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait()
 
     def tool(self, tool: str, *args: str, input: str | None = None,
