@@ -108,7 +108,7 @@ def java_classpath() -> str:
 @pytest.fixture(scope="module")
 def kbroker_process(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     # Groups form at once instead of after Kafka's 3 s initial rebalance delay, which only
-    # helps when many members join together (the Kafka container is set the same way).
+    # helps when many members join together (the Kafka reference is set the same way).
     process = BrokerProcess(tmp_path_factory.mktemp("java-broker"),
                             overrides={"group.initial.rebalance.delay.ms": "0"}).start()
     yield process

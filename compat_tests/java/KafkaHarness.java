@@ -314,7 +314,7 @@ public final class KafkaHarness {
                 List.of(r), new DescribeConfigsOptions().includeSynonyms(true)).values().get(r));
             out.put("initial", configEntries(describe.apply(resource), keys));
 
-            // The node id differs between brokers (kbroker 0, the Kafka container 1).
+            // The node id differs between brokers (0 here, 1 in the Kafka container).
             ConfigResource broker = new ConfigResource(ConfigResource.Type.BROKER, args.getOr("broker", "0"));
             out.put("broker", configEntries(describe.apply(broker), List.of("broker.id", "log.retention.hours", "num.partitions")));
 
