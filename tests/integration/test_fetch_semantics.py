@@ -155,3 +155,32 @@ def test_log_append_time_replaces_producer_timestamps(broker) -> None:
     header = read_header(part.records, 0)
     assert header.attributes & 0x08, "the timestamp-type bit says LogAppendTime"
     assert header.max_timestamp >= before
+
+
+def test_a_librdkafka_consumer_below_the_log_start_resets_and_reads_on(broker, new_topic) -> None:
+    """A consumer whose position fell below the log start (retention, DeleteRecords) gets
+    OFFSET_OUT_OF_RANGE, resets by auto.offset.reset and reads on. Fetch answers for partitions
+    with an error used to carry null records; librdkafka could not parse them ("invalid
+    MessageSetSize -1"), never saw the error, never reset, and looped for good."""
+    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    topic = new_topic()
+    produce(broker.bootstrap, topic, [[(b"v%d" % i, None) for i in range(10)]])
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})  # kept: its futures need it alive
+    deleted = admin.delete_records([TopicPartition(topic, 0, 6)])
+    assert deleted[TopicPartition(topic, 0)].result(timeout=15).low_watermark == 6
+
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": f"below-{uuid.uuid4().hex[:6]}",
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    try:
+        consumer.assign([TopicPartition(topic, 0, 2)])  # below the log start of 6
+        values: list[bytes] = []
+        deadline = time.monotonic() + 30
+        while len(values) < 4 and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is not None and message.error() is None:
+                values.append(message.value())
+    finally:
+        consumer.close()
+    assert values == [b"v6", b"v7", b"v8", b"v9"]
