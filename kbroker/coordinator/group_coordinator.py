@@ -464,13 +464,10 @@ class GroupCoordinator:
             raise KafkaError(missing_group)
         if group.is_in(GroupState.DEAD):
             raise KafkaError(E.COORDINATOR_NOT_AVAILABLE)
-        static_id = group.static_member_id(instance_id)
-        if instance_id is not None and static_id is not None and static_id != member_id:
-            raise KafkaError(E.FENCED_INSTANCE_ID)
-        member = group.members.get(member_id)
-        if member is None or group.is_in(GroupState.EMPTY):
+        self._validate_member(group, member_id, instance_id)
+        if group.is_in(GroupState.EMPTY):
             raise KafkaError(E.UNKNOWN_MEMBER_ID)
-        return group, member
+        return group, group.members[member_id]
 
     # -- Heartbeat and LeaveGroup ----------------------------------------------------------------
 
@@ -583,52 +580,89 @@ class GroupCoordinator:
         self, group_id: str, generation_id: int, member_id: str, instance_id: str | None,
         commits: list[OffsetCommit],
     ) -> list[int]:
-        try:
-            self._check_coordinator(group_id)
-            group = self._group_for_commit(group_id, generation_id, member_id, instance_id)
-        except KafkaError as e:
-            return [e.code for _ in commits]
-        errors, accepted = [], []
-        for commit in commits:
-            error = self._check_commit(commit)
-            errors.append(error)
-            if error == E.NO_ERROR:
-                accepted.append(commit)
+        errors = self._commit_errors(group_id, generation_id, member_id, instance_id, commits, transactional=False)
+        accepted = [c for c, error in zip(commits, errors, strict=True) if error == E.NO_ERROR]
         if accepted:
             try:
-                self._store_offsets(group.group_id, accepted)
+                self._store_offsets(group_id, accepted)
             except KafkaError as e:
                 return [e.code if error == E.NO_ERROR else error for error in errors]
         return errors
 
-    def _group_for_commit(self, group_id: str, generation_id: int, member_id: str, instance_id: str | None) -> Group:
+    def _commit_errors(
+        self, group_id: str, generation_id: int, member_id: str, instance_id: str | None,
+        commits: list[OffsetCommit], *, transactional: bool,
+    ) -> list[int]:
+        """Each offset's error, checked in Kafka's order: unknown partitions first (KafkaApis),
+        then the group (GroupCoordinator), then the offset's metadata."""
+        errors = [E.NO_ERROR if self.partition_exists(c.topic, c.partition) else E.UNKNOWN_TOPIC_OR_PARTITION
+                  for c in commits]
+        if E.NO_ERROR not in errors:
+            return errors  # Kafka does not ask the coordinator then
+        try:
+            if transactional and not group_id:  # OffsetCommit takes "" for old clients' sake
+                raise KafkaError(E.INVALID_GROUP_ID)
+            self._check_coordinator(group_id)
+            self._group_for_commit(group_id, generation_id, member_id, instance_id, transactional=transactional)
+        except KafkaError as e:
+            return [e.code if error == E.NO_ERROR else error for error in errors]
+        return [self._metadata_error(c) if error == E.NO_ERROR else error
+                for c, error in zip(commits, errors, strict=True)]
+
+    def _group_for_commit(
+        self, group_id: str, generation_id: int, member_id: str, instance_id: str | None, *, transactional: bool
+    ) -> Group:
         group = self.groups.get(group_id)
-        if group is None or group.is_in(GroupState.DEAD):
-            if generation_id >= 0:
-                raise KafkaError(E.ILLEGAL_GENERATION)
-            # Not managed by the coordinator (assign + commit): offsets only.
+        if group is None:
+            if generation_id >= 0 and not transactional:
+                raise KafkaError(E.ILLEGAL_GENERATION)  # from a generation of a group that is gone
+            # Offsets only (assign + commit), or a producer's offsets: a group the coordinator
+            # does not manage, Empty.
             group = self.groups[group_id] = Group(group_id, state_timestamp_ms=now_ms())
-            return group
-        static_id = group.static_member_id(instance_id)
-        if instance_id is not None and static_id is not None and static_id != member_id:
-            raise KafkaError(E.FENCED_INSTANCE_ID)
-        if generation_id < 0 and group.is_in(GroupState.EMPTY):
-            return group
-        if group.is_in(GroupState.COMPLETING_REBALANCE):
-            raise KafkaError(E.REBALANCE_IN_PROGRESS)
-        member = group.members.get(member_id)
-        if member is None:
-            raise KafkaError(E.UNKNOWN_MEMBER_ID)
-        if generation_id != group.generation_id:
-            raise KafkaError(E.ILLEGAL_GENERATION)
-        self._touch(group, member)
+        self._validate_commit(group, generation_id, member_id, instance_id, transactional)
+        if not transactional and group.is_in(GroupState.STABLE, GroupState.PREPARING_REBALANCE):
+            # During PreparingRebalance a member may still commit: its heartbeat tells it of the
+            # rebalance. A commit proves it alive, as a heartbeat does.
+            self._touch(group, group.members[member_id])
         return group
 
-    def _check_commit(self, commit: OffsetCommit) -> int:
+    def _validate_commit(
+        self, group: Group, generation_id: int, member_id: str, instance_id: str | None, transactional: bool
+    ) -> None:
+        """Kafka's validateOffsetCommit: who commits is checked before the group's state, so a
+        stale member hears ILLEGAL_GENERATION or UNKNOWN_MEMBER_ID, never REBALANCE_IN_PROGRESS."""
+        if group.is_in(GroupState.DEAD):
+            raise KafkaError(E.COORDINATOR_NOT_AVAILABLE)
+        if generation_id < 0 and group.is_in(GroupState.EMPTY):
+            return  # the admin client, or a consumer that assigns itself: offsets only
+        if generation_id >= 0 or member_id != UNKNOWN_MEMBER_ID or instance_id is not None:
+            self._validate_member(group, member_id, instance_id)
+            if generation_id != group.generation_id:
+                raise KafkaError(E.ILLEGAL_GENERATION)
+        elif not transactional and not group.is_in(GroupState.EMPTY):
+            # Only members commit for a group that has some (v0 requests name no member). Older
+            # TxnOffsetCommit versions name none either, so that rule is not theirs.
+            raise KafkaError(E.UNKNOWN_MEMBER_ID)
+        if not transactional and group.is_in(GroupState.COMPLETING_REBALANCE):
+            # A current member that has its JoinGroup answer but no assignment yet.
+            raise KafkaError(E.REBALANCE_IN_PROGRESS)
+
+    @staticmethod
+    def _validate_member(group: Group, member_id: str, instance_id: str | None) -> None:
+        """Kafka's validateCurrentMember: a named instance must be mapped to this member, and the
+        member must be in the group."""
+        if instance_id is not None:
+            static_id = group.static_member_id(instance_id)
+            if static_id is None:
+                raise KafkaError(E.UNKNOWN_MEMBER_ID)
+            if static_id != member_id:
+                raise KafkaError(E.FENCED_INSTANCE_ID)
+        if member_id not in group.members:
+            raise KafkaError(E.UNKNOWN_MEMBER_ID)
+
+    def _metadata_error(self, commit: OffsetCommit) -> int:
         if commit.metadata is not None and len(commit.metadata.encode()) > self.config.offset_metadata_max_bytes:
             return E.OFFSET_METADATA_TOO_LARGE
-        if not self.partition_exists(commit.topic, commit.partition):
-            return E.UNKNOWN_TOPIC_OR_PARTITION
         return E.NO_ERROR
 
     def _store_offsets(self, group_id: str, commits: list[OffsetCommit]) -> None:
@@ -647,14 +681,7 @@ class GroupCoordinator:
         instance_id: str | None, commits: list[OffsetCommit],
     ) -> list[int]:
         """Offsets that count only if the producer's transaction commits (exactly-once pipelines)."""
-        try:
-            if not group_id:
-                raise KafkaError(E.INVALID_GROUP_ID)
-            self._check_coordinator(group_id)
-            self._check_txn_member(group_id, generation_id, member_id, instance_id)
-        except KafkaError as e:
-            return [e.code for _ in commits]
-        errors = [self._check_commit(c) for c in commits]
+        errors = self._commit_errors(group_id, generation_id, member_id, instance_id, commits, transactional=True)
         accepted = [c for c, error in zip(commits, errors, strict=True) if error == E.NO_ERROR]
         if accepted:
             timestamp = now_ms()
@@ -667,21 +694,6 @@ class GroupCoordinator:
                 return [e.code if error == E.NO_ERROR else error for error in errors]
             self.pending.setdefault(producer_id, {}).setdefault(group_id, {}).update(values)
         return errors
-
-    def _check_txn_member(self, group_id: str, generation_id: int, member_id: str, instance_id: str | None) -> None:
-        group = self.groups.get(group_id)
-        if group is None:
-            self.groups[group_id] = Group(group_id, state_timestamp_ms=now_ms())
-            return
-        if group.is_in(GroupState.DEAD):
-            raise KafkaError(E.COORDINATOR_NOT_AVAILABLE)
-        static_id = group.static_member_id(instance_id)
-        if instance_id is not None and static_id is not None and static_id != member_id:
-            raise KafkaError(E.FENCED_INSTANCE_ID)
-        if member_id != UNKNOWN_MEMBER_ID and member_id not in group.members:
-            raise KafkaError(E.UNKNOWN_MEMBER_ID)
-        if generation_id >= 0 and generation_id != group.generation_id:
-            raise KafkaError(E.ILLEGAL_GENERATION)
 
     def complete_transaction(self, producer_id: int, committed: bool, partition: int) -> None:
         """A marker reached `__consumer_offsets` partition `partition`: settle that partition's
