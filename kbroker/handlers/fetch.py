@@ -28,7 +28,7 @@ from protocol.errors import ErrorCode, KafkaError
 API_KEY = 1
 MIN_VERSION = 4
 ADVERTISED_MIN = 0
-MAX_VERSION = 16
+MAX_VERSION = 17  # v17 adds a tagged ReplicaDirectoryId (KIP-853), for KRaft voters only
 READ_COMMITTED = 1
 SESSIONS_SINCE = 7  # the first version with session fields
 TOPIC_IDS_SINCE = 13
