@@ -26,6 +26,7 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
+from kbroker.fsutil import fsync_dir
 from kbroker.storage import checkpoint
 from kbroker.storage.cleaner import compact
 from kbroker.storage.log import (
@@ -354,7 +355,7 @@ class LogManager:
                 continue
             try:
                 (log_dir / CLEAN_SHUTDOWN_FILE).touch()
-                checkpoint.fsync_dir(log_dir)
+                fsync_dir(log_dir)
             except OSError as e:
                 log.error("could not mark %s cleanly shut down: %s", log_dir, e)
 

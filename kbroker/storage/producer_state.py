@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import enum
 import logging
-import os
 import struct
 from collections import deque
 from collections.abc import Iterable
@@ -30,7 +29,7 @@ from typing import NamedTuple
 
 import crc32c
 
-from kbroker.storage.checkpoint import fsync_dir
+from kbroker.fsutil import write_atomically
 from kbroker.storage.index import segment_file_name
 from protocol.errors import ErrorCode, KafkaError
 from protocol.records import NO_PRODUCER_EPOCH, NO_SEQUENCE, BatchHeader
@@ -291,15 +290,7 @@ class ProducerStateManager:
         body = struct.pack(">i", len(entries)) + b"".join(entries)
         data = struct.pack(">hI", SNAPSHOT_VERSION, crc32c.crc32c(body)) + body
         path = self._snapshot_path(self.map_end_offset)
-        tmp = path.with_name(path.name + ".tmp")
-        with open(tmp, "wb") as f:
-            f.write(data)
-            if sync:
-                f.flush()
-                os.fsync(f.fileno())
-        os.replace(tmp, path)
-        if sync:
-            fsync_dir(self.directory)
+        write_atomically(path, data, durable=sync)
         self.latest_snapshot = self.map_end_offset
 
     def load_snapshot(self, at_most: int) -> int | None:
