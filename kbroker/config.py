@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kbroker.fsutil import write_atomically
 from kbroker.kafka_configs import DYNAMIC_BROKER_CONFIGS, DYNAMIC_DEFAULTS
 from kbroker.storage.log_config import TOPIC_CONFIG_DEFAULTS, LogConfig
 from protocol.errors import KafkaError
@@ -586,14 +587,5 @@ def load_or_create_meta(log_dirs: Iterable[Path], broker_id: int, cluster_id: st
     cluster_id = cluster_id or new_cluster_id()
     for directory in dirs:
         if directory not in found:
-            _write_atomically(directory / META_FILE, f"version=0\nbroker.id={broker_id}\ncluster.id={cluster_id}\n")
+            write_atomically(directory / META_FILE, f"version=0\nbroker.id={broker_id}\ncluster.id={cluster_id}\n")
     return cluster_id
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)

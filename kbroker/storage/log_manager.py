@@ -26,16 +26,11 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
+from kbroker.fsutil import fsync_dir
 from kbroker.storage import checkpoint
 from kbroker.storage.cleaner import compact
-from kbroker.storage.log import (
-    FUTURE_DIR_SUFFIX,
-    Clock,
-    Log,
-    parse_future_dir_name,
-    parse_log_dir_name,
-    wall_clock_ms,
-)
+from kbroker.storage.dir_names import FUTURE_DIR_SUFFIX, parse_future_dir_name, parse_log_dir_name
+from kbroker.storage.log import Clock, Log, wall_clock_ms
 from kbroker.storage.log_config import LogConfig
 from kbroker.storage.log_dir_health import KafkaStorageError, LogDirHealth
 from kbroker.storage.log_mover import finish_interrupted_swaps
@@ -354,7 +349,7 @@ class LogManager:
                 continue
             try:
                 (log_dir / CLEAN_SHUTDOWN_FILE).touch()
-                checkpoint.fsync_dir(log_dir)
+                fsync_dir(log_dir)
             except OSError as e:
                 log.error("could not mark %s cleanly shut down: %s", log_dir, e)
 

@@ -43,9 +43,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kbroker.storage.checkpoint import fsync_dir
+from kbroker.fsutil import fsync_dir
+from kbroker.storage.dir_names import future_dir_name, parse_log_dir_name
 from kbroker.storage.index import INT32_MAX
-from kbroker.storage.log import Log, future_dir_name, parse_log_dir_name
+from kbroker.storage.log import Log
 from kbroker.storage.log_config import LONG_MAX, LogConfig
 from kbroker.storage.segment import LogSegment
 from protocol.errors import ErrorCode, KafkaError

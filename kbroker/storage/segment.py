@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from kbroker.fsutil import write_atomically
 from kbroker.storage.batch_records import record_timestamp, records_of
 from kbroker.storage.batch_scan import RECOVERY_CHUNK, CorruptBatch, pread_exact, scan_batches
 from kbroker.storage.index import INT32_MAX, OffsetIndex, TimeIndex, segment_file_name
@@ -516,6 +517,5 @@ def _read_damage(path: Path) -> list[Damage]:
 
 
 def _write_damage(path: Path, damage: list[Damage]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps([asdict(d) for d in damage]))
-    os.replace(tmp, path)
+    # Durable: for a segment below the recovery point these notes are all that says its bytes are bad.
+    write_atomically(path, json.dumps([asdict(d) for d in damage]))
