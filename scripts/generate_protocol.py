@@ -269,7 +269,7 @@ class TypedDictEmitter:
         ftype: str = field["type"]
         element = ftype.removeprefix("[]")
         inner = PYTHON_TYPES.get(element) or self.names[(owner, element)]
-        annotation = f"Sequence[{inner}]" if ftype.startswith("[]") else inner
+        annotation = f"list[{inner}]" if ftype.startswith("[]") else inner
         nullable = _any_version(field.get("nullableVersions")) or ftype == "records"
         return f"{annotation} | None" if nullable else annotation
 
@@ -291,7 +291,6 @@ def module_name(api_name: str) -> str:
 IMPORTS = (
     "from __future__ import annotations\n\n"
     "import uuid  # noqa: F401\n"
-    "from collections.abc import Sequence  # noqa: F401\n"
     "from typing import TypedDict\n\n"
     "from protocol.primitives import (  # noqa: F401\n"
     "    STRUCT_DEFAULT,\n    ZERO_UUID,\n    Bool,\n    BytesLike,\n    Field,\n    Float64,\n    Int8,\n"

@@ -8,6 +8,11 @@ from typing import Any
 from kbroker.coordinator.group_coordinator import OffsetCommit
 from kbroker.handlers import ENTRIES_PER_TURN, Pacer, RequestContext
 from protocol.errors import ErrorCode
+from protocol.messages.offset_commit import (
+    OffsetCommitResponse,
+    OffsetCommitResponsePartition,
+    OffsetCommitResponseTopic,
+)
 
 COMMITS_PER_TURN = ENTRIES_PER_TURN // 2
 API_KEY = 8
@@ -15,7 +20,7 @@ MIN_VERSION = 0
 MAX_VERSION = 9
 
 
-async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
+async def handle(ctx: RequestContext, request: Any) -> OffsetCommitResponse:
     pacer = Pacer()
     commits = []
     for t in request.topics:
@@ -37,9 +42,11 @@ async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
         replicated = await ctx.broker.groups.topic.wait_replicated(request.group_id)
         codes = [replicated if code == ErrorCode.NO_ERROR else code for code in codes]
     results = iter(codes)
-    topics = [
-        {"name": t.name, "partitions": await pacer.map(
-            t.partitions, lambda p: {"partition_index": p.partition_index, "error_code": next(results)})}
-        for t in request.topics
+
+    def answer(partition: Any) -> OffsetCommitResponsePartition:
+        return {"partition_index": partition.partition_index, "error_code": next(results)}
+
+    topics: list[OffsetCommitResponseTopic] = [
+        {"name": t.name, "partitions": await pacer.map(t.partitions, answer)} for t in request.topics
     ]
     return {"throttle_time_ms": 0, "topics": topics}

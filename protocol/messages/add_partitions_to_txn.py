@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid  # noqa: F401
-from collections.abc import Sequence  # noqa: F401
 from typing import TypedDict
 
 from protocol.primitives import (  # noqa: F401
@@ -162,30 +161,30 @@ class AddPartitionsToTxnTransaction(TypedDict, total=False):
     producer_id: int  # v4+
     producer_epoch: int  # v4+
     verify_only: bool  # v4+
-    topics: Sequence[AddPartitionsToTxnTopic]  # v4+
+    topics: list[AddPartitionsToTxnTopic]  # v4+
 
 
 class AddPartitionsToTxnTopic(TypedDict, total=False):
     name: str
-    partitions: Sequence[int]
+    partitions: list[int]
 
 
 class AddPartitionsToTxnRequest(TypedDict, total=False):
-    transactions: Sequence[AddPartitionsToTxnTransaction]  # v4+
+    transactions: list[AddPartitionsToTxnTransaction]  # v4+
     v3_and_below_transactional_id: str  # v0-3
     v3_and_below_producer_id: int  # v0-3
     v3_and_below_producer_epoch: int  # v0-3
-    v3_and_below_topics: Sequence[AddPartitionsToTxnTopic]  # v0-3
+    v3_and_below_topics: list[AddPartitionsToTxnTopic]  # v0-3
 
 
 class AddPartitionsToTxnResult(TypedDict, total=False):
     transactional_id: str  # v4+
-    topic_results: Sequence[AddPartitionsToTxnTopicResult]  # v4+
+    topic_results: list[AddPartitionsToTxnTopicResult]  # v4+
 
 
 class AddPartitionsToTxnTopicResult(TypedDict, total=False):
     name: str
-    results_by_partition: Sequence[AddPartitionsToTxnPartitionResult]
+    results_by_partition: list[AddPartitionsToTxnPartitionResult]
 
 
 class AddPartitionsToTxnPartitionResult(TypedDict, total=False):
@@ -196,5 +195,5 @@ class AddPartitionsToTxnPartitionResult(TypedDict, total=False):
 class AddPartitionsToTxnResponse(TypedDict, total=False):
     throttle_time_ms: int
     error_code: int  # v4+
-    results_by_transaction: Sequence[AddPartitionsToTxnResult]  # v4+
-    results_by_topic_v3_and_below: Sequence[AddPartitionsToTxnTopicResult]  # v0-3
+    results_by_transaction: list[AddPartitionsToTxnResult]  # v4+
+    results_by_topic_v3_and_below: list[AddPartitionsToTxnTopicResult]  # v0-3

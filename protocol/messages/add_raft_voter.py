@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid  # noqa: F401
-from collections.abc import Sequence  # noqa: F401
 from typing import TypedDict
 
 from protocol.primitives import (  # noqa: F401
@@ -77,7 +76,7 @@ class AddRaftVoterRequest(TypedDict, total=False):
     timeout_ms: int
     voter_id: int
     voter_directory_id: uuid.UUID
-    listeners: Sequence[Listener]
+    listeners: list[Listener]
 
 
 class AddRaftVoterResponse(TypedDict, total=False):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid  # noqa: F401
-from collections.abc import Sequence  # noqa: F401
 from typing import TypedDict
 
 from protocol.primitives import (  # noqa: F401
@@ -120,8 +119,8 @@ RESPONSE: dict[int, KStruct] = {
 
 
 class AlterClientQuotasRequestEntryData(TypedDict, total=False):
-    entity: Sequence[AlterClientQuotasRequestEntityData]
-    ops: Sequence[OpData]
+    entity: list[AlterClientQuotasRequestEntityData]
+    ops: list[OpData]
 
 
 class AlterClientQuotasRequestEntityData(TypedDict, total=False):
@@ -136,14 +135,14 @@ class OpData(TypedDict, total=False):
 
 
 class AlterClientQuotasRequest(TypedDict, total=False):
-    entries: Sequence[AlterClientQuotasRequestEntryData]
+    entries: list[AlterClientQuotasRequestEntryData]
     validate_only: bool
 
 
 class AlterClientQuotasResponseEntryData(TypedDict, total=False):
     error_code: int
     error_message: str | None
-    entity: Sequence[AlterClientQuotasResponseEntityData]
+    entity: list[AlterClientQuotasResponseEntityData]
 
 
 class AlterClientQuotasResponseEntityData(TypedDict, total=False):
@@ -153,4 +152,4 @@ class AlterClientQuotasResponseEntityData(TypedDict, total=False):
 
 class AlterClientQuotasResponse(TypedDict, total=False):
     throttle_time_ms: int
-    entries: Sequence[AlterClientQuotasResponseEntryData]
+    entries: list[AlterClientQuotasResponseEntryData]

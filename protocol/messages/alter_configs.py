@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid  # noqa: F401
-from collections.abc import Sequence  # noqa: F401
 from typing import TypedDict
 
 from protocol.primitives import (  # noqa: F401
@@ -108,7 +107,7 @@ RESPONSE: dict[int, KStruct] = {
 class AlterConfigsResource(TypedDict, total=False):
     resource_type: int
     resource_name: str
-    configs: Sequence[AlterableConfig]
+    configs: list[AlterableConfig]
 
 
 class AlterableConfig(TypedDict, total=False):
@@ -117,7 +116,7 @@ class AlterableConfig(TypedDict, total=False):
 
 
 class AlterConfigsRequest(TypedDict, total=False):
-    resources: Sequence[AlterConfigsResource]
+    resources: list[AlterConfigsResource]
     validate_only: bool
 
 
@@ -130,4 +129,4 @@ class AlterConfigsResourceResponse(TypedDict, total=False):
 
 class AlterConfigsResponse(TypedDict, total=False):
     throttle_time_ms: int
-    responses: Sequence[AlterConfigsResourceResponse]
+    responses: list[AlterConfigsResourceResponse]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid  # noqa: F401
-from collections.abc import Sequence  # noqa: F401
 from typing import TypedDict
 
 from protocol.primitives import (  # noqa: F401
@@ -219,14 +218,14 @@ RESPONSE: dict[int, KStruct] = {
 class AlterPartitionRequestTopicData(TypedDict, total=False):
     topic_name: str  # v0-1
     topic_id: uuid.UUID  # v2+
-    partitions: Sequence[AlterPartitionRequestPartitionData]
+    partitions: list[AlterPartitionRequestPartitionData]
 
 
 class AlterPartitionRequestPartitionData(TypedDict, total=False):
     partition_index: int
     leader_epoch: int
-    new_isr: Sequence[int]  # v0-2
-    new_isr_with_epochs: Sequence[BrokerState]  # v3+
+    new_isr: list[int]  # v0-2
+    new_isr_with_epochs: list[BrokerState]  # v3+
     leader_recovery_state: int  # v1+
     partition_epoch: int
 
@@ -239,13 +238,13 @@ class BrokerState(TypedDict, total=False):
 class AlterPartitionRequest(TypedDict, total=False):
     broker_id: int
     broker_epoch: int
-    topics: Sequence[AlterPartitionRequestTopicData]
+    topics: list[AlterPartitionRequestTopicData]
 
 
 class AlterPartitionResponseTopicData(TypedDict, total=False):
     topic_name: str  # v0-1
     topic_id: uuid.UUID  # v2+
-    partitions: Sequence[AlterPartitionResponsePartitionData]
+    partitions: list[AlterPartitionResponsePartitionData]
 
 
 class AlterPartitionResponsePartitionData(TypedDict, total=False):
@@ -253,7 +252,7 @@ class AlterPartitionResponsePartitionData(TypedDict, total=False):
     error_code: int
     leader_id: int
     leader_epoch: int
-    isr: Sequence[int]
+    isr: list[int]
     leader_recovery_state: int  # v1+
     partition_epoch: int
 
@@ -261,4 +260,4 @@ class AlterPartitionResponsePartitionData(TypedDict, total=False):
 class AlterPartitionResponse(TypedDict, total=False):
     throttle_time_ms: int
     error_code: int
-    topics: Sequence[AlterPartitionResponseTopicData]
+    topics: list[AlterPartitionResponseTopicData]

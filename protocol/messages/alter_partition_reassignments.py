@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid  # noqa: F401
-from collections.abc import Sequence  # noqa: F401
 from typing import TypedDict
 
 from protocol.primitives import (  # noqa: F401
@@ -81,22 +80,22 @@ RESPONSE: dict[int, KStruct] = {
 
 class ReassignableTopic(TypedDict, total=False):
     name: str
-    partitions: Sequence[ReassignablePartition]
+    partitions: list[ReassignablePartition]
 
 
 class ReassignablePartition(TypedDict, total=False):
     partition_index: int
-    replicas: Sequence[int] | None
+    replicas: list[int] | None
 
 
 class AlterPartitionReassignmentsRequest(TypedDict, total=False):
     timeout_ms: int
-    topics: Sequence[ReassignableTopic]
+    topics: list[ReassignableTopic]
 
 
 class ReassignableTopicResponse(TypedDict, total=False):
     name: str
-    partitions: Sequence[ReassignablePartitionResponse]
+    partitions: list[ReassignablePartitionResponse]
 
 
 class ReassignablePartitionResponse(TypedDict, total=False):
@@ -109,4 +108,4 @@ class AlterPartitionReassignmentsResponse(TypedDict, total=False):
     throttle_time_ms: int
     error_code: int
     error_message: str | None
-    responses: Sequence[ReassignableTopicResponse]
+    responses: list[ReassignableTopicResponse]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid  # noqa: F401
-from collections.abc import Sequence  # noqa: F401
 from typing import TypedDict
 
 from protocol.primitives import (  # noqa: F401
@@ -108,21 +107,21 @@ RESPONSE: dict[int, KStruct] = {
 
 class AlterReplicaLogDir(TypedDict, total=False):
     path: str
-    topics: Sequence[AlterReplicaLogDirTopic]
+    topics: list[AlterReplicaLogDirTopic]
 
 
 class AlterReplicaLogDirTopic(TypedDict, total=False):
     name: str
-    partitions: Sequence[int]
+    partitions: list[int]
 
 
 class AlterReplicaLogDirsRequest(TypedDict, total=False):
-    dirs: Sequence[AlterReplicaLogDir]
+    dirs: list[AlterReplicaLogDir]
 
 
 class AlterReplicaLogDirTopicResult(TypedDict, total=False):
     topic_name: str
-    partitions: Sequence[AlterReplicaLogDirPartitionResult]
+    partitions: list[AlterReplicaLogDirPartitionResult]
 
 
 class AlterReplicaLogDirPartitionResult(TypedDict, total=False):
@@ -132,4 +131,4 @@ class AlterReplicaLogDirPartitionResult(TypedDict, total=False):
 
 class AlterReplicaLogDirsResponse(TypedDict, total=False):
     throttle_time_ms: int
-    results: Sequence[AlterReplicaLogDirTopicResult]
+    results: list[AlterReplicaLogDirTopicResult]

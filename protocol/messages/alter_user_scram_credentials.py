@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid  # noqa: F401
-from collections.abc import Sequence  # noqa: F401
 from typing import TypedDict
 
 from protocol.primitives import (  # noqa: F401
@@ -89,8 +88,8 @@ class ScramCredentialUpsertion(TypedDict, total=False):
 
 
 class AlterUserScramCredentialsRequest(TypedDict, total=False):
-    deletions: Sequence[ScramCredentialDeletion]
-    upsertions: Sequence[ScramCredentialUpsertion]
+    deletions: list[ScramCredentialDeletion]
+    upsertions: list[ScramCredentialUpsertion]
 
 
 class AlterUserScramCredentialsResult(TypedDict, total=False):
@@ -101,4 +100,4 @@ class AlterUserScramCredentialsResult(TypedDict, total=False):
 
 class AlterUserScramCredentialsResponse(TypedDict, total=False):
     throttle_time_ms: int
-    results: Sequence[AlterUserScramCredentialsResult]
+    results: list[AlterUserScramCredentialsResult]

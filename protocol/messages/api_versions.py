@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid  # noqa: F401
-from collections.abc import Sequence  # noqa: F401
 from typing import TypedDict
 
 from protocol.primitives import (  # noqa: F401
@@ -144,9 +143,9 @@ class FinalizedFeatureKey(TypedDict, total=False):
 
 class ApiVersionsResponse(TypedDict, total=False):
     error_code: int
-    api_keys: Sequence[ApiVersion]
+    api_keys: list[ApiVersion]
     throttle_time_ms: int  # v1+
-    supported_features: Sequence[SupportedFeatureKey]  # v3+
+    supported_features: list[SupportedFeatureKey]  # v3+
     finalized_features_epoch: int  # v3+
-    finalized_features: Sequence[FinalizedFeatureKey]  # v3+
+    finalized_features: list[FinalizedFeatureKey]  # v3+
     zk_migration_ready: bool  # v3+

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid  # noqa: F401
-from collections.abc import Sequence  # noqa: F401
 from typing import TypedDict
 
 from protocol.primitives import (  # noqa: F401
@@ -102,7 +101,7 @@ RESPONSE: dict[int, KStruct] = {
 
 
 class ConsumerGroupDescribeRequest(TypedDict, total=False):
-    group_ids: Sequence[str]
+    group_ids: list[str]
     include_authorized_operations: bool
 
 
@@ -114,7 +113,7 @@ class DescribedGroup(TypedDict, total=False):
     group_epoch: int
     assignment_epoch: int
     assignor_name: str
-    members: Sequence[Member]
+    members: list[Member]
     authorized_operations: int
 
 
@@ -125,22 +124,22 @@ class Member(TypedDict, total=False):
     member_epoch: int
     client_id: str
     client_host: str
-    subscribed_topic_names: Sequence[str]
+    subscribed_topic_names: list[str]
     subscribed_topic_regex: str | None
     assignment: Assignment
     target_assignment: Assignment
 
 
 class Assignment(TypedDict, total=False):
-    topic_partitions: Sequence[TopicPartitions]
+    topic_partitions: list[TopicPartitions]
 
 
 class TopicPartitions(TypedDict, total=False):
     topic_id: uuid.UUID
     topic_name: str
-    partitions: Sequence[int]
+    partitions: list[int]
 
 
 class ConsumerGroupDescribeResponse(TypedDict, total=False):
     throttle_time_ms: int
-    groups: Sequence[DescribedGroup]
+    groups: list[DescribedGroup]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid  # noqa: F401
-from collections.abc import Sequence  # noqa: F401
 from typing import TypedDict
 
 from protocol.primitives import (  # noqa: F401
@@ -86,7 +85,7 @@ RESPONSE: dict[int, KStruct] = {
 
 class ConsumerGroupHeartbeatRequestTopicPartitions(TypedDict, total=False):
     topic_id: uuid.UUID
-    partitions: Sequence[int]
+    partitions: list[int]
 
 
 class ConsumerGroupHeartbeatRequest(TypedDict, total=False):
@@ -96,19 +95,19 @@ class ConsumerGroupHeartbeatRequest(TypedDict, total=False):
     instance_id: str | None
     rack_id: str | None
     rebalance_timeout_ms: int
-    subscribed_topic_names: Sequence[str] | None
+    subscribed_topic_names: list[str] | None
     subscribed_topic_regex: str | None  # v1+
     server_assignor: str | None
-    topic_partitions: Sequence[ConsumerGroupHeartbeatRequestTopicPartitions] | None
+    topic_partitions: list[ConsumerGroupHeartbeatRequestTopicPartitions] | None
 
 
 class Assignment(TypedDict, total=False):
-    topic_partitions: Sequence[ConsumerGroupHeartbeatResponseTopicPartitions]
+    topic_partitions: list[ConsumerGroupHeartbeatResponseTopicPartitions]
 
 
 class ConsumerGroupHeartbeatResponseTopicPartitions(TypedDict, total=False):
     topic_id: uuid.UUID
-    partitions: Sequence[int]
+    partitions: list[int]
 
 
 class ConsumerGroupHeartbeatResponse(TypedDict, total=False):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid  # noqa: F401
-from collections.abc import Sequence  # noqa: F401
 from typing import TypedDict
 
 from protocol.primitives import (  # noqa: F401
@@ -47,9 +46,9 @@ SCHEMA: dict[int, KStruct] = {
 
 class TopicPartition(TypedDict, total=False):
     topic: str
-    partitions: Sequence[int]
+    partitions: list[int]
 
 
 class ConsumerProtocolAssignment(TypedDict, total=False):
-    assigned_partitions: Sequence[TopicPartition]
+    assigned_partitions: list[TopicPartition]
     user_data: BytesLike | None

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid  # noqa: F401
-from collections.abc import Sequence  # noqa: F401
 from typing import TypedDict
 
 from protocol.primitives import (  # noqa: F401
@@ -82,12 +81,12 @@ SCHEMA: dict[int, KStruct] = {
 
 class TopicPartition(TypedDict, total=False):
     topic: str  # v1+
-    partitions: Sequence[int]  # v1+
+    partitions: list[int]  # v1+
 
 
 class ConsumerProtocolSubscription(TypedDict, total=False):
-    topics: Sequence[str]
+    topics: list[str]
     user_data: BytesLike | None
-    owned_partitions: Sequence[TopicPartition]  # v1+
+    owned_partitions: list[TopicPartition]  # v1+
     generation_id: int  # v2+
     rack_id: str | None  # v3+

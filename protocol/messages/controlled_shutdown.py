@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid  # noqa: F401
-from collections.abc import Sequence  # noqa: F401
 from typing import TypedDict
 
 from protocol.primitives import (  # noqa: F401
@@ -101,4 +100,4 @@ class RemainingPartition(TypedDict, total=False):
 
 class ControlledShutdownResponse(TypedDict, total=False):
     error_code: int
-    remaining_partitions: Sequence[RemainingPartition]
+    remaining_partitions: list[RemainingPartition]

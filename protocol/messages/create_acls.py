@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid  # noqa: F401
-from collections.abc import Sequence  # noqa: F401
 from typing import TypedDict
 
 from protocol.primitives import (  # noqa: F401
@@ -125,7 +124,7 @@ class AclCreation(TypedDict, total=False):
 
 
 class CreateAclsRequest(TypedDict, total=False):
-    creations: Sequence[AclCreation]
+    creations: list[AclCreation]
 
 
 class AclCreationResult(TypedDict, total=False):
@@ -135,4 +134,4 @@ class AclCreationResult(TypedDict, total=False):
 
 class CreateAclsResponse(TypedDict, total=False):
     throttle_time_ms: int
-    results: Sequence[AclCreationResult]
+    results: list[AclCreationResult]

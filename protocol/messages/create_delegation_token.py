@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid  # noqa: F401
-from collections.abc import Sequence  # noqa: F401
 from typing import TypedDict
 
 from protocol.primitives import (  # noqa: F401
@@ -139,7 +138,7 @@ class CreatableRenewers(TypedDict, total=False):
 class CreateDelegationTokenRequest(TypedDict, total=False):
     owner_principal_type: str | None  # v3+
     owner_principal_name: str | None  # v3+
-    renewers: Sequence[CreatableRenewers]
+    renewers: list[CreatableRenewers]
     max_lifetime_ms: int
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid  # noqa: F401
-from collections.abc import Sequence  # noqa: F401
 from typing import TypedDict
 
 from protocol.primitives import (  # noqa: F401
@@ -108,15 +107,15 @@ RESPONSE: dict[int, KStruct] = {
 class CreatePartitionsTopic(TypedDict, total=False):
     name: str
     count: int
-    assignments: Sequence[CreatePartitionsAssignment] | None
+    assignments: list[CreatePartitionsAssignment] | None
 
 
 class CreatePartitionsAssignment(TypedDict, total=False):
-    broker_ids: Sequence[int]
+    broker_ids: list[int]
 
 
 class CreatePartitionsRequest(TypedDict, total=False):
-    topics: Sequence[CreatePartitionsTopic]
+    topics: list[CreatePartitionsTopic]
     timeout_ms: int
     validate_only: bool
 
@@ -129,4 +128,4 @@ class CreatePartitionsTopicResult(TypedDict, total=False):
 
 class CreatePartitionsResponse(TypedDict, total=False):
     throttle_time_ms: int
-    results: Sequence[CreatePartitionsTopicResult]
+    results: list[CreatePartitionsTopicResult]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid  # noqa: F401
-from collections.abc import Sequence  # noqa: F401
 from typing import TypedDict
 
 from protocol.primitives import (  # noqa: F401
@@ -221,13 +220,13 @@ class CreatableTopic(TypedDict, total=False):
     name: str
     num_partitions: int
     replication_factor: int
-    assignments: Sequence[CreatableReplicaAssignment]
-    configs: Sequence[CreatableTopicConfig]
+    assignments: list[CreatableReplicaAssignment]
+    configs: list[CreatableTopicConfig]
 
 
 class CreatableReplicaAssignment(TypedDict, total=False):
     partition_index: int
-    broker_ids: Sequence[int]
+    broker_ids: list[int]
 
 
 class CreatableTopicConfig(TypedDict, total=False):
@@ -236,7 +235,7 @@ class CreatableTopicConfig(TypedDict, total=False):
 
 
 class CreateTopicsRequest(TypedDict, total=False):
-    topics: Sequence[CreatableTopic]
+    topics: list[CreatableTopic]
     timeout_ms: int
     validate_only: bool  # v1+
 
@@ -249,7 +248,7 @@ class CreatableTopicResult(TypedDict, total=False):
     topic_config_error_code: int  # v5+
     num_partitions: int  # v5+
     replication_factor: int  # v5+
-    configs: Sequence[CreatableTopicConfigs] | None  # v5+
+    configs: list[CreatableTopicConfigs] | None  # v5+
 
 
 class CreatableTopicConfigs(TypedDict, total=False):
@@ -262,4 +261,4 @@ class CreatableTopicConfigs(TypedDict, total=False):
 
 class CreateTopicsResponse(TypedDict, total=False):
     throttle_time_ms: int  # v2+
-    topics: Sequence[CreatableTopicResult]
+    topics: list[CreatableTopicResult]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid  # noqa: F401
-from collections.abc import Sequence  # noqa: F401
 from typing import TypedDict
 
 from protocol.primitives import (  # noqa: F401
@@ -172,13 +171,13 @@ class DeleteAclsFilter(TypedDict, total=False):
 
 
 class DeleteAclsRequest(TypedDict, total=False):
-    filters: Sequence[DeleteAclsFilter]
+    filters: list[DeleteAclsFilter]
 
 
 class DeleteAclsFilterResult(TypedDict, total=False):
     error_code: int
     error_message: str | None
-    matching_acls: Sequence[DeleteAclsMatchingAcl]
+    matching_acls: list[DeleteAclsMatchingAcl]
 
 
 class DeleteAclsMatchingAcl(TypedDict, total=False):
@@ -195,4 +194,4 @@ class DeleteAclsMatchingAcl(TypedDict, total=False):
 
 class DeleteAclsResponse(TypedDict, total=False):
     throttle_time_ms: int
-    filter_results: Sequence[DeleteAclsFilterResult]
+    filter_results: list[DeleteAclsFilterResult]

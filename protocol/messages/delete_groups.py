@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid  # noqa: F401
-from collections.abc import Sequence  # noqa: F401
 from typing import TypedDict
 
 from protocol.primitives import (  # noqa: F401
@@ -80,7 +79,7 @@ RESPONSE: dict[int, KStruct] = {
 
 
 class DeleteGroupsRequest(TypedDict, total=False):
-    groups_names: Sequence[str]
+    groups_names: list[str]
 
 
 class DeletableGroupResult(TypedDict, total=False):
@@ -90,4 +89,4 @@ class DeletableGroupResult(TypedDict, total=False):
 
 class DeleteGroupsResponse(TypedDict, total=False):
     throttle_time_ms: int
-    results: Sequence[DeletableGroupResult]
+    results: list[DeletableGroupResult]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid  # noqa: F401
-from collections.abc import Sequence  # noqa: F401
 from typing import TypedDict
 
 from protocol.primitives import (  # noqa: F401
@@ -112,7 +111,7 @@ RESPONSE: dict[int, KStruct] = {
 
 class DeleteRecordsTopic(TypedDict, total=False):
     name: str
-    partitions: Sequence[DeleteRecordsPartition]
+    partitions: list[DeleteRecordsPartition]
 
 
 class DeleteRecordsPartition(TypedDict, total=False):
@@ -121,13 +120,13 @@ class DeleteRecordsPartition(TypedDict, total=False):
 
 
 class DeleteRecordsRequest(TypedDict, total=False):
-    topics: Sequence[DeleteRecordsTopic]
+    topics: list[DeleteRecordsTopic]
     timeout_ms: int
 
 
 class DeleteRecordsTopicResult(TypedDict, total=False):
     name: str
-    partitions: Sequence[DeleteRecordsPartitionResult]
+    partitions: list[DeleteRecordsPartitionResult]
 
 
 class DeleteRecordsPartitionResult(TypedDict, total=False):
@@ -138,4 +137,4 @@ class DeleteRecordsPartitionResult(TypedDict, total=False):
 
 class DeleteRecordsResponse(TypedDict, total=False):
     throttle_time_ms: int
-    topics: Sequence[DeleteRecordsTopicResult]
+    topics: list[DeleteRecordsTopicResult]

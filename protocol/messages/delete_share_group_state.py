@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid  # noqa: F401
-from collections.abc import Sequence  # noqa: F401
 from typing import TypedDict
 
 from protocol.primitives import (  # noqa: F401
@@ -44,7 +43,7 @@ RESPONSE: dict[int, KStruct] = {
 
 class DeleteStateData(TypedDict, total=False):
     topic_id: uuid.UUID
-    partitions: Sequence[PartitionData]
+    partitions: list[PartitionData]
 
 
 class PartitionData(TypedDict, total=False):
@@ -53,12 +52,12 @@ class PartitionData(TypedDict, total=False):
 
 class DeleteShareGroupStateRequest(TypedDict, total=False):
     group_id: str
-    topics: Sequence[DeleteStateData]
+    topics: list[DeleteStateData]
 
 
 class DeleteStateResult(TypedDict, total=False):
     topic_id: uuid.UUID
-    partitions: Sequence[PartitionResult]
+    partitions: list[PartitionResult]
 
 
 class PartitionResult(TypedDict, total=False):
@@ -68,4 +67,4 @@ class PartitionResult(TypedDict, total=False):
 
 
 class DeleteShareGroupStateResponse(TypedDict, total=False):
-    results: Sequence[DeleteStateResult]
+    results: list[DeleteStateResult]

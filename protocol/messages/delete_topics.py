@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid  # noqa: F401
-from collections.abc import Sequence  # noqa: F401
 from typing import TypedDict
 
 from protocol.primitives import (  # noqa: F401
@@ -151,8 +150,8 @@ class DeleteTopicState(TypedDict, total=False):
 
 
 class DeleteTopicsRequest(TypedDict, total=False):
-    topics: Sequence[DeleteTopicState]  # v6+
-    topic_names: Sequence[str]  # v0-5
+    topics: list[DeleteTopicState]  # v6+
+    topic_names: list[str]  # v0-5
     timeout_ms: int
 
 
@@ -165,4 +164,4 @@ class DeletableTopicResult(TypedDict, total=False):
 
 class DeleteTopicsResponse(TypedDict, total=False):
     throttle_time_ms: int  # v1+
-    responses: Sequence[DeletableTopicResult]
+    responses: list[DeletableTopicResult]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid  # noqa: F401
-from collections.abc import Sequence  # noqa: F401
 from typing import TypedDict
 
 from protocol.primitives import (  # noqa: F401
@@ -159,7 +158,7 @@ class DescribeAclsResource(TypedDict, total=False):
     resource_type: int
     resource_name: str
     pattern_type: int  # v1+
-    acls: Sequence[AclDescription]
+    acls: list[AclDescription]
 
 
 class AclDescription(TypedDict, total=False):
@@ -173,4 +172,4 @@ class DescribeAclsResponse(TypedDict, total=False):
     throttle_time_ms: int
     error_code: int
     error_message: str | None
-    resources: Sequence[DescribeAclsResource]
+    resources: list[DescribeAclsResource]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid  # noqa: F401
-from collections.abc import Sequence  # noqa: F401
 from typing import TypedDict
 
 from protocol.primitives import (  # noqa: F401
@@ -119,13 +118,13 @@ class ComponentData(TypedDict, total=False):
 
 
 class DescribeClientQuotasRequest(TypedDict, total=False):
-    components: Sequence[ComponentData]
+    components: list[ComponentData]
     strict: bool
 
 
 class EntryData(TypedDict, total=False):
-    entity: Sequence[EntityData]
-    values: Sequence[ValueData]
+    entity: list[EntityData]
+    values: list[ValueData]
 
 
 class EntityData(TypedDict, total=False):
@@ -142,4 +141,4 @@ class DescribeClientQuotasResponse(TypedDict, total=False):
     throttle_time_ms: int
     error_code: int
     error_message: str | None
-    entries: Sequence[EntryData] | None
+    entries: list[EntryData] | None

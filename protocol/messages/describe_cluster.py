@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid  # noqa: F401
-from collections.abc import Sequence  # noqa: F401
 from typing import TypedDict
 
 from protocol.primitives import (  # noqa: F401
@@ -117,5 +116,5 @@ class DescribeClusterResponse(TypedDict, total=False):
     endpoint_type: int  # v1+
     cluster_id: str
     controller_id: int
-    brokers: Sequence[DescribeClusterBroker]
+    brokers: list[DescribeClusterBroker]
     cluster_authorized_operations: int

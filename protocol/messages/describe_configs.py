@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid  # noqa: F401
-from collections.abc import Sequence  # noqa: F401
 from typing import TypedDict
 
 from protocol.primitives import (  # noqa: F401
@@ -212,11 +211,11 @@ RESPONSE: dict[int, KStruct] = {
 class DescribeConfigsResource(TypedDict, total=False):
     resource_type: int
     resource_name: str
-    configuration_keys: Sequence[str] | None
+    configuration_keys: list[str] | None
 
 
 class DescribeConfigsRequest(TypedDict, total=False):
-    resources: Sequence[DescribeConfigsResource]
+    resources: list[DescribeConfigsResource]
     include_synonyms: bool  # v1+
     include_documentation: bool  # v3+
 
@@ -226,7 +225,7 @@ class DescribeConfigsResult(TypedDict, total=False):
     error_message: str | None
     resource_type: int
     resource_name: str
-    configs: Sequence[DescribeConfigsResourceResult]
+    configs: list[DescribeConfigsResourceResult]
 
 
 class DescribeConfigsResourceResult(TypedDict, total=False):
@@ -236,7 +235,7 @@ class DescribeConfigsResourceResult(TypedDict, total=False):
     is_default: bool  # v0
     config_source: int  # v1+
     is_sensitive: bool
-    synonyms: Sequence[DescribeConfigsSynonym]  # v1+
+    synonyms: list[DescribeConfigsSynonym]  # v1+
     config_type: int  # v3+
     documentation: str | None  # v3+
 
@@ -249,4 +248,4 @@ class DescribeConfigsSynonym(TypedDict, total=False):
 
 class DescribeConfigsResponse(TypedDict, total=False):
     throttle_time_ms: int
-    results: Sequence[DescribeConfigsResult]
+    results: list[DescribeConfigsResult]

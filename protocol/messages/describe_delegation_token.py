@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid  # noqa: F401
-from collections.abc import Sequence  # noqa: F401
 from typing import TypedDict
 
 from protocol.primitives import (  # noqa: F401
@@ -147,7 +146,7 @@ class DescribeDelegationTokenOwner(TypedDict, total=False):
 
 
 class DescribeDelegationTokenRequest(TypedDict, total=False):
-    owners: Sequence[DescribeDelegationTokenOwner] | None
+    owners: list[DescribeDelegationTokenOwner] | None
 
 
 class DescribedDelegationToken(TypedDict, total=False):
@@ -160,7 +159,7 @@ class DescribedDelegationToken(TypedDict, total=False):
     max_timestamp: int
     token_id: str
     hmac: BytesLike
-    renewers: Sequence[DescribedDelegationTokenRenewer]
+    renewers: list[DescribedDelegationTokenRenewer]
 
 
 class DescribedDelegationTokenRenewer(TypedDict, total=False):
@@ -170,5 +169,5 @@ class DescribedDelegationTokenRenewer(TypedDict, total=False):
 
 class DescribeDelegationTokenResponse(TypedDict, total=False):
     error_code: int
-    tokens: Sequence[DescribedDelegationToken]
+    tokens: list[DescribedDelegationToken]
     throttle_time_ms: int

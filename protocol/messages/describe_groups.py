@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid  # noqa: F401
-from collections.abc import Sequence  # noqa: F401
 from typing import TypedDict
 
 from protocol.primitives import (  # noqa: F401
@@ -190,7 +189,7 @@ RESPONSE: dict[int, KStruct] = {
 
 
 class DescribeGroupsRequest(TypedDict, total=False):
-    groups: Sequence[str]
+    groups: list[str]
     include_authorized_operations: bool  # v3+
 
 
@@ -200,7 +199,7 @@ class DescribedGroup(TypedDict, total=False):
     group_state: str
     protocol_type: str
     protocol_data: str
-    members: Sequence[DescribedGroupMember]
+    members: list[DescribedGroupMember]
     authorized_operations: int  # v3+
 
 
@@ -215,4 +214,4 @@ class DescribedGroupMember(TypedDict, total=False):
 
 class DescribeGroupsResponse(TypedDict, total=False):
     throttle_time_ms: int  # v1+
-    groups: Sequence[DescribedGroup]
+    groups: list[DescribedGroup]

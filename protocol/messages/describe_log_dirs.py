@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid  # noqa: F401
-from collections.abc import Sequence  # noqa: F401
 from typing import TypedDict
 
 from protocol.primitives import (  # noqa: F401
@@ -177,24 +176,24 @@ RESPONSE: dict[int, KStruct] = {
 
 class DescribableLogDirTopic(TypedDict, total=False):
     topic: str
-    partitions: Sequence[int]
+    partitions: list[int]
 
 
 class DescribeLogDirsRequest(TypedDict, total=False):
-    topics: Sequence[DescribableLogDirTopic] | None
+    topics: list[DescribableLogDirTopic] | None
 
 
 class DescribeLogDirsResult(TypedDict, total=False):
     error_code: int
     log_dir: str
-    topics: Sequence[DescribeLogDirsTopic]
+    topics: list[DescribeLogDirsTopic]
     total_bytes: int  # v4+
     usable_bytes: int  # v4+
 
 
 class DescribeLogDirsTopic(TypedDict, total=False):
     name: str
-    partitions: Sequence[DescribeLogDirsPartition]
+    partitions: list[DescribeLogDirsPartition]
 
 
 class DescribeLogDirsPartition(TypedDict, total=False):
@@ -207,4 +206,4 @@ class DescribeLogDirsPartition(TypedDict, total=False):
 class DescribeLogDirsResponse(TypedDict, total=False):
     throttle_time_ms: int
     error_code: int  # v3+
-    results: Sequence[DescribeLogDirsResult]
+    results: list[DescribeLogDirsResult]

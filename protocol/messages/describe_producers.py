@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid  # noqa: F401
-from collections.abc import Sequence  # noqa: F401
 from typing import TypedDict
 
 from protocol.primitives import (  # noqa: F401
@@ -83,23 +82,23 @@ RESPONSE: dict[int, KStruct] = {
 
 class TopicRequest(TypedDict, total=False):
     name: str
-    partition_indexes: Sequence[int]
+    partition_indexes: list[int]
 
 
 class DescribeProducersRequest(TypedDict, total=False):
-    topics: Sequence[TopicRequest]
+    topics: list[TopicRequest]
 
 
 class TopicResponse(TypedDict, total=False):
     name: str
-    partitions: Sequence[PartitionResponse]
+    partitions: list[PartitionResponse]
 
 
 class PartitionResponse(TypedDict, total=False):
     partition_index: int
     error_code: int
     error_message: str | None
-    active_producers: Sequence[ProducerState]
+    active_producers: list[ProducerState]
 
 
 class ProducerState(TypedDict, total=False):
@@ -113,4 +112,4 @@ class ProducerState(TypedDict, total=False):
 
 class DescribeProducersResponse(TypedDict, total=False):
     throttle_time_ms: int
-    topics: Sequence[TopicResponse]
+    topics: list[TopicResponse]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid  # noqa: F401
-from collections.abc import Sequence  # noqa: F401
 from typing import TypedDict
 
 from protocol.primitives import (  # noqa: F401
@@ -191,7 +190,7 @@ RESPONSE: dict[int, KStruct] = {
 
 class DescribeQuorumRequestTopicData(TypedDict, total=False):
     topic_name: str
-    partitions: Sequence[DescribeQuorumRequestPartitionData]
+    partitions: list[DescribeQuorumRequestPartitionData]
 
 
 class DescribeQuorumRequestPartitionData(TypedDict, total=False):
@@ -199,12 +198,12 @@ class DescribeQuorumRequestPartitionData(TypedDict, total=False):
 
 
 class DescribeQuorumRequest(TypedDict, total=False):
-    topics: Sequence[DescribeQuorumRequestTopicData]
+    topics: list[DescribeQuorumRequestTopicData]
 
 
 class DescribeQuorumResponseTopicData(TypedDict, total=False):
     topic_name: str
-    partitions: Sequence[DescribeQuorumResponsePartitionData]
+    partitions: list[DescribeQuorumResponsePartitionData]
 
 
 class DescribeQuorumResponsePartitionData(TypedDict, total=False):
@@ -214,8 +213,8 @@ class DescribeQuorumResponsePartitionData(TypedDict, total=False):
     leader_id: int
     leader_epoch: int
     high_watermark: int
-    current_voters: Sequence[ReplicaState]
-    observers: Sequence[ReplicaState]
+    current_voters: list[ReplicaState]
+    observers: list[ReplicaState]
 
 
 class ReplicaState(TypedDict, total=False):
@@ -228,7 +227,7 @@ class ReplicaState(TypedDict, total=False):
 
 class Node(TypedDict, total=False):
     node_id: int  # v2+
-    listeners: Sequence[Listener]  # v2+
+    listeners: list[Listener]  # v2+
 
 
 class Listener(TypedDict, total=False):
@@ -240,5 +239,5 @@ class Listener(TypedDict, total=False):
 class DescribeQuorumResponse(TypedDict, total=False):
     error_code: int
     error_message: str | None  # v2+
-    topics: Sequence[DescribeQuorumResponseTopicData]
-    nodes: Sequence[Node]  # v2+
+    topics: list[DescribeQuorumResponseTopicData]
+    nodes: list[Node]  # v2+

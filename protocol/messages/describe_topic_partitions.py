@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid  # noqa: F401
-from collections.abc import Sequence  # noqa: F401
 from typing import TypedDict
 
 from protocol.primitives import (  # noqa: F401
@@ -105,7 +104,7 @@ class DescribeTopicPartitionsRequestCursor(TypedDict, total=False):
 
 
 class DescribeTopicPartitionsRequest(TypedDict, total=False):
-    topics: Sequence[TopicRequest]
+    topics: list[TopicRequest]
     response_partition_limit: int
     cursor: DescribeTopicPartitionsRequestCursor | None
 
@@ -115,7 +114,7 @@ class DescribeTopicPartitionsResponseTopic(TypedDict, total=False):
     name: str | None
     topic_id: uuid.UUID
     is_internal: bool
-    partitions: Sequence[DescribeTopicPartitionsResponsePartition]
+    partitions: list[DescribeTopicPartitionsResponsePartition]
     topic_authorized_operations: int
 
 
@@ -124,11 +123,11 @@ class DescribeTopicPartitionsResponsePartition(TypedDict, total=False):
     partition_index: int
     leader_id: int
     leader_epoch: int
-    replica_nodes: Sequence[int]
-    isr_nodes: Sequence[int]
-    eligible_leader_replicas: Sequence[int] | None
-    last_known_elr: Sequence[int] | None
-    offline_replicas: Sequence[int]
+    replica_nodes: list[int]
+    isr_nodes: list[int]
+    eligible_leader_replicas: list[int] | None
+    last_known_elr: list[int] | None
+    offline_replicas: list[int]
 
 
 class DescribeTopicPartitionsResponseCursor(TypedDict, total=False):
@@ -138,5 +137,5 @@ class DescribeTopicPartitionsResponseCursor(TypedDict, total=False):
 
 class DescribeTopicPartitionsResponse(TypedDict, total=False):
     throttle_time_ms: int
-    topics: Sequence[DescribeTopicPartitionsResponseTopic]
+    topics: list[DescribeTopicPartitionsResponseTopic]
     next_cursor: DescribeTopicPartitionsResponseCursor | None

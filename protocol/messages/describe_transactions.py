@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid  # noqa: F401
-from collections.abc import Sequence  # noqa: F401
 from typing import TypedDict
 
 from protocol.primitives import (  # noqa: F401
@@ -72,7 +71,7 @@ RESPONSE: dict[int, KStruct] = {
 
 
 class DescribeTransactionsRequest(TypedDict, total=False):
-    transactional_ids: Sequence[str]
+    transactional_ids: list[str]
 
 
 class TransactionState(TypedDict, total=False):
@@ -83,14 +82,14 @@ class TransactionState(TypedDict, total=False):
     transaction_start_time_ms: int
     producer_id: int
     producer_epoch: int
-    topics: Sequence[TopicData]
+    topics: list[TopicData]
 
 
 class TopicData(TypedDict, total=False):
     topic: str
-    partitions: Sequence[int]
+    partitions: list[int]
 
 
 class DescribeTransactionsResponse(TypedDict, total=False):
     throttle_time_ms: int
-    transaction_states: Sequence[TransactionState]
+    transaction_states: list[TransactionState]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid  # noqa: F401
-from collections.abc import Sequence  # noqa: F401
 from typing import TypedDict
 
 from protocol.primitives import (  # noqa: F401
@@ -78,14 +77,14 @@ class UserName(TypedDict, total=False):
 
 
 class DescribeUserScramCredentialsRequest(TypedDict, total=False):
-    users: Sequence[UserName] | None
+    users: list[UserName] | None
 
 
 class DescribeUserScramCredentialsResult(TypedDict, total=False):
     user: str
     error_code: int
     error_message: str | None
-    credential_infos: Sequence[CredentialInfo]
+    credential_infos: list[CredentialInfo]
 
 
 class CredentialInfo(TypedDict, total=False):
@@ -97,4 +96,4 @@ class DescribeUserScramCredentialsResponse(TypedDict, total=False):
     throttle_time_ms: int
     error_code: int
     error_message: str | None
-    results: Sequence[DescribeUserScramCredentialsResult]
+    results: list[DescribeUserScramCredentialsResult]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid  # noqa: F401
-from collections.abc import Sequence  # noqa: F401
 from typing import TypedDict
 
 from protocol.primitives import (  # noqa: F401
@@ -134,18 +133,18 @@ RESPONSE: dict[int, KStruct] = {
 
 class TopicPartitions(TypedDict, total=False):
     topic: str
-    partitions: Sequence[int]
+    partitions: list[int]
 
 
 class ElectLeadersRequest(TypedDict, total=False):
     election_type: int  # v1+
-    topic_partitions: Sequence[TopicPartitions] | None
+    topic_partitions: list[TopicPartitions] | None
     timeout_ms: int
 
 
 class ReplicaElectionResult(TypedDict, total=False):
     topic: str
-    partition_result: Sequence[PartitionResult]
+    partition_result: list[PartitionResult]
 
 
 class PartitionResult(TypedDict, total=False):
@@ -157,4 +156,4 @@ class PartitionResult(TypedDict, total=False):
 class ElectLeadersResponse(TypedDict, total=False):
     throttle_time_ms: int
     error_code: int  # v1+
-    replica_election_results: Sequence[ReplicaElectionResult]
+    replica_election_results: list[ReplicaElectionResult]

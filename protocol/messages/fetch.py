@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid  # noqa: F401
-from collections.abc import Sequence  # noqa: F401
 from typing import TypedDict
 
 from protocol.primitives import (  # noqa: F401
@@ -752,7 +751,7 @@ class ReplicaState(TypedDict, total=False):
 class FetchTopic(TypedDict, total=False):
     topic: str  # v0-12
     topic_id: uuid.UUID  # v13+
-    partitions: Sequence[FetchPartition]
+    partitions: list[FetchPartition]
 
 
 class FetchPartition(TypedDict, total=False):
@@ -768,7 +767,7 @@ class FetchPartition(TypedDict, total=False):
 class ForgottenTopic(TypedDict, total=False):
     topic: str  # v7-12
     topic_id: uuid.UUID  # v13+
-    partitions: Sequence[int]  # v7+
+    partitions: list[int]  # v7+
 
 
 class FetchRequest(TypedDict, total=False):
@@ -781,15 +780,15 @@ class FetchRequest(TypedDict, total=False):
     isolation_level: int  # v4+
     session_id: int  # v7+
     session_epoch: int  # v7+
-    topics: Sequence[FetchTopic]
-    forgotten_topics_data: Sequence[ForgottenTopic]  # v7+
+    topics: list[FetchTopic]
+    forgotten_topics_data: list[ForgottenTopic]  # v7+
     rack_id: str  # v11+
 
 
 class FetchableTopicResponse(TypedDict, total=False):
     topic: str  # v0-12
     topic_id: uuid.UUID  # v13+
-    partitions: Sequence[PartitionData]
+    partitions: list[PartitionData]
 
 
 class PartitionData(TypedDict, total=False):
@@ -801,7 +800,7 @@ class PartitionData(TypedDict, total=False):
     diverging_epoch: EpochEndOffset  # v12+
     current_leader: LeaderIdAndEpoch  # v12+
     snapshot_id: SnapshotId  # v12+
-    aborted_transactions: Sequence[AbortedTransaction] | None  # v4+
+    aborted_transactions: list[AbortedTransaction] | None  # v4+
     preferred_read_replica: int  # v11+
     records: RecordsValue | None
 
@@ -837,5 +836,5 @@ class FetchResponse(TypedDict, total=False):
     throttle_time_ms: int  # v1+
     error_code: int  # v7+
     session_id: int  # v7+
-    responses: Sequence[FetchableTopicResponse]
-    node_endpoints: Sequence[NodeEndpoint]  # v16+
+    responses: list[FetchableTopicResponse]
+    node_endpoints: list[NodeEndpoint]  # v16+

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid  # noqa: F401
-from collections.abc import Sequence  # noqa: F401
 from typing import TypedDict
 
 from protocol.primitives import (  # noqa: F401
@@ -135,7 +134,7 @@ RESPONSE: dict[int, KStruct] = {
 class FindCoordinatorRequest(TypedDict, total=False):
     key: str  # v0-3
     key_type: int  # v1+
-    coordinator_keys: Sequence[str]  # v4+
+    coordinator_keys: list[str]  # v4+
 
 
 class Coordinator(TypedDict, total=False):
@@ -154,4 +153,4 @@ class FindCoordinatorResponse(TypedDict, total=False):
     node_id: int  # v0-3
     host: str  # v0-3
     port: int  # v0-3
-    coordinators: Sequence[Coordinator]  # v4+
+    coordinators: list[Coordinator]  # v4+

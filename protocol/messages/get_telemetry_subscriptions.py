@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid  # noqa: F401
-from collections.abc import Sequence  # noqa: F401
 from typing import TypedDict
 
 from protocol.primitives import (  # noqa: F401
@@ -71,8 +70,8 @@ class GetTelemetrySubscriptionsResponse(TypedDict, total=False):
     error_code: int
     client_instance_id: uuid.UUID
     subscription_id: int
-    accepted_compression_types: Sequence[int]
+    accepted_compression_types: list[int]
     push_interval_ms: int
     telemetry_max_bytes: int
     delta_temporality: bool
-    requested_metrics: Sequence[str]
+    requested_metrics: list[str]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid  # noqa: F401
-from collections.abc import Sequence  # noqa: F401
 from typing import TypedDict
 
 from protocol.primitives import (  # noqa: F401
@@ -44,7 +43,7 @@ RESPONSE: dict[int, KStruct] = {
 
 class InitializeStateData(TypedDict, total=False):
     topic_id: uuid.UUID
-    partitions: Sequence[PartitionData]
+    partitions: list[PartitionData]
 
 
 class PartitionData(TypedDict, total=False):
@@ -55,12 +54,12 @@ class PartitionData(TypedDict, total=False):
 
 class InitializeShareGroupStateRequest(TypedDict, total=False):
     group_id: str
-    topics: Sequence[InitializeStateData]
+    topics: list[InitializeStateData]
 
 
 class InitializeStateResult(TypedDict, total=False):
     topic_id: uuid.UUID
-    partitions: Sequence[PartitionResult]
+    partitions: list[PartitionResult]
 
 
 class PartitionResult(TypedDict, total=False):
@@ -70,4 +69,4 @@ class PartitionResult(TypedDict, total=False):
 
 
 class InitializeShareGroupStateResponse(TypedDict, total=False):
-    results: Sequence[InitializeStateResult]
+    results: list[InitializeStateResult]

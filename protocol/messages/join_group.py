@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid  # noqa: F401
-from collections.abc import Sequence  # noqa: F401
 from typing import TypedDict
 
 from protocol.primitives import (  # noqa: F401
@@ -262,7 +261,7 @@ class JoinGroupRequest(TypedDict, total=False):
     member_id: str
     group_instance_id: str | None  # v5+
     protocol_type: str
-    protocols: Sequence[JoinGroupRequestProtocol]
+    protocols: list[JoinGroupRequestProtocol]
     reason: str | None  # v8+
 
 
@@ -281,4 +280,4 @@ class JoinGroupResponse(TypedDict, total=False):
     leader: str
     skip_assignment: bool  # v9+
     member_id: str
-    members: Sequence[JoinGroupResponseMember]
+    members: list[JoinGroupResponseMember]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid  # noqa: F401
-from collections.abc import Sequence  # noqa: F401
 from typing import TypedDict
 
 from protocol.primitives import (  # noqa: F401
@@ -376,11 +375,11 @@ class LeaderAndIsrPartitionState(TypedDict, total=False):
     controller_epoch: int
     leader: int
     leader_epoch: int
-    isr: Sequence[int]
+    isr: list[int]
     partition_epoch: int
-    replicas: Sequence[int]
-    adding_replicas: Sequence[int]  # v3+
-    removing_replicas: Sequence[int]  # v3+
+    replicas: list[int]
+    adding_replicas: list[int]  # v3+
+    removing_replicas: list[int]  # v3+
     is_new: bool  # v1+
     leader_recovery_state: int  # v6+
 
@@ -388,7 +387,7 @@ class LeaderAndIsrPartitionState(TypedDict, total=False):
 class LeaderAndIsrTopicState(TypedDict, total=False):
     topic_name: str  # v2+
     topic_id: uuid.UUID  # v5+
-    partition_states: Sequence[LeaderAndIsrPartitionState]  # v2+
+    partition_states: list[LeaderAndIsrPartitionState]  # v2+
 
 
 class LeaderAndIsrLiveLeader(TypedDict, total=False):
@@ -403,9 +402,9 @@ class LeaderAndIsrRequest(TypedDict, total=False):
     controller_epoch: int
     broker_epoch: int  # v2+
     type: int  # v5+
-    ungrouped_partition_states: Sequence[LeaderAndIsrPartitionState]  # v0-1
-    topic_states: Sequence[LeaderAndIsrTopicState]  # v2+
-    live_leaders: Sequence[LeaderAndIsrLiveLeader]
+    ungrouped_partition_states: list[LeaderAndIsrPartitionState]  # v0-1
+    topic_states: list[LeaderAndIsrTopicState]  # v2+
+    live_leaders: list[LeaderAndIsrLiveLeader]
 
 
 class LeaderAndIsrPartitionError(TypedDict, total=False):
@@ -416,10 +415,10 @@ class LeaderAndIsrPartitionError(TypedDict, total=False):
 
 class LeaderAndIsrTopicError(TypedDict, total=False):
     topic_id: uuid.UUID  # v5+
-    partition_errors: Sequence[LeaderAndIsrPartitionError]  # v5+
+    partition_errors: list[LeaderAndIsrPartitionError]  # v5+
 
 
 class LeaderAndIsrResponse(TypedDict, total=False):
     error_code: int
-    partition_errors: Sequence[LeaderAndIsrPartitionError]  # v0-4
-    topics: Sequence[LeaderAndIsrTopicError]  # v5+
+    partition_errors: list[LeaderAndIsrPartitionError]  # v0-4
+    topics: list[LeaderAndIsrTopicError]  # v5+

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid  # noqa: F401
-from collections.abc import Sequence  # noqa: F401
 from typing import TypedDict
 
 from protocol.primitives import (  # noqa: F401
@@ -147,7 +146,7 @@ class MemberIdentity(TypedDict, total=False):
 class LeaveGroupRequest(TypedDict, total=False):
     group_id: str
     member_id: str  # v0-2
-    members: Sequence[MemberIdentity]  # v3+
+    members: list[MemberIdentity]  # v3+
 
 
 class MemberResponse(TypedDict, total=False):
@@ -159,4 +158,4 @@ class MemberResponse(TypedDict, total=False):
 class LeaveGroupResponse(TypedDict, total=False):
     throttle_time_ms: int  # v1+
     error_code: int
-    members: Sequence[MemberResponse]  # v3+
+    members: list[MemberResponse]  # v3+

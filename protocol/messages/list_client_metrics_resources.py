@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid  # noqa: F401
-from collections.abc import Sequence  # noqa: F401
 from typing import TypedDict
 
 from protocol.primitives import (  # noqa: F401
@@ -70,4 +69,4 @@ class ClientMetricsResource(TypedDict, total=False):
 class ListClientMetricsResourcesResponse(TypedDict, total=False):
     throttle_time_ms: int
     error_code: int
-    client_metrics_resources: Sequence[ClientMetricsResource]
+    client_metrics_resources: list[ClientMetricsResource]

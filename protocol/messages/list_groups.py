@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid  # noqa: F401
-from collections.abc import Sequence  # noqa: F401
 from typing import TypedDict
 
 from protocol.primitives import (  # noqa: F401
@@ -146,8 +145,8 @@ RESPONSE: dict[int, KStruct] = {
 
 
 class ListGroupsRequest(TypedDict, total=False):
-    states_filter: Sequence[str]  # v4+
-    types_filter: Sequence[str]  # v5+
+    states_filter: list[str]  # v4+
+    types_filter: list[str]  # v5+
 
 
 class ListedGroup(TypedDict, total=False):
@@ -160,4 +159,4 @@ class ListedGroup(TypedDict, total=False):
 class ListGroupsResponse(TypedDict, total=False):
     throttle_time_ms: int  # v1+
     error_code: int
-    groups: Sequence[ListedGroup]
+    groups: list[ListedGroup]

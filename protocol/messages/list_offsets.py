@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid  # noqa: F401
-from collections.abc import Sequence  # noqa: F401
 from typing import TypedDict
 
 from protocol.primitives import (  # noqa: F401
@@ -263,7 +262,7 @@ RESPONSE: dict[int, KStruct] = {
 
 class ListOffsetsTopic(TypedDict, total=False):
     name: str
-    partitions: Sequence[ListOffsetsPartition]
+    partitions: list[ListOffsetsPartition]
 
 
 class ListOffsetsPartition(TypedDict, total=False):
@@ -276,19 +275,19 @@ class ListOffsetsPartition(TypedDict, total=False):
 class ListOffsetsRequest(TypedDict, total=False):
     replica_id: int
     isolation_level: int  # v2+
-    topics: Sequence[ListOffsetsTopic]
+    topics: list[ListOffsetsTopic]
     timeout_ms: int  # v10+
 
 
 class ListOffsetsTopicResponse(TypedDict, total=False):
     name: str
-    partitions: Sequence[ListOffsetsPartitionResponse]
+    partitions: list[ListOffsetsPartitionResponse]
 
 
 class ListOffsetsPartitionResponse(TypedDict, total=False):
     partition_index: int
     error_code: int
-    old_style_offsets: Sequence[int]  # v0
+    old_style_offsets: list[int]  # v0
     timestamp: int  # v1+
     offset: int  # v1+
     leader_epoch: int  # v4+
@@ -296,4 +295,4 @@ class ListOffsetsPartitionResponse(TypedDict, total=False):
 
 class ListOffsetsResponse(TypedDict, total=False):
     throttle_time_ms: int  # v2+
-    topics: Sequence[ListOffsetsTopicResponse]
+    topics: list[ListOffsetsTopicResponse]

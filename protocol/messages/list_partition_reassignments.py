@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid  # noqa: F401
-from collections.abc import Sequence  # noqa: F401
 from typing import TypedDict
 
 from protocol.primitives import (  # noqa: F401
@@ -77,28 +76,28 @@ RESPONSE: dict[int, KStruct] = {
 
 class ListPartitionReassignmentsTopics(TypedDict, total=False):
     name: str
-    partition_indexes: Sequence[int]
+    partition_indexes: list[int]
 
 
 class ListPartitionReassignmentsRequest(TypedDict, total=False):
     timeout_ms: int
-    topics: Sequence[ListPartitionReassignmentsTopics] | None
+    topics: list[ListPartitionReassignmentsTopics] | None
 
 
 class OngoingTopicReassignment(TypedDict, total=False):
     name: str
-    partitions: Sequence[OngoingPartitionReassignment]
+    partitions: list[OngoingPartitionReassignment]
 
 
 class OngoingPartitionReassignment(TypedDict, total=False):
     partition_index: int
-    replicas: Sequence[int]
-    adding_replicas: Sequence[int]
-    removing_replicas: Sequence[int]
+    replicas: list[int]
+    adding_replicas: list[int]
+    removing_replicas: list[int]
 
 
 class ListPartitionReassignmentsResponse(TypedDict, total=False):
     throttle_time_ms: int
     error_code: int
     error_message: str | None
-    topics: Sequence[OngoingTopicReassignment]
+    topics: list[OngoingTopicReassignment]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid  # noqa: F401
-from collections.abc import Sequence  # noqa: F401
 from typing import TypedDict
 
 from protocol.primitives import (  # noqa: F401
@@ -76,8 +75,8 @@ RESPONSE: dict[int, KStruct] = {
 
 
 class ListTransactionsRequest(TypedDict, total=False):
-    state_filters: Sequence[str]
-    producer_id_filters: Sequence[int]
+    state_filters: list[str]
+    producer_id_filters: list[int]
     duration_filter: int  # v1+
 
 
@@ -90,5 +89,5 @@ class TransactionState(TypedDict, total=False):
 class ListTransactionsResponse(TypedDict, total=False):
     throttle_time_ms: int
     error_code: int
-    unknown_state_filters: Sequence[str]
-    transaction_states: Sequence[TransactionState]
+    unknown_state_filters: list[str]
+    transaction_states: list[TransactionState]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid  # noqa: F401
-from collections.abc import Sequence  # noqa: F401
 from typing import TypedDict
 
 from protocol.primitives import (  # noqa: F401
@@ -519,7 +518,7 @@ class MetadataRequestTopic(TypedDict, total=False):
 
 
 class MetadataRequest(TypedDict, total=False):
-    topics: Sequence[MetadataRequestTopic] | None
+    topics: list[MetadataRequestTopic] | None
     allow_auto_topic_creation: bool  # v4+
     include_cluster_authorized_operations: bool  # v8-10
     include_topic_authorized_operations: bool  # v8+
@@ -537,7 +536,7 @@ class MetadataResponseTopic(TypedDict, total=False):
     name: str | None
     topic_id: uuid.UUID  # v10+
     is_internal: bool  # v1+
-    partitions: Sequence[MetadataResponsePartition]
+    partitions: list[MetadataResponsePartition]
     topic_authorized_operations: int  # v8+
 
 
@@ -546,15 +545,15 @@ class MetadataResponsePartition(TypedDict, total=False):
     partition_index: int
     leader_id: int
     leader_epoch: int  # v7+
-    replica_nodes: Sequence[int]
-    isr_nodes: Sequence[int]
-    offline_replicas: Sequence[int]  # v5+
+    replica_nodes: list[int]
+    isr_nodes: list[int]
+    offline_replicas: list[int]  # v5+
 
 
 class MetadataResponse(TypedDict, total=False):
     throttle_time_ms: int  # v3+
-    brokers: Sequence[MetadataResponseBroker]
+    brokers: list[MetadataResponseBroker]
     cluster_id: str | None  # v2+
     controller_id: int  # v1+
-    topics: Sequence[MetadataResponseTopic]
+    topics: list[MetadataResponseTopic]
     cluster_authorized_operations: int  # v8-10

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid  # noqa: F401
-from collections.abc import Sequence  # noqa: F401
 from typing import TypedDict
 
 from protocol.primitives import (  # noqa: F401
@@ -248,7 +247,7 @@ RESPONSE: dict[int, KStruct] = {
 
 class OffsetCommitRequestTopic(TypedDict, total=False):
     name: str
-    partitions: Sequence[OffsetCommitRequestPartition]
+    partitions: list[OffsetCommitRequestPartition]
 
 
 class OffsetCommitRequestPartition(TypedDict, total=False):
@@ -265,12 +264,12 @@ class OffsetCommitRequest(TypedDict, total=False):
     member_id: str  # v1+
     group_instance_id: str | None  # v7+
     retention_time_ms: int  # v2-4
-    topics: Sequence[OffsetCommitRequestTopic]
+    topics: list[OffsetCommitRequestTopic]
 
 
 class OffsetCommitResponseTopic(TypedDict, total=False):
     name: str
-    partitions: Sequence[OffsetCommitResponsePartition]
+    partitions: list[OffsetCommitResponsePartition]
 
 
 class OffsetCommitResponsePartition(TypedDict, total=False):
@@ -280,4 +279,4 @@ class OffsetCommitResponsePartition(TypedDict, total=False):
 
 class OffsetCommitResponse(TypedDict, total=False):
     throttle_time_ms: int  # v3+
-    topics: Sequence[OffsetCommitResponseTopic]
+    topics: list[OffsetCommitResponseTopic]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid  # noqa: F401
-from collections.abc import Sequence  # noqa: F401
 from typing import TypedDict
 
 from protocol.primitives import (  # noqa: F401
@@ -72,7 +71,7 @@ RESPONSE: dict[int, KStruct] = {
 
 class OffsetDeleteRequestTopic(TypedDict, total=False):
     name: str
-    partitions: Sequence[OffsetDeleteRequestPartition]
+    partitions: list[OffsetDeleteRequestPartition]
 
 
 class OffsetDeleteRequestPartition(TypedDict, total=False):
@@ -81,12 +80,12 @@ class OffsetDeleteRequestPartition(TypedDict, total=False):
 
 class OffsetDeleteRequest(TypedDict, total=False):
     group_id: str
-    topics: Sequence[OffsetDeleteRequestTopic]
+    topics: list[OffsetDeleteRequestTopic]
 
 
 class OffsetDeleteResponseTopic(TypedDict, total=False):
     name: str
-    partitions: Sequence[OffsetDeleteResponsePartition]
+    partitions: list[OffsetDeleteResponsePartition]
 
 
 class OffsetDeleteResponsePartition(TypedDict, total=False):
@@ -97,4 +96,4 @@ class OffsetDeleteResponsePartition(TypedDict, total=False):
 class OffsetDeleteResponse(TypedDict, total=False):
     error_code: int
     throttle_time_ms: int
-    topics: Sequence[OffsetDeleteResponseTopic]
+    topics: list[OffsetDeleteResponseTopic]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid  # noqa: F401
-from collections.abc import Sequence  # noqa: F401
 from typing import TypedDict
 
 from protocol.primitives import (  # noqa: F401
@@ -272,31 +271,31 @@ RESPONSE: dict[int, KStruct] = {
 
 class OffsetFetchRequestTopic(TypedDict, total=False):
     name: str  # v0-7
-    partition_indexes: Sequence[int]  # v0-7
+    partition_indexes: list[int]  # v0-7
 
 
 class OffsetFetchRequestGroup(TypedDict, total=False):
     group_id: str  # v8+
     member_id: str | None  # v9+
     member_epoch: int  # v9+
-    topics: Sequence[OffsetFetchRequestTopics] | None  # v8+
+    topics: list[OffsetFetchRequestTopics] | None  # v8+
 
 
 class OffsetFetchRequestTopics(TypedDict, total=False):
     name: str  # v8+
-    partition_indexes: Sequence[int]  # v8+
+    partition_indexes: list[int]  # v8+
 
 
 class OffsetFetchRequest(TypedDict, total=False):
     group_id: str  # v0-7
-    topics: Sequence[OffsetFetchRequestTopic] | None  # v0-7
-    groups: Sequence[OffsetFetchRequestGroup]  # v8+
+    topics: list[OffsetFetchRequestTopic] | None  # v0-7
+    groups: list[OffsetFetchRequestGroup]  # v8+
     require_stable: bool  # v7+
 
 
 class OffsetFetchResponseTopic(TypedDict, total=False):
     name: str  # v0-7
-    partitions: Sequence[OffsetFetchResponsePartition]  # v0-7
+    partitions: list[OffsetFetchResponsePartition]  # v0-7
 
 
 class OffsetFetchResponsePartition(TypedDict, total=False):
@@ -309,13 +308,13 @@ class OffsetFetchResponsePartition(TypedDict, total=False):
 
 class OffsetFetchResponseGroup(TypedDict, total=False):
     group_id: str  # v8+
-    topics: Sequence[OffsetFetchResponseTopics]  # v8+
+    topics: list[OffsetFetchResponseTopics]  # v8+
     error_code: int  # v8+
 
 
 class OffsetFetchResponseTopics(TypedDict, total=False):
     name: str  # v8+
-    partitions: Sequence[OffsetFetchResponsePartitions]  # v8+
+    partitions: list[OffsetFetchResponsePartitions]  # v8+
 
 
 class OffsetFetchResponsePartitions(TypedDict, total=False):
@@ -328,6 +327,6 @@ class OffsetFetchResponsePartitions(TypedDict, total=False):
 
 class OffsetFetchResponse(TypedDict, total=False):
     throttle_time_ms: int  # v3+
-    topics: Sequence[OffsetFetchResponseTopic]  # v0-7
+    topics: list[OffsetFetchResponseTopic]  # v0-7
     error_code: int  # v2-7
-    groups: Sequence[OffsetFetchResponseGroup]  # v8+
+    groups: list[OffsetFetchResponseGroup]  # v8+

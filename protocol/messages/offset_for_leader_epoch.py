@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid  # noqa: F401
-from collections.abc import Sequence  # noqa: F401
 from typing import TypedDict
 
 from protocol.primitives import (  # noqa: F401
@@ -182,7 +181,7 @@ RESPONSE: dict[int, KStruct] = {
 
 class OffsetForLeaderTopic(TypedDict, total=False):
     topic: str
-    partitions: Sequence[OffsetForLeaderPartition]
+    partitions: list[OffsetForLeaderPartition]
 
 
 class OffsetForLeaderPartition(TypedDict, total=False):
@@ -193,12 +192,12 @@ class OffsetForLeaderPartition(TypedDict, total=False):
 
 class OffsetForLeaderEpochRequest(TypedDict, total=False):
     replica_id: int  # v3+
-    topics: Sequence[OffsetForLeaderTopic]
+    topics: list[OffsetForLeaderTopic]
 
 
 class OffsetForLeaderTopicResult(TypedDict, total=False):
     topic: str
-    partitions: Sequence[EpochEndOffset]
+    partitions: list[EpochEndOffset]
 
 
 class EpochEndOffset(TypedDict, total=False):
@@ -210,4 +209,4 @@ class EpochEndOffset(TypedDict, total=False):
 
 class OffsetForLeaderEpochResponse(TypedDict, total=False):
     throttle_time_ms: int  # v2+
-    topics: Sequence[OffsetForLeaderTopicResult]
+    topics: list[OffsetForLeaderTopicResult]

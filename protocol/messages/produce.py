@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid  # noqa: F401
-from collections.abc import Sequence  # noqa: F401
 from typing import TypedDict
 
 from protocol.primitives import (  # noqa: F401
@@ -286,7 +285,7 @@ RESPONSE: dict[int, KStruct] = {
 
 class TopicProduceData(TypedDict, total=False):
     name: str
-    partition_data: Sequence[PartitionProduceData]
+    partition_data: list[PartitionProduceData]
 
 
 class PartitionProduceData(TypedDict, total=False):
@@ -298,12 +297,12 @@ class ProduceRequest(TypedDict, total=False):
     transactional_id: str | None  # v3+
     acks: int
     timeout_ms: int
-    topic_data: Sequence[TopicProduceData]
+    topic_data: list[TopicProduceData]
 
 
 class TopicProduceResponse(TypedDict, total=False):
     name: str
-    partition_responses: Sequence[PartitionProduceResponse]
+    partition_responses: list[PartitionProduceResponse]
 
 
 class PartitionProduceResponse(TypedDict, total=False):
@@ -312,7 +311,7 @@ class PartitionProduceResponse(TypedDict, total=False):
     base_offset: int
     log_append_time_ms: int  # v2+
     log_start_offset: int  # v5+
-    record_errors: Sequence[BatchIndexAndErrorMessage]  # v8+
+    record_errors: list[BatchIndexAndErrorMessage]  # v8+
     error_message: str | None  # v8+
     current_leader: LeaderIdAndEpoch  # v10+
 
@@ -335,6 +334,6 @@ class NodeEndpoint(TypedDict, total=False):
 
 
 class ProduceResponse(TypedDict, total=False):
-    responses: Sequence[TopicProduceResponse]
+    responses: list[TopicProduceResponse]
     throttle_time_ms: int  # v1+
-    node_endpoints: Sequence[NodeEndpoint]  # v10+
+    node_endpoints: list[NodeEndpoint]  # v10+

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid  # noqa: F401
-from collections.abc import Sequence  # noqa: F401
 from typing import TypedDict
 
 from protocol.primitives import (  # noqa: F401
@@ -44,7 +43,7 @@ RESPONSE: dict[int, KStruct] = {
 
 class ReadStateData(TypedDict, total=False):
     topic_id: uuid.UUID
-    partitions: Sequence[PartitionData]
+    partitions: list[PartitionData]
 
 
 class PartitionData(TypedDict, total=False):
@@ -54,12 +53,12 @@ class PartitionData(TypedDict, total=False):
 
 class ReadShareGroupStateRequest(TypedDict, total=False):
     group_id: str
-    topics: Sequence[ReadStateData]
+    topics: list[ReadStateData]
 
 
 class ReadStateResult(TypedDict, total=False):
     topic_id: uuid.UUID
-    partitions: Sequence[PartitionResult]
+    partitions: list[PartitionResult]
 
 
 class PartitionResult(TypedDict, total=False):
@@ -68,7 +67,7 @@ class PartitionResult(TypedDict, total=False):
     error_message: str | None
     state_epoch: int
     start_offset: int
-    state_batches: Sequence[StateBatch]
+    state_batches: list[StateBatch]
 
 
 class StateBatch(TypedDict, total=False):
@@ -79,4 +78,4 @@ class StateBatch(TypedDict, total=False):
 
 
 class ReadShareGroupStateResponse(TypedDict, total=False):
-    results: Sequence[ReadStateResult]
+    results: list[ReadStateResult]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid  # noqa: F401
-from collections.abc import Sequence  # noqa: F401
 from typing import TypedDict
 
 from protocol.primitives import (  # noqa: F401
@@ -44,7 +43,7 @@ RESPONSE: dict[int, KStruct] = {
 
 class ReadStateSummaryData(TypedDict, total=False):
     topic_id: uuid.UUID
-    partitions: Sequence[PartitionData]
+    partitions: list[PartitionData]
 
 
 class PartitionData(TypedDict, total=False):
@@ -54,12 +53,12 @@ class PartitionData(TypedDict, total=False):
 
 class ReadShareGroupStateSummaryRequest(TypedDict, total=False):
     group_id: str
-    topics: Sequence[ReadStateSummaryData]
+    topics: list[ReadStateSummaryData]
 
 
 class ReadStateSummaryResult(TypedDict, total=False):
     topic_id: uuid.UUID
-    partitions: Sequence[PartitionResult]
+    partitions: list[PartitionResult]
 
 
 class PartitionResult(TypedDict, total=False):
@@ -71,4 +70,4 @@ class PartitionResult(TypedDict, total=False):
 
 
 class ReadShareGroupStateSummaryResponse(TypedDict, total=False):
-    results: Sequence[ReadStateSummaryResult]
+    results: list[ReadStateSummaryResult]

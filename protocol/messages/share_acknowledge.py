@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid  # noqa: F401
-from collections.abc import Sequence  # noqa: F401
 from typing import TypedDict
 
 from protocol.primitives import (  # noqa: F401
@@ -44,30 +43,30 @@ RESPONSE: dict[int, KStruct] = {
 
 class AcknowledgeTopic(TypedDict, total=False):
     topic_id: uuid.UUID
-    partitions: Sequence[AcknowledgePartition]
+    partitions: list[AcknowledgePartition]
 
 
 class AcknowledgePartition(TypedDict, total=False):
     partition_index: int
-    acknowledgement_batches: Sequence[AcknowledgementBatch]
+    acknowledgement_batches: list[AcknowledgementBatch]
 
 
 class AcknowledgementBatch(TypedDict, total=False):
     first_offset: int
     last_offset: int
-    acknowledge_types: Sequence[int]
+    acknowledge_types: list[int]
 
 
 class ShareAcknowledgeRequest(TypedDict, total=False):
     group_id: str | None
     member_id: str | None
     share_session_epoch: int
-    topics: Sequence[AcknowledgeTopic]
+    topics: list[AcknowledgeTopic]
 
 
 class ShareAcknowledgeTopicResponse(TypedDict, total=False):
     topic_id: uuid.UUID
-    partitions: Sequence[PartitionData]
+    partitions: list[PartitionData]
 
 
 class PartitionData(TypedDict, total=False):
@@ -93,5 +92,5 @@ class ShareAcknowledgeResponse(TypedDict, total=False):
     throttle_time_ms: int
     error_code: int
     error_message: str | None
-    responses: Sequence[ShareAcknowledgeTopicResponse]
-    node_endpoints: Sequence[NodeEndpoint]
+    responses: list[ShareAcknowledgeTopicResponse]
+    node_endpoints: list[NodeEndpoint]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid  # noqa: F401
-from collections.abc import Sequence  # noqa: F401
 from typing import TypedDict
 
 from protocol.primitives import (  # noqa: F401
@@ -44,24 +43,24 @@ RESPONSE: dict[int, KStruct] = {
 
 class FetchTopic(TypedDict, total=False):
     topic_id: uuid.UUID
-    partitions: Sequence[FetchPartition]
+    partitions: list[FetchPartition]
 
 
 class FetchPartition(TypedDict, total=False):
     partition_index: int
     partition_max_bytes: int
-    acknowledgement_batches: Sequence[AcknowledgementBatch]
+    acknowledgement_batches: list[AcknowledgementBatch]
 
 
 class AcknowledgementBatch(TypedDict, total=False):
     first_offset: int
     last_offset: int
-    acknowledge_types: Sequence[int]
+    acknowledge_types: list[int]
 
 
 class ForgottenTopic(TypedDict, total=False):
     topic_id: uuid.UUID
-    partitions: Sequence[int]
+    partitions: list[int]
 
 
 class ShareFetchRequest(TypedDict, total=False):
@@ -71,13 +70,13 @@ class ShareFetchRequest(TypedDict, total=False):
     max_wait_ms: int
     min_bytes: int
     max_bytes: int
-    topics: Sequence[FetchTopic]
-    forgotten_topics_data: Sequence[ForgottenTopic]
+    topics: list[FetchTopic]
+    forgotten_topics_data: list[ForgottenTopic]
 
 
 class ShareFetchableTopicResponse(TypedDict, total=False):
     topic_id: uuid.UUID
-    partitions: Sequence[PartitionData]
+    partitions: list[PartitionData]
 
 
 class PartitionData(TypedDict, total=False):
@@ -88,7 +87,7 @@ class PartitionData(TypedDict, total=False):
     acknowledge_error_message: str | None
     current_leader: LeaderIdAndEpoch
     records: RecordsValue | None
-    acquired_records: Sequence[AcquiredRecords]
+    acquired_records: list[AcquiredRecords]
 
 
 class LeaderIdAndEpoch(TypedDict, total=False):
@@ -113,5 +112,5 @@ class ShareFetchResponse(TypedDict, total=False):
     throttle_time_ms: int
     error_code: int
     error_message: str | None
-    responses: Sequence[ShareFetchableTopicResponse]
-    node_endpoints: Sequence[NodeEndpoint]
+    responses: list[ShareFetchableTopicResponse]
+    node_endpoints: list[NodeEndpoint]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid  # noqa: F401
-from collections.abc import Sequence  # noqa: F401
 from typing import TypedDict
 
 from protocol.primitives import (  # noqa: F401
@@ -43,7 +42,7 @@ RESPONSE: dict[int, KStruct] = {
 
 
 class ShareGroupDescribeRequest(TypedDict, total=False):
-    group_ids: Sequence[str]
+    group_ids: list[str]
     include_authorized_operations: bool
 
 
@@ -55,7 +54,7 @@ class DescribedGroup(TypedDict, total=False):
     group_epoch: int
     assignment_epoch: int
     assignor_name: str
-    members: Sequence[Member]
+    members: list[Member]
     authorized_operations: int
 
 
@@ -65,20 +64,20 @@ class Member(TypedDict, total=False):
     member_epoch: int
     client_id: str
     client_host: str
-    subscribed_topic_names: Sequence[str]
+    subscribed_topic_names: list[str]
     assignment: Assignment
 
 
 class Assignment(TypedDict, total=False):
-    topic_partitions: Sequence[TopicPartitions]
+    topic_partitions: list[TopicPartitions]
 
 
 class TopicPartitions(TypedDict, total=False):
     topic_id: uuid.UUID
     topic_name: str
-    partitions: Sequence[int]
+    partitions: list[int]
 
 
 class ShareGroupDescribeResponse(TypedDict, total=False):
     throttle_time_ms: int
-    groups: Sequence[DescribedGroup]
+    groups: list[DescribedGroup]

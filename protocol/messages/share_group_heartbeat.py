@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid  # noqa: F401
-from collections.abc import Sequence  # noqa: F401
 from typing import TypedDict
 
 from protocol.primitives import (  # noqa: F401
@@ -47,16 +46,16 @@ class ShareGroupHeartbeatRequest(TypedDict, total=False):
     member_id: str
     member_epoch: int
     rack_id: str | None
-    subscribed_topic_names: Sequence[str] | None
+    subscribed_topic_names: list[str] | None
 
 
 class Assignment(TypedDict, total=False):
-    topic_partitions: Sequence[TopicPartitions]
+    topic_partitions: list[TopicPartitions]
 
 
 class TopicPartitions(TypedDict, total=False):
     topic_id: uuid.UUID
-    partitions: Sequence[int]
+    partitions: list[int]
 
 
 class ShareGroupHeartbeatResponse(TypedDict, total=False):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid  # noqa: F401
-from collections.abc import Sequence  # noqa: F401
 from typing import TypedDict
 
 from protocol.primitives import (  # noqa: F401
@@ -167,12 +166,12 @@ class StopReplicaPartitionV0(TypedDict, total=False):
 
 class StopReplicaTopicV1(TypedDict, total=False):
     name: str  # v1-2
-    partition_indexes: Sequence[int]  # v1-2
+    partition_indexes: list[int]  # v1-2
 
 
 class StopReplicaTopicState(TypedDict, total=False):
     topic_name: str  # v3+
-    partition_states: Sequence[StopReplicaPartitionState]  # v3+
+    partition_states: list[StopReplicaPartitionState]  # v3+
 
 
 class StopReplicaPartitionState(TypedDict, total=False):
@@ -187,9 +186,9 @@ class StopReplicaRequest(TypedDict, total=False):
     controller_epoch: int
     broker_epoch: int  # v1+
     delete_partitions: bool  # v0-2
-    ungrouped_partitions: Sequence[StopReplicaPartitionV0]  # v0
-    topics: Sequence[StopReplicaTopicV1]  # v1-2
-    topic_states: Sequence[StopReplicaTopicState]  # v3+
+    ungrouped_partitions: list[StopReplicaPartitionV0]  # v0
+    topics: list[StopReplicaTopicV1]  # v1-2
+    topic_states: list[StopReplicaTopicState]  # v3+
 
 
 class StopReplicaPartitionError(TypedDict, total=False):
@@ -200,4 +199,4 @@ class StopReplicaPartitionError(TypedDict, total=False):
 
 class StopReplicaResponse(TypedDict, total=False):
     error_code: int
-    partition_errors: Sequence[StopReplicaPartitionError]
+    partition_errors: list[StopReplicaPartitionError]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid  # noqa: F401
-from collections.abc import Sequence  # noqa: F401
 from typing import TypedDict
 
 from protocol.primitives import (  # noqa: F401
@@ -158,7 +157,7 @@ class SyncGroupRequest(TypedDict, total=False):
     group_instance_id: str | None  # v3+
     protocol_type: str | None  # v5+
     protocol_name: str | None  # v5+
-    assignments: Sequence[SyncGroupRequestAssignment]
+    assignments: list[SyncGroupRequestAssignment]
 
 
 class SyncGroupResponse(TypedDict, total=False):

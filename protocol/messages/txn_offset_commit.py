@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid  # noqa: F401
-from collections.abc import Sequence  # noqa: F401
 from typing import TypedDict
 
 from protocol.primitives import (  # noqa: F401
@@ -148,7 +147,7 @@ RESPONSE: dict[int, KStruct] = {
 
 class TxnOffsetCommitRequestTopic(TypedDict, total=False):
     name: str
-    partitions: Sequence[TxnOffsetCommitRequestPartition]
+    partitions: list[TxnOffsetCommitRequestPartition]
 
 
 class TxnOffsetCommitRequestPartition(TypedDict, total=False):
@@ -166,12 +165,12 @@ class TxnOffsetCommitRequest(TypedDict, total=False):
     generation_id: int  # v3+
     member_id: str  # v3+
     group_instance_id: str | None  # v3+
-    topics: Sequence[TxnOffsetCommitRequestTopic]
+    topics: list[TxnOffsetCommitRequestTopic]
 
 
 class TxnOffsetCommitResponseTopic(TypedDict, total=False):
     name: str
-    partitions: Sequence[TxnOffsetCommitResponsePartition]
+    partitions: list[TxnOffsetCommitResponsePartition]
 
 
 class TxnOffsetCommitResponsePartition(TypedDict, total=False):
@@ -181,4 +180,4 @@ class TxnOffsetCommitResponsePartition(TypedDict, total=False):
 
 class TxnOffsetCommitResponse(TypedDict, total=False):
     throttle_time_ms: int
-    topics: Sequence[TxnOffsetCommitResponseTopic]
+    topics: list[TxnOffsetCommitResponseTopic]

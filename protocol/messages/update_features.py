@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid  # noqa: F401
-from collections.abc import Sequence  # noqa: F401
 from typing import TypedDict
 
 from protocol.primitives import (  # noqa: F401
@@ -109,7 +108,7 @@ class FeatureUpdateKey(TypedDict, total=False):
 
 class UpdateFeaturesRequest(TypedDict, total=False):
     timeout_ms: int
-    feature_updates: Sequence[FeatureUpdateKey]
+    feature_updates: list[FeatureUpdateKey]
     validate_only: bool  # v1+
 
 
@@ -123,4 +122,4 @@ class UpdateFeaturesResponse(TypedDict, total=False):
     throttle_time_ms: int
     error_code: int
     error_message: str | None
-    results: Sequence[UpdatableFeatureResult]  # v0-1
+    results: list[UpdatableFeatureResult]  # v0-1

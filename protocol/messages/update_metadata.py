@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid  # noqa: F401
-from collections.abc import Sequence  # noqa: F401
 from typing import TypedDict
 
 from protocol.primitives import (  # noqa: F401
@@ -399,23 +398,23 @@ class UpdateMetadataPartitionState(TypedDict, total=False):
     controller_epoch: int
     leader: int
     leader_epoch: int
-    isr: Sequence[int]
+    isr: list[int]
     zk_version: int
-    replicas: Sequence[int]
-    offline_replicas: Sequence[int]  # v4+
+    replicas: list[int]
+    offline_replicas: list[int]  # v4+
 
 
 class UpdateMetadataTopicState(TypedDict, total=False):
     topic_name: str  # v5+
     topic_id: uuid.UUID  # v7+
-    partition_states: Sequence[UpdateMetadataPartitionState]  # v5+
+    partition_states: list[UpdateMetadataPartitionState]  # v5+
 
 
 class UpdateMetadataBroker(TypedDict, total=False):
     id: int
     v0_host: str  # v0
     v0_port: int  # v0
-    endpoints: Sequence[UpdateMetadataEndpoint]  # v1+
+    endpoints: list[UpdateMetadataEndpoint]  # v1+
     rack: str | None  # v2+
 
 
@@ -432,9 +431,9 @@ class UpdateMetadataRequest(TypedDict, total=False):
     type: int  # v8+
     controller_epoch: int
     broker_epoch: int  # v5+
-    ungrouped_partition_states: Sequence[UpdateMetadataPartitionState]  # v0-4
-    topic_states: Sequence[UpdateMetadataTopicState]  # v5+
-    live_brokers: Sequence[UpdateMetadataBroker]
+    ungrouped_partition_states: list[UpdateMetadataPartitionState]  # v0-4
+    topic_states: list[UpdateMetadataTopicState]  # v5+
+    live_brokers: list[UpdateMetadataBroker]
 
 
 class UpdateMetadataResponse(TypedDict, total=False):

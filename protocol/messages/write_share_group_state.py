@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid  # noqa: F401
-from collections.abc import Sequence  # noqa: F401
 from typing import TypedDict
 
 from protocol.primitives import (  # noqa: F401
@@ -44,7 +43,7 @@ RESPONSE: dict[int, KStruct] = {
 
 class WriteStateData(TypedDict, total=False):
     topic_id: uuid.UUID
-    partitions: Sequence[PartitionData]
+    partitions: list[PartitionData]
 
 
 class PartitionData(TypedDict, total=False):
@@ -52,7 +51,7 @@ class PartitionData(TypedDict, total=False):
     state_epoch: int
     leader_epoch: int
     start_offset: int
-    state_batches: Sequence[StateBatch]
+    state_batches: list[StateBatch]
 
 
 class StateBatch(TypedDict, total=False):
@@ -64,12 +63,12 @@ class StateBatch(TypedDict, total=False):
 
 class WriteShareGroupStateRequest(TypedDict, total=False):
     group_id: str
-    topics: Sequence[WriteStateData]
+    topics: list[WriteStateData]
 
 
 class WriteStateResult(TypedDict, total=False):
     topic_id: uuid.UUID
-    partitions: Sequence[PartitionResult]
+    partitions: list[PartitionResult]
 
 
 class PartitionResult(TypedDict, total=False):
@@ -79,4 +78,4 @@ class PartitionResult(TypedDict, total=False):
 
 
 class WriteShareGroupStateResponse(TypedDict, total=False):
-    results: Sequence[WriteStateResult]
+    results: list[WriteStateResult]

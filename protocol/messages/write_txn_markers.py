@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid  # noqa: F401
-from collections.abc import Sequence  # noqa: F401
 from typing import TypedDict
 
 from protocol.primitives import (  # noqa: F401
@@ -121,27 +120,27 @@ class WritableTxnMarker(TypedDict, total=False):
     producer_id: int
     producer_epoch: int
     transaction_result: bool
-    topics: Sequence[WritableTxnMarkerTopic]
+    topics: list[WritableTxnMarkerTopic]
     coordinator_epoch: int
 
 
 class WritableTxnMarkerTopic(TypedDict, total=False):
     name: str
-    partition_indexes: Sequence[int]
+    partition_indexes: list[int]
 
 
 class WriteTxnMarkersRequest(TypedDict, total=False):
-    markers: Sequence[WritableTxnMarker]
+    markers: list[WritableTxnMarker]
 
 
 class WritableTxnMarkerResult(TypedDict, total=False):
     producer_id: int
-    topics: Sequence[WritableTxnMarkerTopicResult]
+    topics: list[WritableTxnMarkerTopicResult]
 
 
 class WritableTxnMarkerTopicResult(TypedDict, total=False):
     name: str
-    partitions: Sequence[WritableTxnMarkerPartitionResult]
+    partitions: list[WritableTxnMarkerPartitionResult]
 
 
 class WritableTxnMarkerPartitionResult(TypedDict, total=False):
@@ -150,4 +149,4 @@ class WritableTxnMarkerPartitionResult(TypedDict, total=False):
 
 
 class WriteTxnMarkersResponse(TypedDict, total=False):
-    markers: Sequence[WritableTxnMarkerResult]
+    markers: list[WritableTxnMarkerResult]
