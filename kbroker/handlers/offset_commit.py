@@ -8,6 +8,11 @@ from typing import Any
 from kbroker.coordinator.group_coordinator import OffsetCommit
 from kbroker.handlers import ENTRIES_PER_TURN, Pacer, RequestContext
 from protocol.errors import ErrorCode
+from protocol.messages.offset_commit import (
+    OffsetCommitResponse,
+    OffsetCommitResponsePartition,
+    OffsetCommitResponseTopic,
+)
 
 COMMITS_PER_TURN = ENTRIES_PER_TURN // 2
 API_KEY = 8
@@ -15,7 +20,7 @@ MIN_VERSION = 0
 MAX_VERSION = 9
 
 
-async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
+async def handle(ctx: RequestContext, request: Any) -> OffsetCommitResponse:
     pacer = Pacer()
     commits = []
     for t in request.topics:
@@ -51,9 +56,11 @@ async def _refuse_v0(ctx: RequestContext, request: Any, commits: list[OffsetComm
 
 async def _answer(request: Any, codes: list[int], pacer: Pacer) -> dict[str, Any]:
     results = iter(codes)
-    topics = [
-        {"name": t.name, "partitions": await pacer.map(
-            t.partitions, lambda p: {"partition_index": p.partition_index, "error_code": next(results)})}
-        for t in request.topics
+
+    def answer(partition: Any) -> OffsetCommitResponsePartition:
+        return {"partition_index": partition.partition_index, "error_code": next(results)}
+
+    topics: list[OffsetCommitResponseTopic] = [
+        {"name": t.name, "partitions": await pacer.map(t.partitions, answer)} for t in request.topics
     ]
     return {"throttle_time_ms": 0, "topics": topics}
