@@ -4,46 +4,56 @@ A Kafka distribution (by default `../shared/kafka-3.9.0` beside the project, or 
 named by KBROKER_KAFKA_HOME) that ships `run-single-node.sh DATA_DIR PORT [key=value ...]`,
 which runs one KRaft node (broker and controller, node id 0) in the foreground on
 127.0.0.1:PORT, its controller on PORT+1. `bin/kafka-*.sh` are Kafka's tools; they work
-against any Kafka-compatible broker, kbroker included.
+against any Kafka-compatible broker, kbroker included. The process itself is run by
+kbroker/bench/kafka_reference.py, which `kbroker bench` uses too.
 
 Where no distribution is found, `kafka_home_or_skip()` skips with the reason, except in CI
 (CI=true) or with KBROKER_COMPAT_REQUIRE_KAFKA=1, where the absence is a failure: CI must not
 go green without the comparison.
+
+The compatibility tests start this local process unless KBROKER_COMPAT_KAFKA=docker asks for
+the `apache/kafka` container of kafka_docker.py instead (`reference_kind()`).
 """
 
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
-import time
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from compat_tests.kafka_docker import REQUIRE_ENV, broker_listed, coordinators_missing
-from tests.brokers import PROJECT_ROOT, free_port
+from kbroker.bench.kafka_reference import (
+    DEFAULT_HOME,
+    HOME_ENV,
+    NODE_ID,
+    KafkaProcess,
+    free_port_pair,
+    kafka_home,
+)
 
-HOME_ENV = "KBROKER_KAFKA_HOME"
-DEFAULT_HOME = PROJECT_ROOT.parent / "shared" / "kafka-3.9.0"
-NODE_ID = 0  # run-single-node.sh's node.id
+__all__ = ["DEFAULT_HOME", "HOME_ENV", "NODE_ID", "LocalKafka", "free_port_pair", "kafka_home",
+           "kafka_home_or_skip", "reference_kind", "required", "run_tool", "tool_command"]
+
+KIND_ENV = "KBROKER_COMPAT_KAFKA"
+KINDS = ("local", "docker")
 READY_TIMEOUT_S = 120.0
 TOOL_TIMEOUT_S = 120.0
 
 
-def kafka_home(env: dict[str, str] | None = None) -> tuple[Path | None, str]:
-    """The Kafka distribution to use, or None and why there is none."""
+def reference_kind(env: Mapping[str, str] | None = None) -> str:
+    """How the compatibility tests run Apache Kafka: "local" (the default) or "docker"."""
     env = os.environ if env is None else env
-    named = env.get(HOME_ENV)
-    home = Path(named) if named else DEFAULT_HOME
-    if not (home / "run-single-node.sh").is_file():
-        where = f"{HOME_ENV}={named}" if named else f"{DEFAULT_HOME} (set {HOME_ENV} to another)"
-        return None, f"no Kafka distribution with run-single-node.sh at {where}"
-    return home, ""
+    kind = env.get(KIND_ENV) or "local"
+    if kind not in KINDS:
+        raise ValueError(f"{KIND_ENV}={kind}: expected one of {', '.join(KINDS)}")
+    return kind
 
 
-def required(env: dict[str, str] | None = None) -> bool:
+def required(env: Mapping[str, str] | None = None) -> bool:
     """Must the reference run here? In CI, and wherever KBROKER_COMPAT_REQUIRE_KAFKA=1."""
     env = os.environ if env is None else env
     return env.get("CI", "").lower() == "true" or env.get(REQUIRE_ENV) == "1"
@@ -58,13 +68,13 @@ def kafka_home_or_skip() -> Path:
     pytest.skip(reason)
 
 
-def tool_command(home: Path, tool: str, *args: str) -> list[str]:
+def tool_command(home: os.PathLike[str] | str, tool: str, *args: str) -> list[str]:
     """The command line of one of Kafka's tools, e.g. tool_command(home, "kafka-topics", "--list")."""
     name = tool if tool.endswith(".sh") else f"{tool}.sh"
-    return [str(home / "bin" / name), *args]
+    return [os.path.join(home, "bin", name), *args]
 
 
-def run_tool(home: Path, tool: str, *args: str, input: str | None = None,
+def run_tool(home: os.PathLike[str] | str, tool: str, *args: str, input: str | None = None,
              timeout: float = TOOL_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
     """Run one of Kafka's tools to completion; its output is captured, its exit status returned."""
     env = {**os.environ, "KAFKA_HEAP_OPTS": os.environ.get("KAFKA_TOOLS_HEAP_OPTS", "-Xmx256m")}
@@ -73,94 +83,27 @@ def run_tool(home: Path, tool: str, *args: str, input: str | None = None,
 
 
 @dataclass
-class LocalKafka:
-    """One `run-single-node.sh` process. `start()` returns once it serves metadata and has its
-    group and transaction coordinators (so the internal topics exist before the first test)."""
+class LocalKafka(KafkaProcess):
+    """The reference for the tests. `start()` returns once it serves metadata listing itself and
+    has its group and transaction coordinators (so the internal topics exist before the first
+    test)."""
 
-    home: Path
-    data_dir: Path
-    port: int = field(default_factory=free_port)
-    overrides: dict[str, str] = field(default_factory=dict)
-    node_id: int = NODE_ID
-    proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    @property
-    def log_path(self) -> Path:
-        return self.data_dir / "kafka.out"
-
-    @property
-    def cluster_id(self) -> str:
-        text = (self.data_dir / "log" / "meta.properties").read_text()
-        return dict(line.split("=", 1) for line in text.split() if "=" in line)["cluster.id"]
-
-    def command(self) -> list[str]:
-        return [str(self.home / "run-single-node.sh"), str(self.data_dir), str(self.port),
-                *(f"{key}={value}" for key, value in self.overrides.items())]
-
-    def start(self, ready_timeout_s: float = READY_TIMEOUT_S) -> LocalKafka:
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        with open(self.log_path, "ab") as out:
-            # Its own session: a test run that is interrupted cannot leave the JVM's signals to ours.
-            self.proc = subprocess.Popen(self.command(), stdout=out, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL, start_new_session=True)
-        try:
-            self._wait_ready(ready_timeout_s)
-        except BaseException:
-            self.kill()
-            raise
+    def start(self, ready_timeout_s: float = READY_TIMEOUT_S) -> LocalKafka:  # type: ignore[override]
+        super().start(self._ready, ready_timeout_s)
         return self
 
-    def _wait_ready(self, timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
-        last_error = "no answer yet"
-        while time.monotonic() < deadline:
-            self._check_running()
-            ready, last_error = broker_listed(self.bootstrap, self.node_id)
-            if ready:
-                break
-        else:
-            raise RuntimeError(f"Kafka not ready after {timeout_s:.0f}s ({last_error}):\n{self.log_tail()}")
-        while time.monotonic() < deadline:
-            self._check_running()
-            missing = coordinators_missing(self.bootstrap)
-            if not missing:
-                return
-            last_error = f"no coordinator yet for {missing}"
-            time.sleep(0.2)  # between polls of the condition
-        raise RuntimeError(f"Kafka not ready after {timeout_s:.0f}s ({last_error}):\n{self.log_tail()}")
+    def _ready(self) -> tuple[bool, str]:
+        listed, why = broker_listed(self.bootstrap, self.node_id)
+        if not listed:
+            return False, why
+        # Kafka creates __consumer_offsets and __transaction_state on the first FindCoordinator
+        # and answers COORDINATOR_NOT_AVAILABLE meanwhile: create them now, so the first group
+        # or transactional scenario does not spend its max.block.ms waiting for them.
+        missing = coordinators_missing(self.bootstrap)
+        return not missing, f"no coordinator yet for {missing}"
 
-    def _check_running(self) -> None:
-        assert self.proc is not None
-        if self.proc.poll() is not None:
-            raise RuntimeError(f"Kafka exited with {self.proc.returncode} while starting:\n{self.log_tail()}")
-
-    def log_tail(self, lines: int = 60) -> str:
-        text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-        return "\n".join(text.splitlines()[-lines:])
-
-    @property
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def stop(self, timeout: float = 60.0) -> int:
-        """SIGTERM (Kafka's clean shutdown); kill -9 if it does not end within `timeout`."""
-        assert self.proc is not None
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                return self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.kill()
-        return self.proc.returncode
-
-    def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
+    def stop(self, timeout: float = 60.0) -> int | None:  # type: ignore[override]
+        return super().stop(timeout)
 
     def tool(self, tool: str, *args: str, input: str | None = None,
              timeout: float = TOOL_TIMEOUT_S) -> subprocess.CompletedProcess[str]:

@@ -7,9 +7,9 @@ assignments, generations and what each isolation level sees — no ids, clocks o
 
 - `test_observation_matches_expected[kbroker|kafka]` checks each broker's observation
   against `EXPECTED`, the values Kafka's protocol and client documentation imply (so the
-  recording runs on every machine, Docker or not);
-- `test_both_brokers_observe_the_same` records both and compares them with each other,
-  where a Docker engine is reachable, so the expectations themselves are checked against Kafka.
+  recording runs on every machine, with the Kafka reference or not);
+- `test_both_brokers_observe_the_same` records both and compares them with each other, so the
+  expectations themselves are checked against Kafka.
 """
 
 from __future__ import annotations
@@ -21,11 +21,10 @@ from typing import Any
 
 import pytest
 
-from compat_tests.conftest import Target
+from compat_tests.conftest import Target, create_topic
 from compat_tests.harness import JavaHarness
 from protocol.errors import ErrorCode
 from protocol.record_batch import Record, encode_batch
-from tests.conftest import create_topic
 from tests.rawclient import RawClient
 
 pytestmark = pytest.mark.timeout(240)
@@ -149,7 +148,7 @@ def test_observation_matches_expected(java: JavaHarness, target: Target) -> None
 
 
 def test_both_brokers_observe_the_same(java: JavaHarness, kafka_target: Target, kbroker_target: Target) -> None:
-    # kafka_target first: without Docker the test skips before a kbroker is started for it.
+    # kafka_target first: without the reference the test skips before a kbroker is started for it.
     on_kafka = record_observation(java, kafka_target)
     on_kbroker = record_observation(java, kbroker_target)
     assert differences(on_kbroker, on_kafka) == [], "kbroker (left) vs Apache Kafka (right)"

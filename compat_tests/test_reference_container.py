@@ -1,5 +1,5 @@
-"""The Apache Kafka reference container, without a Docker engine: the command line it is started
-with, and the reasons the Kafka side skips."""
+"""The Apache Kafka reference container (KBROKER_COMPAT_KAFKA=docker), without a Docker engine:
+the command line it is started with, and the reasons the Kafka side skips."""
 
 from __future__ import annotations
 

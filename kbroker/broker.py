@@ -26,8 +26,10 @@ from kbroker.metadata.local_store import LocalMetadataStore
 from kbroker.metadata.store import BrokerEndpoint, BrokerIdInUse, BrokerRegistration, MetadataStore
 from kbroker.server.fetch_sessions import FetchSessionCache
 from kbroker.server.server import Server
+from kbroker.storage.log import Log
 from kbroker.storage.log_dir_health import LogDirHealth
 from kbroker.storage.log_manager import LogManager
+from kbroker.storage.log_mover import LogDirMover
 
 log = logging.getLogger("kbroker")
 
@@ -47,16 +49,18 @@ class Broker:
             cluster_id = self.store.get_or_create_cluster_id(config.cluster_id) if config.zookeeper_connect \
                 else config.cluster_id
             self.cluster_id = load_or_create_meta(log_dirs, config.broker_id, cluster_id)
+            self.configs = ConfigService(self)  # applies the stored dynamic broker configs to `config`
         except BaseException:
             self.store.close()
             raise
-        self.configs = ConfigService(self)
         self.log_manager = LogManager(
             log_dirs,
             retention_check_interval_ms=config.log_retention_check_interval_ms,
             cleaner_backoff_ms=config.log_cleaner_backoff_ms,
             checkpoint_interval_ms=config.checkpoint_interval_ms,
+            initial_task_delay_ms=config.log_initial_task_delay_ms,
         )
+        self.log_mover = LogDirMover(self.log_manager, on_replaced=self._on_log_replaced, rate=self._log_dir_move_rate)
         self.replicas = ReplicaManager(config.broker_id, self.log_manager, fetcher_config=FetcherConfig(
             max_wait_ms=config.get("replica.fetch.wait.max.ms"), min_bytes=config.get("replica.fetch.min.bytes"),
             max_bytes=config.get("replica.fetch.response.max.bytes"),
@@ -142,6 +146,7 @@ class Broker:
         self.groups.load()
         self.groups.start_timers()
         self.transactions.load()
+        self.configs.start(asyncio.get_running_loop())
         for listener in self.config.listeners_parsed():
             port = await self.server.start(listener.host, listener.port)
             self.bound.append((listener.name, listener.host, port))
@@ -152,6 +157,7 @@ class Broker:
             self.cluster.on_leadership_change = self._on_leadership_change
             self.cluster.start()
         self._ticker = asyncio.create_task(self._tick_forever())
+        self.log_mover.start()  # moves between log dirs that a restart interrupted
         # What start built (logs, indexes, coordinator state) lives as long as the broker: keep
         # it out of the collector's full passes, which otherwise scan it all again every time a
         # large request's objects trigger one (and hold up every client while they run).
@@ -188,6 +194,16 @@ class Broker:
             return
         log.warning("log dir %s is %s: leadership of %d partition(s) moved to other replicas",
                     health.path, health.state.value, len(moved))
+
+    def _on_log_replaced(self, log_: Log) -> None:
+        """A replica moved to another log dir: its partition reads and writes the new copy from now on."""
+        partition = self.replicas.find(log_.topic, log_.partition)
+        if partition is not None:
+            partition.log = log_
+
+    def _log_dir_move_rate(self) -> int:
+        # Read at every step of a move: a dynamic change (kafka-reassign-partitions' throttle) applies at once.
+        return self.config.get("replica.alter.log.dirs.io.max.bytes.per.second")
 
     def _on_leadership_change(self, topic: str, index: int, leads: bool) -> None:
         """Coordinator failover: the new leader of an internal partition replays it and takes over
@@ -287,8 +303,10 @@ class Broker:
                 await self._ticker
         if self.cluster is not None:
             await self._controlled_shutdown()
+        self.configs.stop()
         await self.server.stop()
         await self.replicas.stop()
+        await self.log_mover.stop()
         self.log_manager.shutdown()
         if self.cluster is not None:
             self.cluster.stop()

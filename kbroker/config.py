@@ -18,12 +18,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kbroker.fsutil import write_atomically
+from kbroker.kafka_configs import DYNAMIC_BROKER_CONFIGS, DYNAMIC_DEFAULTS
 from kbroker.storage.log_config import TOPIC_CONFIG_DEFAULTS, LogConfig
 from protocol.errors import KafkaError
 
 log = logging.getLogger("kbroker.config")
 
 META_FILE = "meta.properties"
+
+
+# Sources of broker config values, strongest first: (source name, values).
+Layers = list[tuple[str, Mapping[str, "str | None"]]]
 
 
 class ConfigError(Exception):
@@ -36,7 +42,11 @@ class ConfigDef:
     parse: Callable[[str], Any]
     default: str | None
     doc: str
-    dynamic: bool = False  # changeable at runtime through AlterConfigs
+
+    @property
+    def dynamic(self) -> bool:
+        """Changeable at run time through AlterConfigs, as in Kafka (KIP-226)."""
+        return self.name in DYNAMIC_BROKER_CONFIGS
 
 
 def _int(text: str) -> int:
@@ -100,6 +110,9 @@ _DEFS = [
     ConfigDef("log.cleaner.enable", _bool, "true", "Run compaction for cleanup.policy=compact topics."),
     ConfigDef("log.cleaner.backoff.ms", _int, "15000", "Pause between compaction passes."),
     ConfigDef("log.flush.offset.checkpoint.interval.ms", _int, "60000", "How often recovery points are saved."),
+    ConfigDef("log.initial.task.delay.ms", _int, "30000",
+              "How long after start retention, flush.ms flushes, the recovery-point and log-start-offset "
+              "checkpoints and the removal of deleted partitions first run (Kafka: for testing only)."),
     ConfigDef("log.flush.scheduler.interval.ms", _int, "9223372036854775807", "Kept for compatibility."),
     # Consumer groups and committed offsets.
     ConfigDef("group.initial.rebalance.delay.ms", _int, "3000", "How long a new group waits for more members."),
@@ -125,6 +138,7 @@ _DEFS = [
     ConfigDef("replica.lag.time.max.ms", _int, "30000",
               "A follower that has not caught up with its leader for this long leaves the ISR."),
     ConfigDef("replica.fetch.wait.max.ms", _int, "500", "Longest a follower's fetch waits for data."),
+    ConfigDef("replica.alter.log.dirs.io.max.bytes.per.second", _int, "9223372036854775807", "Pace of copying a replica to another log dir (AlterReplicaLogDirs)."),
     ConfigDef("replica.fetch.min.bytes", _int, "1", "Least data a follower's fetch waits for."),
     ConfigDef("replica.fetch.max.bytes", _int, "1048576", "Bytes a follower fetches per partition."),
     ConfigDef("replica.fetch.response.max.bytes", _int, "10485760", "Bytes a follower fetches per request."),
@@ -145,37 +159,37 @@ _DEFS = [
     ConfigDef("transaction.partition.verification.enable", _bool, "true",
               "Refuse transactional writes to partitions not added to the producer's transaction (KIP-890)."),
     # Broker-level defaults of topic configs (see TOPIC_CONFIG_SYNONYMS).
-    ConfigDef("log.segment.bytes", _int, "1073741824", "Default segment.bytes.", True),
-    ConfigDef("log.roll.ms", _int, None, "Default segment.ms.", True),
+    ConfigDef("log.segment.bytes", _int, "1073741824", "Default segment.bytes."),
+    ConfigDef("log.roll.ms", _int, None, "Default segment.ms."),
     ConfigDef("log.roll.hours", _int, "168", "Default segment.ms, in hours."),
-    ConfigDef("log.roll.jitter.ms", _int, None, "Default segment.jitter.ms.", True),
+    ConfigDef("log.roll.jitter.ms", _int, None, "Default segment.jitter.ms."),
     ConfigDef("log.roll.jitter.hours", _int, "0", "Default segment.jitter.ms, in hours."),
-    ConfigDef("log.retention.ms", _int, None, "Default retention.ms.", True),
+    ConfigDef("log.retention.ms", _int, None, "Default retention.ms."),
     ConfigDef("log.retention.minutes", _int, None, "Default retention.ms, in minutes."),
     ConfigDef("log.retention.hours", _int, "336", "Default retention.ms, in hours (two weeks)."),
-    ConfigDef("log.retention.bytes", _int, "-1", "Default retention.bytes.", True),
-    ConfigDef("log.cleanup.policy", _str, "delete", "Default cleanup.policy.", True),
-    ConfigDef("log.cleaner.delete.retention.ms", _int, "86400000", "Default delete.retention.ms.", True),
-    ConfigDef("log.cleaner.min.compaction.lag.ms", _int, "0", "Default min.compaction.lag.ms.", True),
-    ConfigDef("log.cleaner.max.compaction.lag.ms", _int, "9223372036854775807", "Default max.compaction.lag.ms.", True),
-    ConfigDef("log.cleaner.min.cleanable.ratio", _str, "0.5", "Default min.cleanable.dirty.ratio.", True),
-    ConfigDef("message.max.bytes", _int, "1048588", "Default max.message.bytes.", True),
-    ConfigDef("log.message.timestamp.type", _str, "CreateTime", "Default message.timestamp.type.", True),
-    ConfigDef("log.message.timestamp.before.max.ms", _int, "9223372036854775807", "Default.", True),
-    ConfigDef("log.message.timestamp.after.max.ms", _int, "3600000", "Default.", True),
-    ConfigDef("log.message.timestamp.difference.max.ms", _int, "9223372036854775807", "Default.", True),
-    ConfigDef("log.flush.interval.messages", _int, "9223372036854775807", "Default flush.messages.", True),
-    ConfigDef("log.flush.interval.ms", _int, None, "Default flush.ms.", True),
-    ConfigDef("log.index.size.max.bytes", _int, "10485760", "Default segment.index.bytes.", True),
-    ConfigDef("log.index.interval.bytes", _int, "4096", "Default index.interval.bytes.", True),
-    ConfigDef("log.segment.delete.delay.ms", _int, "60000", "Default file.delete.delay.ms.", True),
-    ConfigDef("log.preallocate", _bool, "false", "Default preallocate.", True),
-    ConfigDef("compression.type", _str, "producer", "Default compression.type.", True),
-    ConfigDef("min.insync.replicas", _int, "1", "Default min.insync.replicas.", True),
-    ConfigDef("broker.rack", _str, None, "The rack of this broker: replicas of a partition go to different racks."),
-    ConfigDef("unclean.leader.election.enable", _bool, "false", "Default unclean.leader.election.enable.", True),
+    ConfigDef("log.retention.bytes", _int, "-1", "Default retention.bytes."),
+    ConfigDef("log.cleanup.policy", _str, "delete", "Default cleanup.policy."),
+    ConfigDef("log.cleaner.delete.retention.ms", _int, "86400000", "Default delete.retention.ms."),
+    ConfigDef("log.cleaner.min.compaction.lag.ms", _int, "0", "Default min.compaction.lag.ms."),
+    ConfigDef("log.cleaner.max.compaction.lag.ms", _int, "9223372036854775807", "Default max.compaction.lag.ms."),
+    ConfigDef("log.cleaner.min.cleanable.ratio", _str, "0.5", "Default min.cleanable.dirty.ratio."),
+    ConfigDef("message.max.bytes", _int, "1048588", "Default max.message.bytes."),
+    ConfigDef("log.message.timestamp.type", _str, "CreateTime", "Default message.timestamp.type."),
+    ConfigDef("log.message.timestamp.before.max.ms", _int, "9223372036854775807", "Default."),
+    ConfigDef("log.message.timestamp.after.max.ms", _int, "3600000", "Default."),
+    ConfigDef("log.message.timestamp.difference.max.ms", _int, "9223372036854775807", "Default."),
+    ConfigDef("log.flush.interval.messages", _int, "9223372036854775807", "Default flush.messages."),
+    ConfigDef("log.flush.interval.ms", _int, None, "Default flush.ms."),
+    ConfigDef("log.index.size.max.bytes", _int, "10485760", "Default segment.index.bytes."),
+    ConfigDef("log.index.interval.bytes", _int, "4096", "Default index.interval.bytes."),
+    ConfigDef("log.segment.delete.delay.ms", _int, "60000", "Default file.delete.delay.ms."),
+    ConfigDef("log.preallocate", _bool, "false", "Default preallocate."),
+    ConfigDef("compression.type", _str, "producer", "Default compression.type."),
+    ConfigDef("min.insync.replicas", _int, "1", "Default min.insync.replicas."),
 ]
 BROKER_CONFIG_DEFS: dict[str, ConfigDef] = {d.name: d for d in _DEFS}
+# Built-in defaults: kbroker's, and Kafka's for the dynamic configs kbroker stores but does not use.
+BUILT_IN_DEFAULTS: dict[str, str | None] = {**DYNAMIC_DEFAULTS, **{d.name: d.default for d in _DEFS}}
 
 HOUR_MS = 3_600_000
 MINUTE_MS = 60_000
@@ -360,6 +374,8 @@ class BrokerConfig:
 
     def __init__(self, props: Mapping[str, str]) -> None:
         self.raw = dict(props)
+        self.dynamic_default: dict[str, str] = {}
+        self.dynamic_per_broker: dict[str, str] = {}
         refused = unhonoured_security_settings(props)
         if refused:
             raise ConfigError(
@@ -397,6 +413,9 @@ class BrokerConfig:
         self.log_cleaner_enable: bool = self.values["log.cleaner.enable"]
         self.log_cleaner_backoff_ms: int = self.values["log.cleaner.backoff.ms"]
         self.checkpoint_interval_ms: int = self.values["log.flush.offset.checkpoint.interval.ms"]
+        self.log_initial_task_delay_ms: int = self.values["log.initial.task.delay.ms"]
+        if self.log_initial_task_delay_ms < 0:
+            raise ConfigError("log.initial.task.delay.ms must be at least 0")
         self._listeners = parse_listeners(self.values["listeners"], "listeners")
         advertised = self.values["advertised.listeners"]
         self._advertised = parse_listeners(advertised, "advertised.listeners") if advertised else None
@@ -408,6 +427,43 @@ class BrokerConfig:
             LogConfig.from_properties(self.topic_defaults())
         except KafkaError as e:
             raise ConfigError(e.message) from None
+
+    def apply_dynamic(self, cluster_default: Mapping[str, str], per_broker: Mapping[str, str]) -> None:
+        """Dynamic broker configs (KIP-226) from the metadata store: for the configs Kafka changes at
+        run time, a value set for this broker wins over the cluster-wide default, which wins over
+        `server.properties`. `get()` returns the result from now on."""
+        self.dynamic_default = dict(cluster_default)
+        self.dynamic_per_broker = dict(per_broker)
+        for definition in _DEFS:
+            if not definition.dynamic:
+                continue
+            text = per_broker.get(definition.name, cluster_default.get(
+                definition.name, self.raw.get(definition.name, definition.default)))
+            try:
+                self.values[definition.name] = None if text is None else definition.parse(text)
+            except ValueError:
+                log.error("ignoring dynamic config %s=%r: not a valid value", definition.name, text)
+        self.log_cleaner_backoff_ms = self.values["log.cleaner.backoff.ms"]
+
+    def effective_text(self, name: str) -> tuple[str, str] | None:
+        """The value of broker config `name` as text and where it comes from ('dynamic',
+        'dynamic-default', 'static' or 'default'), or None when it has none."""
+        for source, values in self.layers():
+            if values.get(name) is not None:
+                return values[name], source
+        return None
+
+    def layers(
+        self, cluster_default: Mapping[str, str] | None = None, per_broker: Mapping[str, str] | None = None
+    ) -> Layers:
+        """Where broker config values come from, strongest first (Kafka's order); with other
+        dynamic configs than the ones in force, to try them."""
+        return [
+            ("dynamic", self.dynamic_per_broker if per_broker is None else per_broker),
+            ("dynamic-default", self.dynamic_default if cluster_default is None else cluster_default),
+            ("static", self.raw),
+            ("default", BUILT_IN_DEFAULTS),
+        ]
 
     def _check_connection_settings(self) -> None:
         for name in ("max.connections", "max.connections.per.ip", "connections.max.idle.ms",
@@ -467,26 +523,17 @@ class BrokerConfig:
             result.append(Listener(listener.name, host, listener.port))
         return result
 
-    def topic_defaults(self, dynamic: Mapping[str, tuple[str, str]] | None = None) -> dict[str, str]:
+    def topic_defaults(self, layers: Layers | None = None) -> dict[str, str]:
         """Topic config values implied by broker configs (see `topic_default_entries`)."""
-        return {name: value for name, (value, _, _) in self.topic_default_entries(dynamic).items()}
+        return {name: value for name, (value, _, _) in self.topic_default_entries(layers).items()}
 
-    def topic_default_entries(
-        self, dynamic: Mapping[str, tuple[str, str]] | None = None
-    ) -> dict[str, tuple[str, str, str]]:
+    def topic_default_entries(self, layers: Layers | None = None) -> dict[str, tuple[str, str, str]]:
         """topic config -> (value, config that set it, source) for every topic config.
 
-        `dynamic` maps broker config names to (value, 'dynamic' | 'dynamic-default'). Sources
-        rank dynamic per-broker, dynamic cluster default, server.properties, built-in default;
-        within a source the synonyms rank as listed in TOPIC_CONFIG_SYNONYMS.
+        Sources rank dynamic per-broker, dynamic cluster default, server.properties, built-in
+        default (see `layers`); within a source the synonyms rank as listed in TOPIC_CONFIG_SYNONYMS.
         """
-        dynamic = dynamic or {}
-        layers: list[tuple[str, Mapping[str, str | None]]] = [
-            ("dynamic", {k: v for k, (v, s) in dynamic.items() if s == "dynamic"}),
-            ("dynamic-default", {k: v for k, (v, s) in dynamic.items() if s == "dynamic-default"}),
-            ("static", self.raw),
-            ("default", {name: d.default for name, d in BROKER_CONFIG_DEFS.items()}),
-        ]
+        layers = self.layers() if layers is None else layers
         result: dict[str, tuple[str, str, str]] = {}
         for topic_name, default in TOPIC_CONFIG_DEFAULTS.items():
             result[topic_name] = _first_set(TOPIC_CONFIG_SYNONYMS.get(topic_name, []), layers) or (
@@ -495,9 +542,7 @@ class BrokerConfig:
         return result
 
 
-def _first_set(
-    synonyms: list[tuple[str, int]], layers: list[tuple[str, Mapping[str, str | None]]]
-) -> tuple[str, str, str] | None:
+def _first_set(synonyms: list[tuple[str, int]], layers: Layers) -> tuple[str, str, str] | None:
     for source, values in layers:
         for broker_name, factor in synonyms:
             text = values.get(broker_name)
@@ -542,14 +587,5 @@ def load_or_create_meta(log_dirs: Iterable[Path], broker_id: int, cluster_id: st
     cluster_id = cluster_id or new_cluster_id()
     for directory in dirs:
         if directory not in found:
-            _write_atomically(directory / META_FILE, f"version=0\nbroker.id={broker_id}\ncluster.id={cluster_id}\n")
+            write_atomically(directory / META_FILE, f"version=0\nbroker.id={broker_id}\ncluster.id={cluster_id}\n")
     return cluster_id
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)

@@ -16,7 +16,14 @@ from typing import Any
 from construct import ConstructError, Container
 
 from protocol.messages import BY_KEY, request_header, response_header
-from protocol.primitives import ProtocolError, SegmentedWriter, build_into, parse_all, parse_context
+from protocol.primitives import (
+    ProtocolError,
+    SegmentedWriter,
+    UnknownFieldError,
+    build_into,
+    parse_all,
+    parse_context,
+)
 
 _SIZE = struct.Struct(">i")
 PRODUCE_KEY = 0
@@ -131,9 +138,18 @@ def encode_response(header: RequestHeader, body: Any, version: int | None = None
     writer.write(b"\0\0\0\0")  # size, patched below
     build_into(response_header.SCHEMA[response_header_version(api, version)],
                {"correlation_id": header.correlation_id}, writer)
-    build_into(api.RESPONSE[version], body, writer)
+    build_message(api.RESPONSE[version], body, writer, f"{api.NAME}Response v{version}")
     writer.getbuffer()[0:4] = _SIZE.pack(writer.total_size - 4)
     return writer.parts()
+
+
+def build_message(con: Any, body: Any, writer: io.BytesIO, message: str) -> None:
+    """Build a message body; an UnknownFieldError names the message and version it was for."""
+    try:
+        build_into(con, body, writer)
+    except UnknownFieldError as e:
+        e.message = message
+        raise
 
 
 class _ViewStream:
@@ -229,7 +245,7 @@ class ClientConnection:
             "client_id": self.client_id,
         }
         build_into(request_header.SCHEMA[request_header_version(api, version)], header, writer)
-        build_into(api.REQUEST[version], body, writer)
+        build_message(api.REQUEST[version], body, writer, f"{api.NAME}Request v{version}")
         data = bytearray(writer.getvalue())
         data[0:4] = _SIZE.pack(len(data) - 4)
         self._pending[correlation_id] = (api, version)
@@ -256,6 +272,7 @@ __all__ = [
     "Request",
     "RequestHeader",
     "ServerConnection",
+    "UnknownFieldError",
     "decode_request",
     "encode_response",
     "parse_all",

@@ -5,8 +5,10 @@ input raises a `construct.ConstructError` subclass (never IndexError, UnicodeErr
 so the connection layer has one exception family to turn into an error or a close.
 
 `KStruct` replaces construct's `Struct` for Kafka messages: it is lean (no context
-chaining, which Kafka never needs), fills defaults for fields a version lacks, and
-writes the tagged-field section of flexible versions.
+chaining, which Kafka never needs), fills defaults for fields a version lacks, writes the
+tagged-field section of flexible versions, and refuses to build from a dict holding a key
+that is no field of the struct in any version (`UnknownFieldError`): a misspelt key would
+otherwise go out silently as the field's default.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import uuid
 from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
-from construct import Construct, Container, ListContainer, StreamError
+from construct import Construct, ConstructError, Container, ListContainer, StreamError
 
 # Lengths that no valid message reaches; reading one means hostile or corrupt input.
 MAX_COLLECTION_LENGTH = 1 << 28
@@ -211,6 +213,8 @@ class ExternalBytes(Protocol):
 
 
 BytesLike = bytes | bytearray | memoryview
+# What a records field holds: bytes, or the parts of a record set held here and elsewhere.
+RecordsValue = BytesLike | ExternalBytes | Sequence[BytesLike | ExternalBytes]
 
 
 class KBytes(_Length):
@@ -287,6 +291,29 @@ class KArray(_Length):
         return obj
 
 
+class UnknownFieldError(ConstructError):
+    """A dict built into a struct names a key that is no field of that struct in any version.
+
+    Building a message from a dict fills every field the dict lacks with its default, so a
+    misspelt key would put the default on the wire without a word; this refuses it instead.
+    `path` is the chain of fields from the message down to the struct; the encoder that knows
+    the message and version sets `message` (e.g. "ProduceResponse v9").
+    """
+
+    def __init__(self, struct: str, keys: Iterable[str]) -> None:
+        super().__init__()
+        self.struct = struct
+        self.keys = sorted(str(k) for k in keys)
+        self.path: list[str] = []
+        self.message = ""
+
+    def __str__(self) -> str:
+        where = ".".join(self.path)
+        keys = ", ".join(repr(k) for k in self.keys)
+        return (f"{self.message + ': ' if self.message else ''}unknown key(s) {keys} in {self.struct}"
+                f"{' at ' + where if where else ''}: no field of that name in any version")
+
+
 class _StructDefault:
     """Marks a struct-typed field whose default is its struct with all fields defaulted."""
 
@@ -340,7 +367,11 @@ class KStruct(Construct):
 
     `fields` are written in order; `tagged` (flexible versions only) go in the trailing
     tagged-field section, omitted when they hold their default; `absent` are fields of
-    other versions, filled with their default on parse so handlers see one shape.
+    other versions, filled with their default on parse so handlers see one shape. `name` is
+    the struct's name in the spec, for error messages.
+
+    Building accepts a key of any field of the struct in any version (fields, tagged and
+    absent), so one dict may serve every version; any other key raises UnknownFieldError.
     """
 
     def __init__(
@@ -350,6 +381,7 @@ class KStruct(Construct):
         flexible: bool = False,
         absent: Iterable[Field] = (),
         nullable: bool = False,
+        name: str = "struct",
     ) -> None:
         super().__init__()
         self.fields = fields
@@ -358,6 +390,8 @@ class KStruct(Construct):
         self.flexible = flexible
         self.absent = tuple(absent)
         self.flagbuildnone = True
+        self.name = name
+        self.known = frozenset(f.name for f in (*self.fields, *self.tagged.values(), *self.absent))
 
     def defaults(self) -> Container:
         obj = Container()
@@ -403,11 +437,20 @@ class KStruct(Construct):
                 return None
         if obj is None:
             obj = {}
-        for f in self.fields:
-            value = obj.get(f.name, _MISSING)
-            f.con._build(f.default_value() if value is _MISSING else value, stream, context, path)
-        if self.flexible:
-            self._build_tagged(obj, stream, context, path)
+        elif not self.known.issuperset(obj):
+            raise UnknownFieldError(self.name, set(obj).difference(self.known))
+        f = None
+        try:
+            for f in self.fields:
+                value = obj.get(f.name, _MISSING)
+                f.con._build(f.default_value() if value is _MISSING else value, stream, context, path)
+            f = None
+            if self.flexible:
+                self._build_tagged(obj, stream, context, path)
+        except UnknownFieldError as e:  # on its way out: say in which field the struct sits
+            if f is not None:
+                e.path.insert(0, f.name)
+            raise
         return obj
 
     def _build_tagged(self, obj, stream, context, path) -> None:
@@ -416,7 +459,11 @@ class KStruct(Construct):
             field = self.tagged[tag]
             value = obj.get(field.name)
             if not field.is_default(value):
-                present.append((tag, field.con.build(value)))
+                try:
+                    present.append((tag, field.con.build(value)))
+                except UnknownFieldError as e:
+                    e.path.insert(0, field.name)
+                    raise
         stream.write(encode_uvarint(len(present)))
         for tag, data in present:
             stream.write(encode_uvarint(tag))
@@ -475,6 +522,7 @@ __all__ = [
     "STRUCT_DEFAULT",
     "ZERO_UUID",
     "Bool",
+    "BytesLike",
     "Field",
     "Float64",
     "Int8",
@@ -486,9 +534,11 @@ __all__ = [
     "KString",
     "KStruct",
     "ProtocolError",
+    "RecordsValue",
     "SegmentedWriter",
     "TaggedField",
     "TooManyEntries",
+    "UnknownFieldError",
     "UInt16",
     "UInt32",
     "UVarInt",

@@ -13,6 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 READY_MARKER = "started"
+# How the broker's log shows an answer it could not encode because a handler put a key in it
+# that no version of the message has (see protocol.primitives.UnknownFieldError).
+UNKNOWN_FIELD_MARKER = "UnknownFieldError: "
 START_TIMEOUT_S = 30.0
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
@@ -97,6 +100,11 @@ class BrokerProcess:
 
     def log_text(self) -> str:
         return self.stderr_path.read_text() if self.stderr_path.exists() else ""
+
+    def unknown_field_errors(self) -> list[str]:
+        """Answers this broker could not encode for a misspelt or stray key: each is a handler
+        bug that a client only saw as UNKNOWN_SERVER_ERROR, which a test may not notice."""
+        return [line for line in self.log_text().splitlines() if UNKNOWN_FIELD_MARKER in line]
 
     def log_tail(self, lines: int = 40) -> str:
         """The end of the log, where a failed start says why (a whole log of restarts is too long

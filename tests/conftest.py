@@ -28,6 +28,7 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     yield process
     if process.alive:
         assert process.stop() == 0, process.log_text()
+    assert not (errors := process.unknown_field_errors()), "\n".join(errors)
 
 
 def require_zookeeper() -> ZooKeeperInstall:
@@ -74,6 +75,8 @@ def make_broker(tmp_path: Path) -> Iterator[Callable[..., BrokerProcess]]:
     yield make
     for process in started:
         process.kill()
+    for process in started:
+        assert not (errors := process.unknown_field_errors()), "\n".join(errors)
 
 
 def create_topic(bootstrap: str, name: str, partitions: int = 1, configs: dict[str, str] | None = None) -> str:

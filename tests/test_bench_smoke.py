@@ -4,25 +4,48 @@ It checks the harness (processes, references, JSON, ratios), not kbroker's perfo
 is compared with a target. Produce, latency and the partition sweep measure the session's broker
 (--bootstrap); the benchmarks that restart or configure a broker start their own, and so do the
 cluster cases (--brokers 3: a ZooKeeper and three brokers against the mock cluster with three).
+
+Apache Kafka, the second reference, costs a JVM start per command, so only consume (which also
+restarts it cold) and latency (a consumer group) measure it; the others run with --no-kafka.
+Without the distribution (../shared/kafka-3.9.0 or KBROKER_KAFKA_HOME) those two check that the
+run says why it skipped Kafka; in CI its absence fails, as in compat_tests.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from kbroker.bench.kafka_reference import kafka_home
 from tests.brokers import PROJECT_ROOT, BrokerProcess
 from tests.conftest import require_zookeeper
 
 
-def bench(tmp_path: Path, name: str, *args: str, broker: BrokerProcess | None = None) -> dict[str, Any]:
+def kafka_expected() -> bool:
+    """Whether a run that asks for Apache Kafka must measure it: the distribution and a JVM are
+    here. In CI they must be (its absence fails, as in compat_tests)."""
+    home, reason = kafka_home()
+    available = home is not None and shutil.which("java") is not None
+    if not available and os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"CI must measure the Apache Kafka reference, but: {reason or 'no java on PATH'}")
+    return available
+
+
+def bench(tmp_path: Path, name: str, *args: str, broker: BrokerProcess | None = None,
+          kafka: bool = False) -> dict[str, Any]:
     out = tmp_path / name
     command = [sys.executable, "-m", "kbroker.cli.main", "bench", *args, "--out", str(out), "--runs", "1",
                "--quiet", "--work-dir", str(tmp_path)]
+    if not kafka:
+        command.append("--no-kafka")
     if broker is not None:
         assert broker.proc is not None
         command += ["--bootstrap", broker.bootstrap, "--broker-pid", str(broker.proc.pid)]
@@ -32,18 +55,27 @@ def bench(tmp_path: Path, name: str, *args: str, broker: BrokerProcess | None = 
     results = json.loads((out / "results.json").read_text())
     assert results["schema"] == "kbroker-bench/1"
     assert results["machine"]["cpus"] >= 1
-    assert "kafka" in results["skipped"] or "kafka" in results.get("servers", {})
+    assert ("kafka" in results["skipped"]) != ("kafka" in results.get("servers", {}))
+    if kafka and kafka_expected():
+        assert results["servers"]["kafka"].startswith("Apache Kafka 3.9.0 ("), results["servers"]
+    elif not kafka:
+        assert results["skipped"]["kafka"] == "--no-kafka: the Apache Kafka reference is skipped"
     return results
 
 
-def check_case(case: dict[str, Any], metrics: list[str]) -> None:
-    assert set(case["servers"]) >= {"kbroker", "mock"}
+def check_case(case: dict[str, Any], metrics: list[str], references: tuple[str, ...] = ("mock",)) -> None:
+    assert set(case["servers"]) == {"kbroker", *references}
     for server in case["servers"].values():
         assert len(server["runs"]) == 1
         for metric in metrics:
             assert server["median"][metric] > 0, (metric, server)
-    for metric in metrics:
-        assert case["ratios"]["mock"][metric] > 0
+    for reference in references:
+        for metric in metrics:
+            assert case["ratios"][reference][metric] > 0, (reference, metric)
+
+
+def references(kafka: bool) -> tuple[str, ...]:
+    return ("mock", "kafka") if kafka and kafka_expected() else ("mock",)
 
 
 def test_produce(tmp_path: Path, broker: BrokerProcess) -> None:
@@ -62,22 +94,26 @@ def test_produce(tmp_path: Path, broker: BrokerProcess) -> None:
 
 def test_consume_from_page_cache_and_cold(tmp_path: Path) -> None:
     results = bench(tmp_path, "consume", "consume", "--partitions", "2", "--mib-per-partition", "0.1",
-                    "--passes", "2")
+                    "--passes", "2", kafka=True)
     cache, cold = results["consume"]
     assert not cache["params"]["cold"] and cold["params"]["cold"]
+    servers = references(kafka=True)
     for case in (cache, cold):
-        check_case(case, ["mb_per_s", "msgs_per_s", "first_message_ms"])
-    assert cold["servers"]["kbroker"]["runs"][0]["restart_s"] > 0  # restarted with a cold page cache
-    messages = cache["servers"]["kbroker"]["runs"][0]["messages"]
-    assert messages == 2 * 2 * cache["params"]["messages_per_partition"]  # two passes over two partitions
+        check_case(case, ["mb_per_s", "msgs_per_s", "first_message_ms"], servers)
+    on_disk = ["kbroker", *(["kafka"] if "kafka" in servers else [])]  # the mock keeps its data in memory
+    for server in on_disk:
+        assert cold["servers"][server]["runs"][0]["restart_s"] > 0, server  # restarted with a cold page cache
+        # Two passes over two partitions.
+        assert cache["servers"][server]["runs"][0]["messages"] == 2 * 2 * cache["params"]["messages_per_partition"]
 
 
 def test_latency(tmp_path: Path, broker: BrokerProcess) -> None:
     results = bench(tmp_path, "latency", "latency", "--rate", "400", "--latency-duration", "0.5", "--warmup",
-                    "0.2", broker=broker)
+                    "0.2", broker=broker, kafka=True)
     (case,) = results["latency"]
-    check_case(case, ["p50_ms", "p99_ms", "p999_ms", "max_ms"])
-    for server in ("kbroker", "mock"):
+    servers = references(kafka=True)
+    check_case(case, ["p50_ms", "p99_ms", "p999_ms", "max_ms"], servers)
+    for server in ("kbroker", *servers):
         run = case["servers"][server]["runs"][0]
         assert run["samples"] > 0 and run["p50_ms"] <= run["p99_ms"] <= run["max_ms"]
         assert case["cdf"][server][-1][1] == 1.0

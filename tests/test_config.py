@@ -15,6 +15,7 @@ from kbroker.config import (
     load_or_create_meta,
     parse_properties,
 )
+from tests.fsyncs import record_syncs
 
 PROJECT = Path(__file__).resolve().parent.parent
 
@@ -58,8 +59,10 @@ def test_retention_defaults_to_two_weeks_and_synonyms_rank_like_kafka() -> None:
     assert hours == ("3600000", "log.retention.hours", "static")
     both = BrokerConfig({"log.retention.hours": "1", "log.retention.minutes": "5"})
     assert both.topic_defaults()["retention.ms"] == "300000"
-    dynamic = both.topic_default_entries({"log.retention.ms": ("42", "dynamic-default")})
-    assert dynamic["retention.ms"] == ("42", "log.retention.ms", "dynamic-default")
+    both.apply_dynamic({"log.retention.ms": "42"}, {})
+    assert both.topic_default_entries()["retention.ms"] == ("42", "log.retention.ms", "dynamic-default")
+    both.apply_dynamic({"log.retention.ms": "42"}, {"log.retention.ms": "7"})
+    assert both.topic_default_entries()["retention.ms"] == ("7", "log.retention.ms", "dynamic")
     assert BrokerConfig({"message.max.bytes": "2000"}).topic_defaults()["max.message.bytes"] == "2000"
 
 
@@ -107,6 +110,16 @@ def test_meta_properties_pins_broker_and_cluster(tmp_path: Path) -> None:
     fresh.mkdir()
     assert load_or_create_meta([dirs[0], fresh], 3, None) == cluster
     assert f"cluster.id={cluster}" in (fresh / "meta.properties").read_text()
+
+
+def test_new_meta_properties_survive_a_power_loss(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The rename that creates meta.properties is durable only once its directory is fsynced;
+    # without it a crash could bring the log dir back without the file, and a new cluster id.
+    log_dir = (tmp_path / "logs").resolve()
+    log_dir.mkdir()
+    syncs = record_syncs(monkeypatch)
+    load_or_create_meta([log_dir], 1, None)
+    assert syncs.index("fsync", log_dir) > syncs.index("replace", log_dir / "meta.properties")
 
 
 def test_start_with_a_bad_config_prints_one_line(tmp_path: Path) -> None:

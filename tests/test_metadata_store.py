@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from kbroker.metadata.local_store import LocalMetadataStore
+from kbroker.fsutil import temporary_path
+from kbroker.metadata.local_store import STORE_FILE, LocalMetadataStore
 from protocol.errors import ErrorCode, KafkaError
 
 
@@ -55,5 +56,5 @@ def test_an_interrupted_save_leaves_the_previous_state(tmp_path: Path) -> None:
     store = LocalMetadataStore(tmp_path)
     store.create_topic("kept", uuid.uuid4(), {0: [0]}, {})
     # A crash between writing the temporary file and renaming it leaves a stray .tmp behind.
-    (tmp_path / "__kbroker_metadata.tmp").write_text("{ not json")
+    temporary_path(tmp_path / STORE_FILE).write_text("{ not json")
     assert [t.name for t in LocalMetadataStore(tmp_path).list_topics()] == ["kept"]

@@ -185,8 +185,11 @@ public final class KafkaHarness {
             out.put("validate_only", errorOf(admin.createTopics(
                 List.of(new NewTopic(prefix + "-validate", 2, (short) 1)), new CreateTopicsOptions().validateOnly(true)).all()));
 
+            // CreateTopics succeeds once the controller has the topics; the broker may list them a
+            // moment later (Admin.createTopics says so): wait for that, as a tool would.
+            List<String> ours = awaitListed(admin, prefix, List.of(defaults, many));
             Set<String> listed = new HashSet<>(admin.listTopics().names().get());
-            out.put("listed", sorted(listed.stream().filter(t -> t.startsWith(prefix)).toList()));
+            out.put("listed", ours);
             Set<String> withInternal = admin.listTopics(new ListTopicsOptions().listInternal(true)).names().get();
             out.put("listed_internal_extra", sorted(withInternal.stream().filter(t -> !listed.contains(t)).toList()));
 
@@ -209,10 +212,23 @@ public final class KafkaHarness {
                 TopicCollection.ofTopicIds(List.of(Uuid.randomUuid()))).allTopicIds()));
 
             out.put("delete", errorOf(admin.deleteTopics(List.of(defaults)).all()));
-            out.put("listed_after_delete", sorted(admin.listTopics().names().get().stream()
-                .filter(t -> t.startsWith(prefix)).toList()));
+            out.put("listed_after_delete", awaitListed(admin, prefix, List.of(many)));
         }
         return out;
+    }
+
+    /**
+     * The listed topics starting with `prefix`, sorted, once they are `expected` (polled up to
+     * WAIT_MS; after that whatever is listed, for the test to report).
+     */
+    static List<String> awaitListed(Admin admin, String prefix, List<String> expected) throws Exception {
+        long deadline = System.currentTimeMillis() + WAIT_MS;
+        while (true) {
+            List<String> listed = sorted(admin.listTopics().names().get(WAIT_MS, TimeUnit.MILLISECONDS).stream()
+                .filter(t -> t.startsWith(prefix)).toList());
+            if (listed.equals(sorted(expected)) || System.currentTimeMillis() >= deadline) return listed;
+            Thread.sleep(50);  // between polls of the condition
+        }
     }
 
     static Map<String, Object> describeCluster(Args args) throws Exception {
@@ -298,7 +314,7 @@ public final class KafkaHarness {
                 List.of(r), new DescribeConfigsOptions().includeSynonyms(true)).values().get(r));
             out.put("initial", configEntries(describe.apply(resource), keys));
 
-            // The node id differs between brokers (kbroker 0, the Kafka container 1).
+            // The node id differs between brokers (0 here, 1 in the Kafka container).
             ConfigResource broker = new ConfigResource(ConfigResource.Type.BROKER, args.getOr("broker", "0"));
             out.put("broker", configEntries(describe.apply(broker), List.of("broker.id", "log.retention.hours", "num.partitions")));
 
@@ -697,8 +713,7 @@ public final class KafkaHarness {
             ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false", ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest",
             ConsumerConfig.ISOLATION_LEVEL_CONFIG, "read_committed");
         try (KafkaProducer<byte[], byte[]> producer = producer(args, txnConf(args.get("txid")));
-             KafkaConsumer<byte[], byte[]> consumer = consumer(args, conf);
-             Admin admin = admin(args)) {
+             KafkaConsumer<byte[], byte[]> consumer = consumer(args, conf)) {
             producer.initTransactions();
             consumer.subscribe(List.of(input));
             List<ConsumerRecord<byte[], byte[]>> records = pollCount(consumer, args.getInt("records"));
@@ -710,7 +725,10 @@ public final class KafkaHarness {
             }
             producer.sendOffsetsToTransaction(next, consumer.groupMetadata());
             producer.commitTransaction();
-            out.put("offsets_after_commit", groupOffsets(admin, group));
+            // The group's offsets become visible when the commit markers are written, after
+            // commitTransaction returns; a read_committed consumer asks for stable offsets
+            // (OffsetFetch require_stable) and waits for them, as an application would.
+            out.put("offsets_after_commit", offsets(consumer.committed(next.keySet(), Duration.ofMillis(WAIT_MS))));
 
             producer.beginTransaction();
             producer.send(new ProducerRecord<>(output, 0, null, bytes("NEVER")));
@@ -718,7 +736,7 @@ public final class KafkaHarness {
             for (TopicPartition tp : next.keySet()) rewound.put(tp, new OffsetAndMetadata(0, "aborted"));
             producer.sendOffsetsToTransaction(rewound, consumer.groupMetadata());
             producer.abortTransaction();
-            out.put("offsets_after_abort", groupOffsets(admin, group));
+            out.put("offsets_after_abort", offsets(consumer.committed(next.keySet(), Duration.ofMillis(WAIT_MS))));
         }
         out.put("output", consumeAll(args.with("topic", output).with("isolation", "read_committed")));
         return out;
@@ -1097,9 +1115,11 @@ public final class KafkaHarness {
     }
 
     static Map<String, Object> describe(Throwable t) {
-        while ((t instanceof ExecutionException || t instanceof CompletionException) && t.getCause() != null) t = t.getCause();
+        // The trace of the wrapper too: Kafka's ApiExceptions carry no stack of their own, and
+        // the ExecutionException's says which call of the scenario failed.
         java.io.StringWriter trace = new java.io.StringWriter();
         t.printStackTrace(new java.io.PrintWriter(trace));
+        while ((t instanceof ExecutionException || t instanceof CompletionException) && t.getCause() != null) t = t.getCause();
         return map("type", t.getClass().getSimpleName(), "message", String.valueOf(t.getMessage()), "trace", trace.toString());
     }
 

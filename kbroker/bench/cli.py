@@ -14,6 +14,7 @@ from kbroker.bench import benchmarks, report
 from kbroker.bench.benchmarks import MIB, BenchError, Env
 from kbroker.bench.servers import (
     ExternalServer,
+    KafkaServer,
     KbrokerClusterServer,
     KbrokerServer,
     MockServer,
@@ -43,6 +44,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     common.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                         help="a broker property for the kbroker the benchmark starts; repeatable")
     common.add_argument("--work-dir", help="where the started brokers keep their data (default: a temp dir)")
+    common.add_argument("--kafka-home", help="the Apache Kafka distribution measured as a reference (default: "
+                        "KBROKER_KAFKA_HOME, else ../shared/kafka-3.9.0 beside the project)")
+    common.add_argument("--no-kafka", action="store_true", help="do not measure Apache Kafka")
     common.add_argument("--quiet", action="store_true", help="no progress output")
 
     sub = parser.add_subparsers(dest="benchmark", required=True, metavar="BENCHMARK")
@@ -162,10 +166,15 @@ class Session:
         self.skipped: dict[str, str] = {}
         self._env: Env | None = None
         self._mocks: dict[int, MockServer] = {}
-        available, reason = kafka_reference_status()
-        if not available:
-            self.skipped["kafka"] = reason
-            ui.log(f"note: {reason}")
+        self._kafka: KafkaServer | None = None
+        self._kafka_home: Path | None = None
+        if args.no_kafka:
+            self.skipped["kafka"] = "--no-kafka: the Apache Kafka reference is skipped"
+        else:
+            self._kafka_home, reason = kafka_reference_status(args.kafka_home)
+            if self._kafka_home is None:
+                self.skipped["kafka"] = reason
+                ui.log(f"note: {reason}")
 
     def mock(self, brokers: int = 1) -> MockServer:
         """The mock cluster with `brokers` brokers, one per count for the whole session."""
@@ -173,6 +182,19 @@ class Session:
             self._mocks[brokers] = MockServer(brokers)
             self.started.append(self._mocks[brokers])
         return self._mocks[brokers]
+
+    def kafka(self) -> list[Server]:
+        """Apache Kafka, started once for the session when first needed; [] when it is skipped."""
+        if self._kafka_home is None:
+            return []
+        if self._kafka is None:
+            data_dir = new_data_dir(self.args.work_dir, "kafka-bench-")
+            self.data_dirs.append(data_dir)
+            self._kafka = KafkaServer(self._kafka_home, data_dir)
+            self.started.append(self._kafka)
+            with self.ui.step("starting Apache Kafka"):
+                self._kafka.start()
+        return [self._kafka]
 
     def kbroker(self, config_file: str | None = None, overrides: dict[str, str] | None = None,
                 brokers: int = 1, min_insync_replicas: int = 2) -> Server:
@@ -199,14 +221,18 @@ class Session:
         """kbroker and the references; a given kbroker gets an Env of its own.
 
         The session's default kbroker has the benchmark's --brokers (1 unless given), and its
-        reference the mock cluster with as many brokers."""
+        references the mock cluster with as many brokers and, for one broker, Apache Kafka (a
+        single node). A given kbroker (a profile's, a cluster's) is measured against the mock only."""
         if kbroker is None and self._env is not None:
             return self._env
         if kbroker is None:
             brokers = getattr(self.args, "brokers", 1)
             kbroker = self.kbroker(self.args.server_config, brokers=brokers,
                                    min_insync_replicas=getattr(self.args, "min_insync_replicas", 2))
-            self._env = Env([kbroker, self.mock(brokers)], self.ui, self.args.runs, self.args.out,
+            if brokers > 1 and self._kafka_home is not None:
+                self.skipped["kafka"] = "one Kafka node is no reference for a cluster: measured against the mock only"
+            kafka = self.kafka() if brokers == 1 else []
+            self._env = Env([kbroker, self.mock(brokers), *kafka], self.ui, self.args.runs, self.args.out,
                             self.args.work_dir, self.notes)
             return self._env
         return Env([kbroker, self.mock(kbroker.brokers)], self.ui, self.args.runs, self.args.out,

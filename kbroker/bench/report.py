@@ -264,6 +264,9 @@ def summary_lines(results: dict[str, Any]) -> list[str]:
         for server, summary in c["servers"].items():
             m = summary["median"]
             lines.append(f"| {server} | {m['p50_ms']} | {m['p99_ms']} | {m['p999_ms']} | {m['max_ms']} |")
+        for reference, ratio in c["ratios"].items():
+            lines.append(f"| kbroker/{reference} | {_fmt(ratio['p50_ms'])} | {_fmt(ratio['p99_ms'])} | "
+                         f"{_fmt(ratio['p999_ms'])} | {_fmt(ratio['max_ms'])} |")
         lines.append("")
     memory = results.get("memory")
     if memory and "kbroker" in memory:

@@ -1,4 +1,5 @@
-"""The brokers a benchmark runs against: kbroker (started here or given), the mock cluster, Kafka.
+"""The brokers a benchmark runs against: kbroker (started here or given), the mock cluster, and
+Apache Kafka from a local distribution.
 
 Each is a `Server`: a bootstrap address, topic creation/deletion, and where possible the pid of
 the process doing the broker's work so that its CPU time and memory can be read from /proc.
@@ -19,6 +20,7 @@ import time
 from pathlib import Path
 from typing import IO
 
+from kbroker.bench.kafka_reference import HOME_ENV, KafkaProcess, kafka_home
 from kbroker.client import Client
 from kbroker.metadata.zookeeper_process import ZooKeeperNotFound, ZooKeeperServer
 from protocol.errors import KafkaError
@@ -28,6 +30,8 @@ CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 # As `kbroker cluster stop`: a broker of a cluster that takes longer is killed (and reported).
 CLUSTER_STOP_TIMEOUT_S = 30.0
 OFFSETS_TOPIC = "__consumer_offsets"
+# What kafka-server-start.sh gives a broker when KAFKA_HEAP_OPTS is not set.
+KAFKA_HEAP_OPTS = "-Xmx1G -Xms1G"
 
 
 class ServerError(RuntimeError):
@@ -528,37 +532,96 @@ class MockServer(Server):
             self.proc.stdout.close()
 
 
-class KafkaDockerServer(Server):
-    """Apache Kafka in Docker: the second reference. A hook, not built yet.
+class KafkaServer(Server):
+    """Apache Kafka from a local distribution, the second reference: one KRaft node started by
+    the distribution's `run-single-node.sh` (kafka_reference.py) with Kafka's defaults but for
+    what one node needs (internal topics with one replica, no initial rebalance delay), and
+    the JVM heap Kafka's own start script gives a broker (KAFKA_HEAP_OPTS, else 1 GiB).
 
-    To build it: `docker run -d -p PORT:9092 apache/kafka:3.9.0` with KAFKA_ADVERTISED_LISTENERS
-    pointing at 127.0.0.1:PORT (the image runs a single KRaft node by default), wait until the
-    admin client lists topics, implement create/delete with `_AdminTopics`, and take `pid` from
-    `docker inspect --format {{.State.Pid}}` so CPU and RSS are read like kbroker's.
+    The script execs the JVM, so `pid` is the broker: its CPU time and RSS are read like kbroker's.
+    It can be restarted (the cold-start consume benchmark): a clean stop, its log files evicted
+    from the page cache, and a start with the same data directory and port.
     """
 
     name = "kafka"
+    can_restart = True
 
-    def __init__(self) -> None:
-        raise NotImplementedError("the Apache Kafka reference is not implemented yet "
-                                  "(hook: kbroker/bench/servers.py KafkaDockerServer)")
+    def __init__(self, home: Path, data_dir: Path, start_timeout_s: float = 180) -> None:
+        self.process = KafkaProcess(home, data_dir, heap_opts=os.environ.get("KAFKA_HEAP_OPTS", KAFKA_HEAP_OPTS))
+        self.start_timeout_s = start_timeout_s
+        self.start_seconds: list[float] = []
+        self._topics = _AdminTopics()
+        self.description = (f"Apache Kafka {kafka_version(home)} ({home / 'run-single-node.sh'}: one KRaft node, "
+                            f"JVM heap {self.process.heap_opts})")
+
+    @property
+    def bootstrap(self) -> str:
+        return self.process.bootstrap
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid
+
+    def start(self) -> float:
+        """Start and wait until it serves metadata and coordinates groups; returns the seconds."""
+        seconds = self.process.start(self._ready, self.start_timeout_s)
+        self.start_seconds.append(seconds)
+        self._topics.reset()
+        return seconds
+
+    def _ready(self) -> tuple[bool, str]:
+        # FindCoordinator also makes Kafka create __consumer_offsets, which the latency
+        # benchmark's consumer group would otherwise create inside its first timed run.
+        try:
+            with Client(self.bootstrap, client_id="kbroker-bench", timeout=10) as client:
+                client.find_coordinator("kbroker-bench")
+        except (OSError, KafkaError) as e:
+            return False, str(e)
+        return True, ""
+
+    def restart(self, drop_page_cache: bool = False) -> float:
+        self.stop()
+        if drop_page_cache:
+            evict_from_page_cache(self.process.log_dir)
+        return self.start()
+
+    def stop(self) -> None:
+        self._topics.reset()
+        code = self.process.stop()
+        if code not in (None, 0, 143, -signal.SIGTERM):  # the JVM ends a SIGTERM shutdown with 143
+            raise ServerError(f"Kafka exited with {code} when stopped:\n{self.process.log_tail(20)}")
+
+    def create_topic(self, topic: str, partitions: int) -> None:
+        self._topics.create(self.bootstrap, {topic: partitions})
+        # Kafka answers CreateTopics once its controller has the topic; the broker serves it
+        # a moment later.
+        wait_full_isr([self.bootstrap], topic, partitions)
+
+    def delete_topic(self, topic: str) -> None:
+        self._topics.delete(self.bootstrap, topic)
+
+    def close(self) -> None:
+        self.stop()
+
+    def log_tail(self, lines: int = 20) -> str:
+        return self.process.log_tail(lines)
 
 
-def kafka_reference_status() -> tuple[bool, str]:
-    """Whether an Apache Kafka reference can run here, and why not."""
-    docker = shutil.which("docker")
-    if docker is None:
-        return False, "no docker command: the Apache Kafka reference is skipped"
-    try:
-        result = subprocess.run([docker, "info", "--format", "{{.ServerVersion}}"], capture_output=True,
-                                text=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        return False, f"Docker engine not reachable ({e}): the Apache Kafka reference is skipped"
-    if result.returncode != 0 or not result.stdout.strip():
-        reason = (result.stderr.strip().splitlines() or ["docker info failed"])[-1]
-        return False, f"Docker engine not reachable ({reason}): the Apache Kafka reference is skipped"
-    return False, (f"Docker engine {result.stdout.strip()} found, but the Apache Kafka reference is not "
-                   "implemented yet (hook: kbroker/bench/servers.py KafkaDockerServer): skipped")
+def kafka_version(home: Path) -> str:
+    """The distribution's version, from its kafka-clients jar's name ("?" when not found)."""
+    jars = sorted(home.glob("libs/kafka-clients-*.jar"))
+    return jars[0].name.removeprefix("kafka-clients-").removesuffix(".jar") if jars else "?"
+
+
+def kafka_reference_status(home_dir: str | None = None) -> tuple[Path | None, str]:
+    """The Kafka distribution to measure (from `home_dir`, KBROKER_KAFKA_HOME or
+    ../shared/kafka-3.9.0) and a JVM to run it, or None and why the reference is skipped."""
+    home, reason = kafka_home({HOME_ENV: home_dir} if home_dir else None)
+    if home is None:
+        return None, f"{reason}: the Apache Kafka reference is skipped"
+    if shutil.which("java") is None:
+        return None, "no java on PATH (Kafka needs Java 17+): the Apache Kafka reference is skipped"
+    return home, ""
 
 
 def evict_from_page_cache(directory: Path) -> int:

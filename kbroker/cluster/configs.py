@@ -7,17 +7,21 @@ else the built-in default (DEFAULT_CONFIG) — Kafka's order. Values are strings
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from kbroker.config import BROKER_CONFIG_DEFS
+from kbroker import dynamic_config
+from kbroker.config import TOPIC_CONFIG_SYNONYMS, ConfigError, parse_ip_overrides
 from kbroker.storage.log_config import LogConfig
 from protocol.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
     from kbroker.broker import Broker
+
+log = logging.getLogger("kbroker.configs")
 
 
 class ResourceType(enum.IntEnum):
@@ -44,6 +48,8 @@ class ConfigType(enum.IntEnum):
     LONG = 5
     DOUBLE = 6
     LIST = 7
+    CLASS = 8
+    PASSWORD = 9
 
 
 _SOURCE_OF = {
@@ -52,32 +58,30 @@ _SOURCE_OF = {
     "static": ConfigSource.STATIC_BROKER_CONFIG,
     "default": ConfigSource.DEFAULT_CONFIG,
 }
+# The store's name of the cluster-wide default entity, in change notifications.
+DEFAULT_ENTITY = "<default>"
 
 
 def config_entry(
     name: str, value: str | None, source: ConfigSource, synonyms: list[dict[str, Any]] | None = None,
-    read_only: bool = False,
+    read_only: bool = False, config_type: int = ConfigType.UNKNOWN, sensitive: bool = False,
 ) -> dict[str, Any]:
     """One config as DescribeConfigs (and CreateTopics) report it; unused fields per version drop out."""
     return {
         "name": name,
-        "value": value,
+        "value": None if sensitive else value,
         "read_only": read_only,
         "is_default": source == ConfigSource.DEFAULT_CONFIG,
         "config_source": source,
-        "is_sensitive": False,
+        "is_sensitive": sensitive,
         "synonyms": synonyms or [],
-        "config_type": _config_type(value),
+        "config_type": config_type,
         "documentation": None,
     }
 
 
-def _config_type(value: str | None) -> ConfigType:
-    if value in ("true", "false"):
-        return ConfigType.BOOLEAN
-    if value is not None and value.lstrip("-").isdigit():
-        return ConfigType.LONG
-    return ConfigType.STRING
+def _synonym(name: str, value: str | None, source: ConfigSource) -> dict[str, Any]:
+    return {"name": name, "value": value, "source": source}
 
 
 class ConfigService:
@@ -85,63 +89,103 @@ class ConfigService:
         self.broker = broker
         self.config = broker.config
         self.store = broker.store
+        self._unwatch: Callable[[], None] | None = None
+        self._load_dynamic()
+
+    # -- dynamic broker configs (KIP-226) ---------------------------------------------------------
+
+    def _load_dynamic(self) -> None:
+        """Read the dynamic broker configs from the store into the broker's config. At start a
+        stored security setting kbroker cannot honour stops the broker (never serve with less
+        protection than configured)."""
+        cluster_default = self.store.get_broker_configs(None)
+        per_broker = self.store.get_broker_configs(self.config.broker_id)
+        refused = dynamic_config.unhonoured_stored({**cluster_default, **per_broker})
+        if refused:
+            raise ConfigError(f"refusing to start: dynamic broker configs {', '.join(refused)} ask for security "
+                              "kbroker does not implement yet; remove them from the metadata store")
+        self.config.apply_dynamic(cluster_default, per_broker)
+
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Follow config changes made through any broker (the store's change notifications)."""
+        def on_change(entity_type: str, entity_name: str) -> None:
+            loop.call_soon_threadsafe(self._on_config_change, entity_type, entity_name)
+
+        self._unwatch = self.store.watch_config_changes(on_change)
+
+    def stop(self) -> None:
+        if self._unwatch is not None:
+            self._unwatch()
+            self._unwatch = None
+
+    def _on_config_change(self, entity_type: str, entity_name: str) -> None:
+        try:
+            if entity_type == "brokers" and entity_name in (DEFAULT_ENTITY, str(self.config.broker_id)):
+                self.reload()
+            elif entity_type == "topics":
+                record = self.store.get_topic(entity_name)
+                if record is not None:
+                    self.broker.replicas.update_config(record.name, self.broker.topics.log_config(record.configs))
+        except Exception:
+            log.exception("applying a config change of %s/%s failed", entity_type, entity_name)
+
+    def reload(self) -> None:
+        """Apply the dynamic broker configs in the store to everything that uses them while running."""
+        cluster_default = self.store.get_broker_configs(None)
+        per_broker = self.store.get_broker_configs(self.config.broker_id)
+        refused = dynamic_config.unhonoured_stored({**cluster_default, **per_broker})
+        if refused:
+            log.error("ignoring dynamic broker configs %s: security kbroker does not implement yet",
+                      ", ".join(refused))
+            cluster_default = {k: v for k, v in cluster_default.items() if k not in refused}
+            per_broker = {k: v for k, v in per_broker.items() if k not in refused}
+        self.config.apply_dynamic(cluster_default, per_broker)
+        broker = self.broker
+        broker.topics.set_defaults(self.topic_defaults())
+        broker.log_manager.cleaner_backoff_ms = self.config.get("log.cleaner.backoff.ms")
+        if broker.cluster is not None:
+            broker.cluster.unclean_election = self.config.get("unclean.leader.election.enable")
+        broker.server.max_connections = self.config.get("max.connections")
+        broker.server.max_per_ip = self.config.get("max.connections.per.ip")
+        broker.server.per_ip_overrides = parse_ip_overrides(self.config.get("max.connections.per.ip.overrides"))
 
     # -- effective values -------------------------------------------------------------------------
 
-    def dynamic_broker_configs(self) -> dict[str, tuple[str, str]]:
-        """Dynamic broker configs in force here: name -> (value, 'dynamic' | 'dynamic-default')."""
-        merged = {k: (v, "dynamic-default") for k, v in self.store.get_broker_configs(None).items()}
-        merged.update({k: (v, "dynamic") for k, v in self.store.get_broker_configs(self.config.broker_id).items()})
-        return merged
-
     def topic_defaults(self) -> dict[str, str]:
-        return self.config.topic_defaults(self.dynamic_broker_configs())
+        return self.config.topic_defaults()
 
-    def _topic_default_entries(self) -> dict[str, tuple[str, str, str]]:
-        return self.config.topic_default_entries(self.dynamic_broker_configs())
-
-    def _broker_value(self, name: str, dynamic: Mapping[str, tuple[str, str]]) -> list[tuple[str, str]]:
-        """The value of a broker config from its strongest source, as a 0- or 1-element list."""
-        if name in dynamic:
-            return [dynamic[name]]
-        if name in self.config.raw:
-            return [(self.config.raw[name], "static")]
-        definition = BROKER_CONFIG_DEFS.get(name)
-        if definition is not None and definition.default is not None:
-            return [(definition.default, "default")]
-        return []
+    def _layers(self, default_entity_only: bool = False) -> list[tuple[str, Mapping[str, str | None]]]:
+        layers = self.config.layers()
+        return [(s, v) for s, v in layers if s == "dynamic-default"] if default_entity_only else layers
 
     # -- topics -----------------------------------------------------------------------------------
 
     def describe_topic(
         self, name: str, overrides: Mapping[str, str], keys: list[str] | None = None, synonyms: bool = False
     ) -> list[dict[str, Any]]:
-        defaults = self._topic_default_entries()
-        dynamic = self.dynamic_broker_configs()
+        """As Kafka's ConfigHelper: the topic's override, then the broker config behind the default
+        with its synonyms (Kafka's `configSynonyms`); the source is the first of these."""
+        defaults = self.config.topic_default_entries()
+        layers = self._layers()
         entries = []
         for config_name in sorted(defaults):
             if keys is not None and config_name not in keys:
                 continue
-            value, broker_name, source = defaults[config_name]
-            # The broker config behind the default, in its own units (log.retention.hours=336).
+            value = defaults[config_name][0]
+            broker_names = TOPIC_CONFIG_SYNONYMS.get(config_name)
             chain = [
-                self._synonym(broker_name, raw, _SOURCE_OF[raw_source])
-                for raw, raw_source in self._broker_value(broker_name, dynamic)
-                if broker_name != config_name
+                _synonym(n, v, _SOURCE_OF[source])
+                for n, v, source in (dynamic_config.synonym_chain(broker_names[0][0], layers) if broker_names else [])
             ]
             if config_name in overrides:
-                chain.insert(0, self._synonym(config_name, overrides[config_name], ConfigSource.DYNAMIC_TOPIC_CONFIG))
-                entry = config_entry(
-                    config_name, overrides[config_name], ConfigSource.DYNAMIC_TOPIC_CONFIG, chain if synonyms else None
-                )
-            else:
-                entry = config_entry(config_name, value, _SOURCE_OF[source], chain if synonyms else None)
-            entries.append(entry)
+                value = overrides[config_name]
+                chain.insert(0, _synonym(config_name, value, ConfigSource.DYNAMIC_TOPIC_CONFIG))
+            source = chain[0]["source"] if chain else ConfigSource.DEFAULT_CONFIG
+            entries.append(config_entry(
+                config_name, value, source, chain if synonyms else None,
+                config_type=dynamic_config.topic_config_type_code(config_name),
+            ))
         return entries
-
-    @staticmethod
-    def _synonym(name: str, value: str, source: ConfigSource) -> dict[str, Any]:
-        return {"name": name, "value": value, "source": source}
 
     def alter_topic(self, name: str, overrides: Mapping[str, str], validate_only: bool) -> None:
         """Replace a topic's overrides (AlterConfigs semantics)."""
@@ -152,61 +196,73 @@ class ConfigService:
 
     # -- brokers ----------------------------------------------------------------------------------
 
-    def check_broker_resource(self, resource_name: str) -> int | None:
-        """'' is the cluster-wide default entity; otherwise it must name this broker."""
+    def check_broker_resource(self, resource_name: str, describing: bool = False) -> int | None:
+        """'' is the cluster-wide default entity; otherwise it must name this broker (Kafka's messages)."""
         if resource_name == "":
             return None
         try:
             broker_id = int(resource_name)
         except ValueError:
-            raise KafkaError(ErrorCode.INVALID_REQUEST, f"Invalid broker id {resource_name!r}") from None
+            what = "Broker" if describing else "Node"
+            raise KafkaError(ErrorCode.INVALID_REQUEST,
+                             f"{what} id must be an integer, but it is: {resource_name}") from None
         if broker_id != self.config.broker_id:
-            raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unexpected broker id, expected {self.config.broker_id}")
+            expected = f"{self.config.broker_id} or empty string" if describing else str(self.config.broker_id)
+            raise KafkaError(ErrorCode.INVALID_REQUEST,
+                             f"Unexpected broker id, expected {expected}, but received {resource_name}")
         return broker_id
 
     def describe_broker(
         self, broker_id: int | None, keys: list[str] | None = None, synonyms: bool = False
     ) -> list[dict[str, Any]]:
-        if broker_id is None:  # the default entity shows only what was set on it
-            return [
-                config_entry(n, v, ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG)
-                for n, v in sorted(self.store.get_broker_configs(None).items())
-                if keys is None or n in keys
-            ]
-        dynamic = self.dynamic_broker_configs()
+        """As Kafka's ConfigHelper: this broker's configs (its own value of each, the source of
+        the first synonym) or, for the default entity, only what was set on it."""
+        default_entity = broker_id is None
+        if default_entity:
+            names = sorted(self.config.dynamic_default)
+        else:
+            stored = set(self.config.dynamic_default) | set(self.config.dynamic_per_broker)
+            names = sorted(set(dynamic_config.reportable_broker_configs()) | stored)
+        layers = self._layers(default_entity)
         entries = []
-        for name in sorted(BROKER_CONFIG_DEFS):
+        for name in names:
             if keys is not None and name not in keys:
                 continue
-            found = self._broker_value(name, dynamic)
-            value, source = found[0] if found else (None, "default")
-            chain = [self._synonym(name, value, _SOURCE_OF[source])] if synonyms and value is not None else []
-            entries.append(config_entry(name, value, _SOURCE_OF[source], chain, read_only=not _dynamic(name)))
+            value = next((v[name] for _, v in layers if v.get(name) is not None), None)
+            chain = dynamic_config.synonym_chain(name, layers)
+            source = _SOURCE_OF[chain[0][2]] if chain else ConfigSource.DEFAULT_CONFIG
+            sensitive = dynamic_config.is_sensitive(name)
+            entries.append(config_entry(
+                name, value, source,
+                [_synonym(n, None if sensitive else v, _SOURCE_OF[s]) for n, v, s in chain] if synonyms else None,
+                read_only=dynamic_config.is_read_only(name), config_type=dynamic_config.config_type_code(name),
+                sensitive=sensitive,
+            ))
         return entries
 
     def alter_broker(self, broker_id: int | None, configs: Mapping[str, str], validate_only: bool) -> None:
-        """Replace the dynamic configs of this broker (or of the cluster default entity)."""
-        for name in configs:
-            if name not in BROKER_CONFIG_DEFS:
-                raise KafkaError(ErrorCode.INVALID_CONFIG, f"Unknown broker config {name}")
-            if not _dynamic(name):
-                raise KafkaError(ErrorCode.INVALID_CONFIG, f"Cannot update these configs dynamically: {{{name}}}")
-            try:
-                BROKER_CONFIG_DEFS[name].parse(configs[name])
-            except ValueError as e:
-                raise KafkaError(ErrorCode.INVALID_CONFIG, f"Invalid value {configs[name]} for {name}: {e}") from None
-        previous = self.store.get_broker_configs(broker_id)
-        self.store.set_broker_configs(broker_id, configs)
-        try:
-            defaults = self.topic_defaults()
-            LogConfig.from_properties(defaults)
-        except KafkaError:
-            self.store.set_broker_configs(broker_id, previous)
-            raise
+        """Replace the dynamic configs of this broker (or of the cluster default entity), after
+        Kafka's checks and kbroker's (see kbroker/dynamic_config.py)."""
+        def current(name: str) -> str | None:
+            found = self.config.effective_text(name)
+            return found[0] if found else None
+
+        dynamic_config.check_update(configs, broker_id is not None, current)
+        self._check_topic_defaults(broker_id, configs)
         if validate_only:
-            self.store.set_broker_configs(broker_id, previous)
             return
-        self.broker.topics.set_defaults(defaults)
+        self.store.set_broker_configs(broker_id, configs)
+        self.reload()  # at once here; other brokers follow the store's change notification
+
+    def _check_topic_defaults(self, broker_id: int | None, configs: Mapping[str, str]) -> None:
+        """The topic defaults the update would give must make a valid log config."""
+        cluster_default = dict(configs) if broker_id is None else self.config.dynamic_default
+        per_broker = dict(configs) if broker_id is not None else self.config.dynamic_per_broker
+        layers = self.config.layers(cluster_default, per_broker)
+        try:
+            LogConfig.from_properties(self.config.topic_defaults(layers))
+        except KafkaError as e:
+            raise KafkaError(ErrorCode.INVALID_REQUEST, e.message) from None
 
     def broker_overrides(self, broker_id: int | None) -> dict[str, str]:
         return self.store.get_broker_configs(broker_id)
@@ -261,8 +317,3 @@ def set_logger_level(name: str, level: str | None, validate_only: bool) -> None:
     if validate_only:
         return
     _logger(name).setLevel(LOG_LEVELS[level] if level is not None else logging.NOTSET)
-
-
-def _dynamic(name: str) -> bool:
-    definition = BROKER_CONFIG_DEFS.get(name)
-    return definition is not None and definition.dynamic

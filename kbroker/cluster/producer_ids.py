@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
+
+from kbroker.fsutil import write_atomically
 
 BLOCK_SIZE = 1000
 FILE_NAME = "producer-id-block"
@@ -28,10 +29,5 @@ class ProducerIdManager:
         start = int(self._path.read_text()) if self._path.exists() else 0
         end = start + BLOCK_SIZE
         # Persist the end first: after a crash the next block starts past every id used.
-        tmp = self._path.with_suffix(".tmp")
-        with open(tmp, "w") as f:
-            f.write(str(end))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self._path)
+        write_atomically(self._path, str(end))
         self._next, self._block_end = start, end

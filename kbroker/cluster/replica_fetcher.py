@@ -21,7 +21,7 @@ from typing import Any
 from kbroker.cluster.broker_client import AsyncBrokerClient, BrokerUnavailable
 from kbroker.cluster.partition import Partition
 from kbroker.server.fetch_sessions import INITIAL_EPOCH, INVALID_SESSION_ID, next_epoch
-from kbroker.storage.log import UnexpectedAppendOffset
+from kbroker.storage.log_validator import UnexpectedAppendOffset
 from protocol.errors import ErrorCode, KafkaError
 from protocol.records import LOG_OVERHEAD
 

@@ -21,6 +21,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from kbroker.coordinator.clock import Timer
 from protocol.coordinator_records import GroupValue, MemberValue
 
 
@@ -75,7 +76,7 @@ class Member:
     awaiting_sync: asyncio.Future[SyncResult] | None = None
     is_new: bool = False
     heartbeat_deadline: float = 0.0  # loop time after which the member is considered dead
-    session_timer: asyncio.TimerHandle | None = None
+    session_timer: Timer | None = None
 
     def metadata(self, protocol: str) -> bytes:
         return next((m for name, m in self.protocols if name == protocol), b"")
@@ -104,7 +105,7 @@ class Group:
     static_members: dict[str, str] = field(default_factory=dict)  # group.instance.id -> member id
     pending_members: set[str] = field(default_factory=set)  # told MEMBER_ID_REQUIRED, not joined yet
     new_member_added: bool = False
-    join_timer: asyncio.TimerHandle | None = None
+    join_timer: Timer | None = None
     join_deadline: float = 0.0  # loop time at which the join phase ends regardless
 
     # -- state -----------------------------------------------------------------------------------

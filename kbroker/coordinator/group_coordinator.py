@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from kbroker.coordinator.clock import Clock
 from kbroker.coordinator.group import Group, GroupState, JoinResult, Member, SyncResult
 from kbroker.coordinator.offsets_topic import Marker, OffsetsTopic
 from protocol.coordinator_records import GroupKey, GroupValue, OffsetKey, OffsetValue
@@ -24,7 +25,8 @@ from protocol.errors import ErrorCode, KafkaError
 log = logging.getLogger("kbroker.coordinator")
 
 UNKNOWN_MEMBER_ID = ""
-# How long a member told MEMBER_ID_REQUIRED has to come back, and a new member to finish joining.
+# How long a new member's first JoinGroup may wait for the join phase to end, whatever its
+# session timeout (Kafka's NEW_MEMBER_JOIN_TIMEOUT_MS): it cannot heartbeat before it has joined.
 NEW_MEMBER_JOIN_TIMEOUT_MS = 300_000
 E = ErrorCode
 
@@ -67,7 +69,9 @@ def now_ms() -> int:
 
 
 class GroupCoordinator:
-    def __init__(self, offsets_topic: OffsetsTopic, config: GroupConfig, partition_exists: Any) -> None:
+    def __init__(
+        self, offsets_topic: OffsetsTopic, config: GroupConfig, partition_exists: Any, clock: Clock | None = None
+    ) -> None:
         self.topic = offsets_topic
         self.config = config
         self.partition_exists = partition_exists  # (topic, partition) -> bool
@@ -75,10 +79,15 @@ class GroupCoordinator:
         self.offsets: dict[str, dict[tuple[str, int], OffsetValue]] = {}
         # Offsets committed inside transactions, by producer id then group, until the marker.
         self.pending: dict[int, dict[str, dict[tuple[str, int], OffsetValue]]] = {}
+        self.clock = clock  # None: the running event loop
 
     @property
     def _loop(self) -> asyncio.AbstractEventLoop:
         return asyncio.get_running_loop()
+
+    @property
+    def _clock(self) -> Clock:
+        return self.clock if self.clock is not None else asyncio.get_running_loop()
 
     # -- startup ---------------------------------------------------------------------------------
 
@@ -208,7 +217,7 @@ class GroupCoordinator:
         if request.require_known_member_id:
             # KIP-394: hand out the id first, so a client that retries a lost response keeps one id.
             group.pending_members.add(member_id)
-            self._loop.call_later(request.session_timeout_ms / 1000, self._expire_pending, group, member_id)
+            self._clock.call_later(request.session_timeout_ms / 1000, self._expire_pending, group, member_id)
             return JoinResult(E.MEMBER_ID_REQUIRED, member_id)
         return await self._add_and_rebalance(group, request, member_id)
 
@@ -262,7 +271,8 @@ class GroupCoordinator:
         member = group.members.get(member_id)
         if member is None or group.is_in(GroupState.EMPTY):
             return JoinResult(E.UNKNOWN_MEMBER_ID, member_id)
-        self._touch(group, member)
+        if not member.is_new:  # a new member keeps its join allowance until the join phase ends
+            self._touch(group, member)
         if group.is_in(GroupState.PREPARING_REBALANCE):
             self._update_member(member, request)
             future = self._await_join(member)
@@ -287,7 +297,9 @@ class GroupCoordinator:
         group.add(member)
         group.new_member_added = True
         future = self._await_join(member)
-        self._touch(group, member)
+        # Not the session timeout: a new member cannot heartbeat while its JoinGroup waits (an
+        # initial rebalance delay can outlast a short session), so it gets Kafka's fixed allowance.
+        self._touch(group, member, NEW_MEMBER_JOIN_TIMEOUT_MS)
         if group.is_in(GroupState.PREPARING_REBALANCE):
             self._maybe_complete_join(group)
         else:
@@ -338,10 +350,10 @@ class GroupCoordinator:
             # Wait for more members to arrive before the first assignment (group.initial.rebalance.delay.ms).
             delay = min(self.config.initial_rebalance_delay_ms / 1000, rebalance_s)
             group.new_member_added = False
-            group.join_timer = self._loop.call_later(delay, self._initial_delay_over, group, max(rebalance_s - delay, 0))
+            group.join_timer = self._clock.call_later(delay, self._initial_delay_over, group, max(rebalance_s - delay, 0))
         else:
-            group.join_deadline = self._loop.time() + rebalance_s
-            group.join_timer = self._loop.call_later(rebalance_s, self._complete_join, group)
+            group.join_deadline = self._clock.time() + rebalance_s
+            group.join_timer = self._clock.call_later(rebalance_s, self._complete_join, group)
             self._maybe_complete_join(group)
 
     def _initial_delay_over(self, group: Group, remaining_s: float) -> None:
@@ -350,7 +362,7 @@ class GroupCoordinator:
         if group.new_member_added and remaining_s > 0:
             group.new_member_added = False
             delay = min(self.config.initial_rebalance_delay_ms / 1000, remaining_s)
-            group.join_timer = self._loop.call_later(delay, self._initial_delay_over, group, remaining_s - delay)
+            group.join_timer = self._clock.call_later(delay, self._initial_delay_over, group, remaining_s - delay)
             return
         self._complete_join(group)
 
@@ -452,13 +464,10 @@ class GroupCoordinator:
             raise KafkaError(missing_group)
         if group.is_in(GroupState.DEAD):
             raise KafkaError(E.COORDINATOR_NOT_AVAILABLE)
-        static_id = group.static_member_id(instance_id)
-        if instance_id is not None and static_id is not None and static_id != member_id:
-            raise KafkaError(E.FENCED_INSTANCE_ID)
-        member = group.members.get(member_id)
-        if member is None or group.is_in(GroupState.EMPTY):
+        self._validate_member(group, member_id, instance_id)
+        if group.is_in(GroupState.EMPTY):
             raise KafkaError(E.UNKNOWN_MEMBER_ID)
-        return group, member
+        return group, group.members[member_id]
 
     # -- Heartbeat and LeaveGroup ----------------------------------------------------------------
 
@@ -522,12 +531,14 @@ class GroupCoordinator:
 
     # -- session timeouts ------------------------------------------------------------------------
 
-    def _touch(self, group: Group, member: Member) -> None:
-        """Any request from a member proves it alive for another session timeout.
+    def _touch(self, group: Group, member: Member, timeout_ms: int | None = None) -> None:
+        """Any request from a member proves it alive for another session timeout (`timeout_ms`
+        instead, for a new member's first join).
 
         Only the deadline moves; one timer per member re-arms itself when it fires early, so a
         heartbeat costs no timer (unless the session got shorter than the pending check)."""
-        member.heartbeat_deadline = self._loop.time() + member.session_timeout_ms / 1000
+        timeout_ms = member.session_timeout_ms if timeout_ms is None else timeout_ms
+        member.heartbeat_deadline = self._clock.time() + timeout_ms / 1000
         timer = member.session_timer
         if timer is None or timer.cancelled() or timer.when() > member.heartbeat_deadline:
             if timer is not None:
@@ -535,21 +546,28 @@ class GroupCoordinator:
             self._arm_session_check(group, member)
 
     def _arm_session_check(self, group: Group, member: Member) -> None:
-        member.session_timer = self._loop.call_at(member.heartbeat_deadline + 0.001, self._check_session, group, member)
+        member.session_timer = self._clock.call_at(member.heartbeat_deadline + 0.001, self._check_session, group, member)
 
     def _check_session(self, group: Group, member: Member) -> None:
         member.session_timer = None
         if group.members.get(member.member_id) is not member:
             return  # left, replaced or already expired
-        if self._loop.time() < member.heartbeat_deadline:
+        if self._clock.time() < member.heartbeat_deadline:
             self._arm_session_check(group, member)  # heartbeats came since: check again later
             return
-        waiting = member.awaiting_join is not None or member.awaiting_sync is not None
-        if waiting and not member.is_new:
+        if self._heartbeat_satisfied(member):
             # Blocked in a join or sync: the rebalance timeout governs it, not the session.
             self._touch(group, member)
             return
-        self._remove_member(group, member.member_id, "failed: session timed out")
+        reason = "failed: its first join timed out" if member.is_new else "failed: session timed out"
+        self._remove_member(group, member.member_id, reason)
+
+    @staticmethod
+    def _heartbeat_satisfied(member: Member) -> bool:
+        """Kafka's rule: an established member waiting in a join or sync needs no heartbeat; a
+        new member's join allowance ends even while it waits, so the defunct members left by
+        clients that timed out and joined again afresh do not pile up in a long rebalance."""
+        return not member.is_new and (member.awaiting_join is not None or member.awaiting_sync is not None)
 
     def _expire_pending(self, group: Group, member_id: str) -> None:
         if member_id in group.pending_members:
@@ -562,52 +580,89 @@ class GroupCoordinator:
         self, group_id: str, generation_id: int, member_id: str, instance_id: str | None,
         commits: list[OffsetCommit],
     ) -> list[int]:
-        try:
-            self._check_coordinator(group_id)
-            group = self._group_for_commit(group_id, generation_id, member_id, instance_id)
-        except KafkaError as e:
-            return [e.code for _ in commits]
-        errors, accepted = [], []
-        for commit in commits:
-            error = self._check_commit(commit)
-            errors.append(error)
-            if error == E.NO_ERROR:
-                accepted.append(commit)
+        errors = self._commit_errors(group_id, generation_id, member_id, instance_id, commits, transactional=False)
+        accepted = [c for c, error in zip(commits, errors, strict=True) if error == E.NO_ERROR]
         if accepted:
             try:
-                self._store_offsets(group.group_id, accepted)
+                self._store_offsets(group_id, accepted)
             except KafkaError as e:
                 return [e.code if error == E.NO_ERROR else error for error in errors]
         return errors
 
-    def _group_for_commit(self, group_id: str, generation_id: int, member_id: str, instance_id: str | None) -> Group:
+    def _commit_errors(
+        self, group_id: str, generation_id: int, member_id: str, instance_id: str | None,
+        commits: list[OffsetCommit], *, transactional: bool,
+    ) -> list[int]:
+        """Each offset's error, checked in Kafka's order: unknown partitions first (KafkaApis),
+        then the group (GroupCoordinator), then the offset's metadata."""
+        errors = [E.NO_ERROR if self.partition_exists(c.topic, c.partition) else E.UNKNOWN_TOPIC_OR_PARTITION
+                  for c in commits]
+        if E.NO_ERROR not in errors:
+            return errors  # Kafka does not ask the coordinator then
+        try:
+            if transactional and not group_id:  # OffsetCommit takes "" for old clients' sake
+                raise KafkaError(E.INVALID_GROUP_ID)
+            self._check_coordinator(group_id)
+            self._group_for_commit(group_id, generation_id, member_id, instance_id, transactional=transactional)
+        except KafkaError as e:
+            return [e.code if error == E.NO_ERROR else error for error in errors]
+        return [self._metadata_error(c) if error == E.NO_ERROR else error
+                for c, error in zip(commits, errors, strict=True)]
+
+    def _group_for_commit(
+        self, group_id: str, generation_id: int, member_id: str, instance_id: str | None, *, transactional: bool
+    ) -> Group:
         group = self.groups.get(group_id)
-        if group is None or group.is_in(GroupState.DEAD):
-            if generation_id >= 0:
-                raise KafkaError(E.ILLEGAL_GENERATION)
-            # Not managed by the coordinator (assign + commit): offsets only.
+        if group is None:
+            if generation_id >= 0 and not transactional:
+                raise KafkaError(E.ILLEGAL_GENERATION)  # from a generation of a group that is gone
+            # Offsets only (assign + commit), or a producer's offsets: a group the coordinator
+            # does not manage, Empty.
             group = self.groups[group_id] = Group(group_id, state_timestamp_ms=now_ms())
-            return group
-        static_id = group.static_member_id(instance_id)
-        if instance_id is not None and static_id is not None and static_id != member_id:
-            raise KafkaError(E.FENCED_INSTANCE_ID)
-        if generation_id < 0 and group.is_in(GroupState.EMPTY):
-            return group
-        if group.is_in(GroupState.COMPLETING_REBALANCE):
-            raise KafkaError(E.REBALANCE_IN_PROGRESS)
-        member = group.members.get(member_id)
-        if member is None:
-            raise KafkaError(E.UNKNOWN_MEMBER_ID)
-        if generation_id != group.generation_id:
-            raise KafkaError(E.ILLEGAL_GENERATION)
-        self._touch(group, member)
+        self._validate_commit(group, generation_id, member_id, instance_id, transactional)
+        if not transactional and group.is_in(GroupState.STABLE, GroupState.PREPARING_REBALANCE):
+            # During PreparingRebalance a member may still commit: its heartbeat tells it of the
+            # rebalance. A commit proves it alive, as a heartbeat does.
+            self._touch(group, group.members[member_id])
         return group
 
-    def _check_commit(self, commit: OffsetCommit) -> int:
+    def _validate_commit(
+        self, group: Group, generation_id: int, member_id: str, instance_id: str | None, transactional: bool
+    ) -> None:
+        """Kafka's validateOffsetCommit: who commits is checked before the group's state, so a
+        stale member hears ILLEGAL_GENERATION or UNKNOWN_MEMBER_ID, never REBALANCE_IN_PROGRESS."""
+        if group.is_in(GroupState.DEAD):
+            raise KafkaError(E.COORDINATOR_NOT_AVAILABLE)
+        if generation_id < 0 and group.is_in(GroupState.EMPTY):
+            return  # the admin client, or a consumer that assigns itself: offsets only
+        if generation_id >= 0 or member_id != UNKNOWN_MEMBER_ID or instance_id is not None:
+            self._validate_member(group, member_id, instance_id)
+            if generation_id != group.generation_id:
+                raise KafkaError(E.ILLEGAL_GENERATION)
+        elif not transactional and not group.is_in(GroupState.EMPTY):
+            # Only members commit for a group that has some (v0 requests name no member). Older
+            # TxnOffsetCommit versions name none either, so that rule is not theirs.
+            raise KafkaError(E.UNKNOWN_MEMBER_ID)
+        if not transactional and group.is_in(GroupState.COMPLETING_REBALANCE):
+            # A current member that has its JoinGroup answer but no assignment yet.
+            raise KafkaError(E.REBALANCE_IN_PROGRESS)
+
+    @staticmethod
+    def _validate_member(group: Group, member_id: str, instance_id: str | None) -> None:
+        """Kafka's validateCurrentMember: a named instance must be mapped to this member, and the
+        member must be in the group."""
+        if instance_id is not None:
+            static_id = group.static_member_id(instance_id)
+            if static_id is None:
+                raise KafkaError(E.UNKNOWN_MEMBER_ID)
+            if static_id != member_id:
+                raise KafkaError(E.FENCED_INSTANCE_ID)
+        if member_id not in group.members:
+            raise KafkaError(E.UNKNOWN_MEMBER_ID)
+
+    def _metadata_error(self, commit: OffsetCommit) -> int:
         if commit.metadata is not None and len(commit.metadata.encode()) > self.config.offset_metadata_max_bytes:
             return E.OFFSET_METADATA_TOO_LARGE
-        if not self.partition_exists(commit.topic, commit.partition):
-            return E.UNKNOWN_TOPIC_OR_PARTITION
         return E.NO_ERROR
 
     def _store_offsets(self, group_id: str, commits: list[OffsetCommit]) -> None:
@@ -626,14 +681,7 @@ class GroupCoordinator:
         instance_id: str | None, commits: list[OffsetCommit],
     ) -> list[int]:
         """Offsets that count only if the producer's transaction commits (exactly-once pipelines)."""
-        try:
-            if not group_id:
-                raise KafkaError(E.INVALID_GROUP_ID)
-            self._check_coordinator(group_id)
-            self._check_txn_member(group_id, generation_id, member_id, instance_id)
-        except KafkaError as e:
-            return [e.code for _ in commits]
-        errors = [self._check_commit(c) for c in commits]
+        errors = self._commit_errors(group_id, generation_id, member_id, instance_id, commits, transactional=True)
         accepted = [c for c, error in zip(commits, errors, strict=True) if error == E.NO_ERROR]
         if accepted:
             timestamp = now_ms()
@@ -646,21 +694,6 @@ class GroupCoordinator:
                 return [e.code if error == E.NO_ERROR else error for error in errors]
             self.pending.setdefault(producer_id, {}).setdefault(group_id, {}).update(values)
         return errors
-
-    def _check_txn_member(self, group_id: str, generation_id: int, member_id: str, instance_id: str | None) -> None:
-        group = self.groups.get(group_id)
-        if group is None:
-            self.groups[group_id] = Group(group_id, state_timestamp_ms=now_ms())
-            return
-        if group.is_in(GroupState.DEAD):
-            raise KafkaError(E.COORDINATOR_NOT_AVAILABLE)
-        static_id = group.static_member_id(instance_id)
-        if instance_id is not None and static_id is not None and static_id != member_id:
-            raise KafkaError(E.FENCED_INSTANCE_ID)
-        if member_id != UNKNOWN_MEMBER_ID and member_id not in group.members:
-            raise KafkaError(E.UNKNOWN_MEMBER_ID)
-        if generation_id >= 0 and generation_id != group.generation_id:
-            raise KafkaError(E.ILLEGAL_GENERATION)
 
     def complete_transaction(self, producer_id: int, committed: bool, partition: int) -> None:
         """A marker reached `__consumer_offsets` partition `partition`: settle that partition's

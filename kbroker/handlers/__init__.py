@@ -80,6 +80,7 @@ HANDLER_MODULES = (
     "add_partitions_to_txn",
     "alter_configs",
     "alter_partition_reassignments",
+    "alter_replica_log_dirs",
     "api_versions",
     "create_partitions",
     "create_topics",

@@ -12,6 +12,8 @@ from protocol.errors import ErrorCode, KafkaError
 API_KEY = 19
 MIN_VERSION = 0
 MAX_VERSION = 7
+# A created topic's config carries fewer fields than the DescribeConfigs entries it is made from.
+CREATED_CONFIG_FIELDS = ("name", "value", "read_only", "config_source", "is_sensitive")
 
 
 async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
@@ -65,7 +67,8 @@ async def _create(ctx: RequestContext, topic: Any, validate_only: bool, pacer: P
         "error_message": None,
         "num_partitions": len(record.assignment),
         "replication_factor": len(record.assignment[0]),
-        "configs": ctx.broker.configs.describe_topic(record.name, record.configs),
+        "configs": [{field: entry[field] for field in CREATED_CONFIG_FIELDS}
+                    for entry in ctx.broker.configs.describe_topic(record.name, record.configs)],
     }
 
 

@@ -53,7 +53,7 @@ def _configs(
         validate_topic_name(name)
         return service.describe_topic(name, service.topic_overrides(name), keys, synonyms)
     if resource_type == ResourceType.BROKER:
-        return service.describe_broker(service.check_broker_resource(name), keys, synonyms)
+        return service.describe_broker(service.check_broker_resource(name, describing=True), keys, synonyms)
     if resource_type == ResourceType.BROKER_LOGGER:
         service.check_broker_resource(name)
         return describe_loggers(keys)

@@ -24,11 +24,12 @@ from kbroker.server.fetch_sessions import (
     next_epoch,
 )
 from protocol.errors import ErrorCode, KafkaError
+from protocol.messages.fetch import FetchableTopicResponse, FetchResponse, PartitionData
 
 API_KEY = 1
 MIN_VERSION = 4
 ADVERTISED_MIN = 0
-MAX_VERSION = 16
+MAX_VERSION = 17  # v17 adds a tagged ReplicaDirectoryId (KIP-853), for KRaft voters only
 READ_COMMITTED = 1
 SESSIONS_SINCE = 7  # the first version with session fields
 TOPIC_IDS_SINCE = 13
@@ -49,12 +50,12 @@ class _Read:
         self.max_bytes = wanted.max_bytes
         self.leader_epoch = wanted.leader_epoch
         self.partition: Partition | None = None
-        self.result: dict[str, Any] = {}
+        self.result: PartitionData = {}
         self.refused: KafkaError | None = None  # why this fetcher may not read here at all
         self.size = 0  # record bytes read
 
 
-async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
+async def handle(ctx: RequestContext, request: Any) -> FetchResponse:
     sessions = ctx.broker.fetch_sessions
     replica_id = _replica_id(ctx, request)
     epoch, session_id = request.session_epoch, request.session_id
@@ -103,7 +104,7 @@ async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
             "responses": _by_topic(ctx, reads)}
 
 
-def _session_error(code: ErrorCode) -> dict[str, Any]:
+def _session_error(code: ErrorCode) -> FetchResponse:
     return {"throttle_time_ms": 0, "error_code": code, "session_id": INVALID_SESSION_ID, "responses": []}
 
 
@@ -178,9 +179,9 @@ def _cache(reads: list[_Read], wanted: dict[PartitionKey, CachedPartition]) -> d
     return cached
 
 
-def _by_topic(ctx: RequestContext, reads: list[_Read]) -> list[dict[str, Any]]:
+def _by_topic(ctx: RequestContext, reads: list[_Read]) -> list[FetchableTopicResponse]:
     """Response topics in the reads' order, consecutive partitions of a topic together."""
-    topics: list[dict[str, Any]] = []
+    topics: list[FetchableTopicResponse] = []
     last: PartitionKey | None = None
     for read in reads:
         if last is None or read.key[:2] != last[:2]:
@@ -228,17 +229,16 @@ async def _read_all(reads: list[_Read], max_bytes: int, committed: bool, pacer: 
 def _read_one(read: _Read, budget: int, first: bool, committed: bool, follower: bool = False) -> int:
     partition = read.partition
     assert partition is not None
-    result = read.result
-    result.clear()
-    result.update(
-        partition_index=read.index,
-        high_watermark=partition.high_watermark,
-        last_stable_offset=partition.last_stable_offset,
-        log_start_offset=partition.log_start_offset,
-        aborted_transactions=[] if committed else None,
-        records=b"",  # never null, errors included: librdkafka cannot parse a null record set
-        error_code=ErrorCode.NO_ERROR,
-    )
+    result: PartitionData = {
+        "partition_index": read.index,
+        "high_watermark": partition.high_watermark,
+        "last_stable_offset": partition.last_stable_offset,
+        "log_start_offset": partition.log_start_offset,
+        "aborted_transactions": [] if committed else None,
+        "records": b"",  # never null, errors included: librdkafka cannot parse a null record set
+        "error_code": ErrorCode.NO_ERROR,
+    }
+    read.result = result
     try:
         if read.refused is not None:
             raise read.refused
@@ -265,7 +265,7 @@ def _read_one(read: _Read, budget: int, first: bool, committed: bool, follower: 
     return data.size
 
 
-def _error(index: int, code: ErrorCode) -> dict[str, Any]:
+def _error(index: int, code: ErrorCode) -> PartitionData:
     return {
         "partition_index": index,
         "error_code": code,
@@ -276,10 +276,10 @@ def _error(index: int, code: ErrorCode) -> dict[str, Any]:
     }
 
 
-def error_answer(version: int, request: Any, code: int, message: str | None) -> dict[str, Any]:
+def error_answer(version: int, request: Any, code: int, message: str | None) -> FetchResponse:
     """Kafka's answer to a Fetch that failed as a whole: from v13 the top-level code alone;
     before, also every requested partition with the code and empty (not null) records."""
-    topics = [] if version >= TOPIC_IDS_SINCE else [
+    topics: list[FetchableTopicResponse] = [] if version >= TOPIC_IDS_SINCE else [
         {"topic": t.topic, "partitions": [{**_error(p.partition, code), "records": b""} for p in t.partitions]}
         for t in request.topics
     ]

@@ -6,6 +6,7 @@ from typing import Any
 
 from kbroker.handlers import Pacer, RequestContext
 from protocol.errors import ErrorCode, KafkaError
+from protocol.messages.find_coordinator import Coordinator, FindCoordinatorResponse
 
 API_KEY = 10
 MIN_VERSION = 0
@@ -14,17 +15,18 @@ MAX_VERSION = 6  # v6 adds share-group keys, which this broker refuses (no share
 GROUP, TRANSACTION = 0, 1
 
 
-async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
+async def handle(ctx: RequestContext, request: Any) -> FindCoordinatorResponse:
     key_type = request.key_type if ctx.version >= 1 else GROUP
     if ctx.version >= 4:
         coordinators = await Pacer().map(request.coordinator_keys, lambda key: _find(ctx, key, key_type))
         return {"throttle_time_ms": 0, "coordinators": coordinators}
     found = _find(ctx, request.key, key_type)
-    del found["key"]
-    return {"throttle_time_ms": 0, **found}
+    # Before v4 the one coordinator's fields are the answer's own.
+    return {"throttle_time_ms": 0, "error_code": found["error_code"], "error_message": found["error_message"],
+            "node_id": found["node_id"], "host": found["host"], "port": found["port"]}
 
 
-def _find(ctx: RequestContext, key: str, key_type: int) -> dict[str, Any]:
+def _find(ctx: RequestContext, key: str, key_type: int) -> Coordinator:
     try:
         node = _coordinator(ctx, key, key_type)
     except KafkaError as e:
@@ -32,7 +34,7 @@ def _find(ctx: RequestContext, key: str, key_type: int) -> dict[str, Any]:
     return {"key": key, **node, "error_code": ErrorCode.NO_ERROR, "error_message": None}
 
 
-def _coordinator(ctx: RequestContext, key: str, key_type: int) -> dict[str, Any]:
+def _coordinator(ctx: RequestContext, key: str, key_type: int) -> Coordinator:
     if key_type not in (GROUP, TRANSACTION):
         raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unknown coordinator type {key_type}")
     if key_type == TRANSACTION and not key:

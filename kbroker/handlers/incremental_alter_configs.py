@@ -6,22 +6,18 @@ import enum
 from collections.abc import Mapping
 from typing import Any
 
+from kbroker import dynamic_config
 from kbroker.cluster.configs import ResourceType, set_logger_level
+from kbroker.config import BUILT_IN_DEFAULTS
 from kbroker.handlers import RequestContext
 from kbroker.handlers.alter_configs import resource_result, with_repeats
+from kbroker.kafka_configs import TOPIC_CONFIG_TYPES
 from protocol.errors import ErrorCode, KafkaError
 
 API_KEY = 44
 MIN_VERSION = 0
 MAX_VERSION = 1
 
-# Configs whose values are comma-separated lists: only these take APPEND and SUBTRACT.
-LIST_CONFIGS = frozenset({
-    "cleanup.policy",
-    "log.cleanup.policy",
-    "leader.replication.throttled.replicas",
-    "follower.replication.throttled.replicas",
-})
 
 
 class Op(enum.IntEnum):
@@ -43,21 +39,28 @@ def _alter(ctx: RequestContext, resource: Any, validate_only: bool, repeated: bo
     try:
         if repeated:
             raise KafkaError(ErrorCode.INVALID_REQUEST, "Each resource must appear at most once.")
-        _check_ops(resource.configs)
+        _check_ops(resource.resource_type, resource.configs)
         _apply(ctx, resource, validate_only)
     except KafkaError as e:
         return resource_result(resource, e)
     return resource_result(resource)
 
 
-def _check_ops(configs: Any) -> None:
+def _is_list(resource_type: int, name: str) -> bool:
+    """Only configs of Kafka's LIST type take APPEND and SUBTRACT."""
+    if resource_type == ResourceType.BROKER:
+        return dynamic_config.config_type(dynamic_config.base_name(name)) == "LIST"
+    return TOPIC_CONFIG_TYPES.get(name) == "LIST"
+
+
+def _check_ops(resource_type: int, configs: Any) -> None:
     names = [c.name for c in configs]
     if len(set(names)) != len(names):
         raise KafkaError(ErrorCode.INVALID_REQUEST, "Error due to duplicate config keys")
     for config in configs:
         if config.config_operation not in Op.__members__.values():
             raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unknown alter configs operation {config.config_operation}")
-        if config.config_operation in (Op.APPEND, Op.SUBTRACT) and config.name not in LIST_CONFIGS:
+        if config.config_operation in (Op.APPEND, Op.SUBTRACT) and not _is_list(resource_type, config.name):
             verb = "append" if config.config_operation == Op.APPEND else "subtract"
             raise KafkaError(ErrorCode.INVALID_CONFIG, f"Config value {verb} is not allowed for config key: {config.name}")
         if config.config_operation != Op.DELETE and config.value is None:
@@ -73,9 +76,9 @@ def _apply(ctx: RequestContext, resource: Any, validate_only: bool) -> None:
         service.alter_topic(name, _updated(current, effective, resource.configs), validate_only)
     elif resource.resource_type == ResourceType.BROKER:
         broker_id = service.check_broker_resource(name)
+        # As Kafka: a list operation on a config the entity does not set starts from the default.
         current = service.broker_overrides(broker_id)
-        effective = {e["name"]: e["value"] for e in service.describe_broker(broker_id)}
-        service.alter_broker(broker_id, _updated(current, effective, resource.configs), validate_only)
+        service.alter_broker(broker_id, _updated(current, BUILT_IN_DEFAULTS, resource.configs), validate_only)
     elif resource.resource_type == ResourceType.BROKER_LOGGER:
         service.check_broker_resource(name)
         for config in resource.configs:

@@ -7,6 +7,11 @@ from typing import Any
 from kbroker.cluster.partition import Partition
 from kbroker.handlers import Pacer, RequestContext
 from protocol.errors import ErrorCode, KafkaError
+from protocol.messages.list_offsets import (
+    ListOffsetsPartitionResponse,
+    ListOffsetsResponse,
+    ListOffsetsTopicResponse,
+)
 
 API_KEY = 2
 ADVERTISED_MIN = 0
@@ -21,12 +26,12 @@ LATEST_TIERED = -5
 READ_COMMITTED = 1
 
 
-async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
+async def handle(ctx: RequestContext, request: Any) -> ListOffsetsResponse:
     committed = ctx.version >= 2 and request.isolation_level == READ_COMMITTED
     pacer = Pacer()
-    topics = []
+    topics: list[ListOffsetsTopicResponse] = []
     for topic in request.topics:
-        partitions = []
+        partitions: list[ListOffsetsPartitionResponse] = []
         for partition in topic.partitions:
             partitions.append(_lookup(ctx, topic.name, partition, committed))
             await pacer.tick()
@@ -34,8 +39,8 @@ async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
     return {"throttle_time_ms": 0, "topics": topics}
 
 
-def _lookup(ctx: RequestContext, topic: str, request: Any, committed: bool) -> dict[str, Any]:
-    result = {"partition_index": request.partition_index, "timestamp": -1, "offset": -1, "leader_epoch": -1}
+def _lookup(ctx: RequestContext, topic: str, request: Any, committed: bool) -> ListOffsetsPartitionResponse:
+    result: ListOffsetsPartitionResponse = {"partition_index": request.partition_index, "timestamp": -1, "offset": -1, "leader_epoch": -1}
     try:
         partition = ctx.broker.replicas.get(topic, request.partition_index)
         partition.require_leader()

@@ -10,13 +10,14 @@ from kbroker.cluster.controller import ClusterView
 from kbroker.cluster.topics import INTERNAL_TOPICS, TopicSpec, validate_topic_name
 from kbroker.handlers import Pacer, RequestContext
 from protocol.errors import ErrorCode, KafkaError
+from protocol.messages.metadata import MetadataResponse, MetadataResponsePartition, MetadataResponseTopic
 
 API_KEY = 3
 MIN_VERSION = 0
 MAX_VERSION = 12
 
 ZERO_UUID = uuid.UUID(int=0)
-async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
+async def handle(ctx: RequestContext, request: Any) -> MetadataResponse:
     broker = ctx.broker
     operations = request.include_topic_authorized_operations
     # Before v4 a request always auto-creates; later versions say so explicitly.
@@ -67,26 +68,26 @@ async def _requested(version: int, topics: Any, pacer: Pacer) -> tuple[list[str 
 
 
 async def _describe_all(ctx: RequestContext, names: list[str | None], auto_create: bool, operations: bool,
-                        pacer: Pacer) -> list[dict[str, Any]]:
+                        pacer: Pacer) -> list[MetadataResponseTopic]:
     # v12 allows a null name; with no id either there is nothing to look up.
     return await pacer.map(names, lambda name: _unknown_id(ZERO_UUID) if name is None
                            else _describe_topic(ctx, name, auto_create, operations))
 
 
-def _describe_topic_id(ctx: RequestContext, topic_id: uuid.UUID, operations: bool) -> dict[str, Any]:
+def _describe_topic_id(ctx: RequestContext, topic_id: uuid.UUID, operations: bool) -> MetadataResponseTopic:
     record = ctx.broker.topics.find_by_id(topic_id)
     if record is None:
         return _unknown_id(topic_id)
     return _describe_topic(ctx, record.name, False, operations)
 
 
-def _unknown_id(topic_id: uuid.UUID) -> dict[str, Any]:
+def _unknown_id(topic_id: uuid.UUID) -> MetadataResponseTopic:
     # The id must come back: clients match by-id answers on it (Java's
     # MetadataResponse.errorsByTopicId rejects an answer with a zero id outright).
     return {"error_code": ErrorCode.UNKNOWN_TOPIC_ID, "name": None, "topic_id": topic_id, "partitions": []}
 
 
-def _describe_topic(ctx: RequestContext, name: str, auto_create: bool, operations: bool) -> dict[str, Any]:
+def _describe_topic(ctx: RequestContext, name: str, auto_create: bool, operations: bool) -> MetadataResponseTopic:
     broker = ctx.broker
     try:
         validate_topic_name(name)  # before any lookup: an illegal name costs nothing but this check
@@ -125,7 +126,7 @@ def _controller(ctx: RequestContext) -> int:
     return cluster.controller if cluster.controller is not None else -1
 
 
-def describe_partition(ctx: RequestContext, topic: str, index: int, replicas: list[int]) -> dict[str, Any]:
+def describe_partition(ctx: RequestContext, topic: str, index: int, replicas: list[int]) -> MetadataResponsePartition:
     cluster = ctx.broker.cluster
     if cluster is not None:
         return _cluster_partition(cluster, topic, index, replicas)
@@ -151,7 +152,8 @@ def describe_partition(ctx: RequestContext, topic: str, index: int, replicas: li
     }
 
 
-def _cluster_partition(cluster: ClusterView, topic: str, index: int, replicas: list[int]) -> dict[str, Any]:
+def _cluster_partition(cluster: ClusterView, topic: str, index: int,
+                       replicas: list[int]) -> MetadataResponsePartition:
     """Leadership as the cluster's partition state says, with the replicas that are not alive."""
     state = cluster.state_of(topic, index)
     live = set(cluster.brokers)

@@ -8,6 +8,11 @@ from typing import Any
 from kbroker.coordinator.group_coordinator import OffsetCommit
 from kbroker.handlers import ENTRIES_PER_TURN, Pacer, RequestContext
 from protocol.errors import ErrorCode
+from protocol.messages.offset_commit import (
+    OffsetCommitResponse,
+    OffsetCommitResponsePartition,
+    OffsetCommitResponseTopic,
+)
 
 COMMITS_PER_TURN = ENTRIES_PER_TURN // 2
 API_KEY = 8
@@ -15,7 +20,7 @@ MIN_VERSION = 0
 MAX_VERSION = 9
 
 
-async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
+async def handle(ctx: RequestContext, request: Any) -> OffsetCommitResponse:
     pacer = Pacer()
     commits = []
     for t in request.topics:
@@ -23,23 +28,39 @@ async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
             commits.append(OffsetCommit(t.name, p.partition_index, p.committed_offset, p.committed_leader_epoch,
                                         p.committed_metadata))
             await pacer.tick()
-    # v0 commits carry no generation: they are offsets-only commits.
-    generation = request.generation_id_or_member_epoch if ctx.version >= 1 else -1
-    member_id = request.member_id if ctx.version >= 1 else ""
+    if ctx.version == 0:
+        return await _refuse_v0(ctx, request, commits, pacer)
     codes: list[int] = []
     # In slices, each written as one batch, so a commit of thousands of partitions does not hold
     # up every other client while its records are built.
     for start in range(0, len(commits), COMMITS_PER_TURN):
-        codes += ctx.broker.groups.commit(request.group_id, generation, member_id, request.group_instance_id,
-                                          commits[start : start + COMMITS_PER_TURN])
+        codes += ctx.broker.groups.commit(request.group_id, request.generation_id_or_member_epoch, request.member_id,
+                                          request.group_instance_id, commits[start : start + COMMITS_PER_TURN])
         await asyncio.sleep(0)
     if ErrorCode.NO_ERROR in codes:  # acknowledged only once the commit is replicated
         replicated = await ctx.broker.groups.topic.wait_replicated(request.group_id)
         codes = [replicated if code == ErrorCode.NO_ERROR else code for code in codes]
+    return await _answer(request, codes, pacer)
+
+
+async def _refuse_v0(ctx: RequestContext, request: Any, commits: list[OffsetCommit], pacer: Pacer) -> dict[str, Any]:
+    """Kafka 3.9 keeps v0 commits in ZooKeeper, apart from the group coordinator, and without
+    ZooKeeper (KRaft) refuses them: UNSUPPORTED_VERSION for every partition, unless none exists."""
+    exists = ctx.broker.groups.partition_exists
+    if any(exists(c.topic, c.partition) for c in commits):
+        codes = [ErrorCode.UNSUPPORTED_VERSION] * len(commits)
+    else:
+        codes = [ErrorCode.UNKNOWN_TOPIC_OR_PARTITION] * len(commits)
+    return await _answer(request, codes, pacer)
+
+
+async def _answer(request: Any, codes: list[int], pacer: Pacer) -> dict[str, Any]:
     results = iter(codes)
-    topics = [
-        {"name": t.name, "partitions": await pacer.map(
-            t.partitions, lambda p: {"partition_index": p.partition_index, "error_code": next(results)})}
-        for t in request.topics
+
+    def answer(partition: Any) -> OffsetCommitResponsePartition:
+        return {"partition_index": partition.partition_index, "error_code": next(results)}
+
+    topics: list[OffsetCommitResponseTopic] = [
+        {"name": t.name, "partitions": await pacer.map(t.partitions, answer)} for t in request.topics
     ]
     return {"throttle_time_ms": 0, "topics": topics}

@@ -8,13 +8,18 @@ from typing import Any
 from kbroker.handlers import Pacer, RequestContext
 from protocol.coordinator_records import OffsetValue
 from protocol.errors import ErrorCode, KafkaError
+from protocol.messages.offset_fetch import (
+    OffsetFetchResponse,
+    OffsetFetchResponseGroup,
+    OffsetFetchResponsePartitions,
+)
 
 API_KEY = 9
 MIN_VERSION = 0
 MAX_VERSION = 9
 
 
-async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
+async def handle(ctx: RequestContext, request: Any) -> OffsetFetchResponse:
     stable = ctx.version >= 7 and request.require_stable
     if ctx.version >= 8:
         pacer = Pacer()
@@ -25,7 +30,9 @@ async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
     return {"throttle_time_ms": 0, "topics": result["topics"], "error_code": result["error_code"]}
 
 
-async def _fetch_group(ctx: RequestContext, group_id: str, topics: Any, stable: bool, pacer: Pacer) -> dict[str, Any]:
+async def _fetch_group(ctx: RequestContext, group_id: str, topics: Any, stable: bool,
+                       pacer: Pacer) -> OffsetFetchResponseGroup:
+    """One group's answer, in v8+'s shape; before v8 its topics and error code are the answer's own."""
     try:
         committed = ctx.broker.groups.committed_offsets(group_id)
     except KafkaError as e:
@@ -34,7 +41,7 @@ async def _fetch_group(ctx: RequestContext, group_id: str, topics: Any, stable: 
         wanted: Any = sorted(committed.items())
     else:
         wanted = (((t.name, p), committed.get((t.name, p))) for t in topics for p in t.partition_indexes)
-    by_topic: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    by_topic: dict[str, list[OffsetFetchResponsePartitions]] = defaultdict(list)
     for (topic, partition), value in wanted:
         await pacer.tick()
         entry = _partition(partition, value)
@@ -49,7 +56,7 @@ async def _fetch_group(ctx: RequestContext, group_id: str, topics: Any, stable: 
     }
 
 
-def _partition(index: int, value: OffsetValue | None) -> dict[str, Any]:
+def _partition(index: int, value: OffsetValue | None) -> OffsetFetchResponsePartitions:
     if value is None:
         return {"partition_index": index, "committed_offset": -1, "committed_leader_epoch": -1, "metadata": "",
                 "error_code": ErrorCode.NO_ERROR}

@@ -11,6 +11,7 @@ from kbroker.cluster.topics import INTERNAL_TOPICS
 from kbroker.handlers import CloseConnection, Deferred, Pacer, RequestContext
 from kbroker.storage.log_validator import RecordValidationError
 from protocol.errors import ErrorCode, KafkaError
+from protocol.messages.produce import PartitionProduceResponse, ProduceResponse, TopicProduceResponse
 from protocol.records import (
     ATTRIBUTES_OFFSET,
     COMPRESSION_MASK,
@@ -34,14 +35,15 @@ ZSTD = 4
 _BATCH_LENGTH = struct.Struct(">i")
 
 
-async def handle(ctx: RequestContext, request: Any) -> dict[str, Any] | Deferred | None:
+async def handle(ctx: RequestContext, request: Any) -> ProduceResponse | Deferred | None:
     now_ms = ctx.now_ms()
     failed = False
-    topics = []
-    replicating: list[tuple[dict[str, Any], Partition, int]] = []  # acks=all: (result, partition, end offset)
+    topics: list[TopicProduceResponse] = []
+    # acks=all: (result, partition, end offset)
+    replicating: list[tuple[PartitionProduceResponse, Partition, int]] = []
     pacer = Pacer()
     for topic in request.topic_data:
-        partitions = []
+        partitions: list[PartitionProduceResponse] = []
         for data in topic.partition_data:
             await pacer.tick()
             result, pending = _append(ctx, request.acks, request.transactional_id, topic.name, data, now_ms)
@@ -50,7 +52,7 @@ async def handle(ctx: RequestContext, request: Any) -> dict[str, Any] | Deferred
             if pending is not None:
                 replicating.append((result, *pending))
         topics.append({"name": topic.name, "partition_responses": partitions})
-    response = {"responses": topics, "throttle_time_ms": 0}
+    response: ProduceResponse = {"responses": topics, "throttle_time_ms": 0}
     if replicating:
         # Appended: the connection may take the producer's next request while this one waits.
         return Deferred(_when_replicated(replicating, request.timeout_ms / 1000, response))
@@ -62,19 +64,19 @@ async def handle(ctx: RequestContext, request: Any) -> dict[str, Any] | Deferred
     return response
 
 
-async def _when_replicated(waits: list[tuple[dict[str, Any], Partition, int]], timeout_s: float,
-                           response: dict[str, Any]) -> dict[str, Any]:
+async def _when_replicated(waits: list[tuple[PartitionProduceResponse, Partition, int]], timeout_s: float,
+                           response: ProduceResponse) -> ProduceResponse:
     """acks=all: answer once every ISR member has the data (the HW passed it), as Kafka's delayed produce."""
     codes = await asyncio.gather(*(p.wait_for_replication(end, timeout_s) for _, p, end in waits))
     for (result, _, _), code in zip(waits, codes, strict=True):
         if code != ErrorCode.NO_ERROR:
-            result.update(error_code=code, base_offset=-1, log_append_time_ms=-1, log_start_offset=-1)
+            result.update({"error_code": code, "base_offset": -1, "log_append_time_ms": -1, "log_start_offset": -1})
     return response
 
 
 def _append(
     ctx: RequestContext, acks: int, transactional_id: str | None, topic: str, data: Any, now_ms: int
-) -> tuple[dict[str, Any], tuple[Partition, int] | None]:
+) -> tuple[PartitionProduceResponse, tuple[Partition, int] | None]:
     """The partition's result, and for acks=all the partition and offset to wait for."""
     try:
         if acks not in VALID_ACKS:
@@ -89,7 +91,7 @@ def _append(
         info = partition.append_as_leader(data.records, now_ms, required_acks=acks)
     except KafkaError as e:
         return _error(data.index, e), None
-    result = {
+    result: PartitionProduceResponse = {
         "index": data.index,
         "error_code": ErrorCode.NO_ERROR,
         "base_offset": info.first_offset,
@@ -131,7 +133,7 @@ def _verify_transaction(ctx: RequestContext, transactional_id: str | None, parti
                                              partition.topic, partition.index)
 
 
-def _error(index: int, error: KafkaError) -> dict[str, Any]:
+def _error(index: int, error: KafkaError) -> PartitionProduceResponse:
     # record_errors name the refused records of a batch (KIP-467), so a client fails only those.
     record_errors = error.record_errors if isinstance(error, RecordValidationError) else []
     return {

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -18,6 +17,7 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from kbroker.config import new_cluster_id
+from kbroker.fsutil import write_atomically
 from kbroker.metadata.store import (
     BrokerRegistration,
     MetadataConflict,
@@ -147,13 +147,7 @@ class LocalMetadataStore(MetadataStore):
             document["controller_epoch"] = self._controller_epoch
         if self._cluster_id is not None:
             document["cluster_id"] = self._cluster_id
-        tmp = self.path.with_suffix(".tmp")
-        with open(tmp, "w") as f:
-            json.dump(document, f, indent=1, sort_keys=True)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
-        _fsync_dir(self.path.parent)
+        write_atomically(self.path, json.dumps(document, indent=1, sort_keys=True))
 
     # -- topics ---------------------------------------------------------------------------------
 
@@ -330,11 +324,3 @@ def _stamped(registration: BrokerRegistration) -> BrokerRegistration:
 
 def _entity(broker_id: int | None) -> str:
     return CLUSTER_DEFAULT if broker_id is None else str(broker_id)
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

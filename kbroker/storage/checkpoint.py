@@ -1,4 +1,4 @@
-"""Kafka's small text checkpoint files, written atomically (tmp file, fsync, rename, fsync dir).
+"""Kafka's small text checkpoint files, each replaced atomically and durably (`write_atomically`).
 
 Every one has the same shape: a version line `0`, a count line, then one entry per line with
 space-separated fields, e.g. `recovery-point-offset-checkpoint` holds `topic partition offset`
@@ -8,9 +8,10 @@ and `leader-epoch-checkpoint` holds `epoch startOffset`.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
+
+from kbroker.fsutil import write_atomically
 
 log = logging.getLogger("kbroker.storage")
 
@@ -20,24 +21,6 @@ RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
 REPLICATION_CHECKPOINT = "replication-offset-checkpoint"  # high watermarks
 LOG_START_CHECKPOINT = "log-start-offset-checkpoint"
 CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
-
-
-def fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def write_atomically(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
 
 
 def write_entries(path: Path, entries: Iterable[Iterable[object]]) -> None:

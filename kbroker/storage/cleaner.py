@@ -31,8 +31,9 @@ from pathlib import Path
 
 from kbroker.storage.batch_records import Record, rebuild_batch, records_of
 from kbroker.storage.index import segment_file_name
-from kbroker.storage.log import CLEANED_SUFFIX, SWAP_SUFFIX, Log
+from kbroker.storage.log import Log
 from kbroker.storage.log_config import LONG_MAX
+from kbroker.storage.log_loader import CLEANED_SUFFIX, SWAP_SUFFIX
 from kbroker.storage.segment import LogSegment
 from kbroker.storage.txn_index import AbortedTxn
 from protocol.records import DELETE_HORIZON_BIT, BatchHeader
@@ -54,7 +55,7 @@ class CleanablePart:
 
 def compact(log_: Log, now_ms: int) -> bool:
     """One cleaning pass if the log is due for one; True if it ran."""
-    if not log_.config.compact:
+    if not log_.config.compact or log_.cleaning_paused:
         return False
     part = cleanable_part(log_, now_ms)
     if part is None or not _is_due(log_, part, now_ms):

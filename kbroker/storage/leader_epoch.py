@@ -7,6 +7,7 @@ leader's. Saved on every change; changes are rare (once per leader election).
 from __future__ import annotations
 
 from bisect import bisect_right
+from collections.abc import Iterable
 from pathlib import Path
 from typing import NamedTuple
 
@@ -91,6 +92,10 @@ class LeaderEpochCache:
         kept = [first, *(e for e in self._entries if e.start_offset > start_offset)]
         if kept != self._entries:
             self._save(kept)
+
+    def replace_entries(self, entries: Iterable[EpochEntry]) -> None:
+        """Take another replica's epochs as they are (a copy of the log replacing it)."""
+        self._save(list(entries))
 
     def clear(self) -> None:
         if self._entries or not self.path.exists():

@@ -1,79 +1,53 @@
-"""One partition's log: an ordered run of segments in `<topic>-<partition>/`.
+"""One partition's log: an ordered run of segments in `<topic>-<partition>/` (Kafka's UnifiedLog).
 
-Appends validate batch headers (framing, magic, CRC, sizes), patch base offsets and leader
-epochs in place and write the bytes: O(batches), records are never decoded except for the
-null-key check of compacted topics. Reads return file slices. Recovery after an unclean stop
-verifies batches from the recovery point, cuts at the first bad byte and rebuilds indexes.
+Opening it is the loader's work (log_loader.py: leftovers, swaps, recovery, producer state);
+what an append must satisfy is the validator's (log_validator.py). The log itself appends
+(validated batches, offsets and leader epochs patched in place, bytes written as they came),
+reads (file slices), rolls, deletes by retention and DeleteRecords, truncates and flushes.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import random
 import shutil
 import time
-from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from kbroker.storage.batch_scan import CorruptBatch, scan_batches
-from kbroker.storage.index import CorruptIndex, segment_file_name
+from kbroker.storage.dir_names import FUTURE_DIR_SUFFIX, parse_future_dir_name, parse_log_dir_name
+from kbroker.storage.index import segment_file_name
 from kbroker.storage.leader_epoch import LeaderEpochCache
 from kbroker.storage.log_config import LONG_MAX, LogConfig
 from kbroker.storage.log_dir_health import LogDirHealth
-from kbroker.storage.log_validator import validate_batches, validate_records
+from kbroker.storage.log_loader import LogLoader, rebuild_producer_state
+from kbroker.storage.log_segments import LogSegments, open_segment
+from kbroker.storage.log_validator import (
+    assign_offsets,
+    check_follower_offsets,
+    validate_batches,
+    validate_records,
+)
 from kbroker.storage.producer_state import (
     AppendOrigin,
     ProducerAppend,
     ProducerStateManager,
     ProducerView,
 )
-from kbroker.storage.segment import DELETED_SUFFIX, LogSegment, ReadResult
+from kbroker.storage.segment import LogSegment, ReadResult
 from kbroker.storage.txn_index import AbortedTxn
 from protocol.errors import ErrorCode, KafkaError
-from protocol.record_batch import (
-    ControlType,
-    CorruptRecordError,
-    decode_control_key,
-    decode_end_txn_marker,
-    decode_payload,
-)
-from protocol.records import (
-    NO_TIMESTAMP,
-    TIMESTAMP_TYPE_BIT,
-    BatchHeader,
-    set_base_offset,
-    set_log_append_time,
-    set_partition_leader_epoch,
-)
+from protocol.records import NO_TIMESTAMP, BatchHeader
 
 log = logging.getLogger("kbroker.storage")
 
 Clock = Callable[[], int]
-CLEANED_SUFFIX = ".cleaned"
-SWAP_SUFFIX = ".swap"
 HIGH_WATERMARK = -1  # DeleteRecords' "up to the high watermark"
 
 
 def wall_clock_ms() -> int:
     return int(time.time() * 1000)
-
-
-def parse_log_dir_name(name: str) -> tuple[str, int] | None:
-    """`<topic>-<partition>` -> (topic, partition); None for anything else."""
-    topic, sep, partition = name.rpartition("-")
-    if not sep or not topic or not partition.isdigit():
-        return None
-    return topic, int(partition)
-
-
-class UnexpectedAppendOffset(KafkaError):
-    """A follower append whose offsets do not continue the log (Kafka's UnexpectedAppendOffsetException)."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(ErrorCode.UNKNOWN_SERVER_ERROR, message)
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,11 +74,15 @@ class Log:
         clock: Clock = wall_clock_ms,
         health: LogDirHealth | None = None,
     ) -> None:
-        parsed = parse_log_dir_name(directory.name)
+        parsed = parse_log_dir_name(directory.name) or parse_future_dir_name(directory.name)
         if parsed is None:
-            raise ValueError(f"{directory} is not named <topic>-<partition>")
+            raise ValueError(f"{directory} is not named <topic>-<partition> (or <topic>-<partition>.<id>-future)")
         self.topic, self.partition = parsed
         self.directory = directory
+        self.is_future = directory.name.endswith(FUTURE_DIR_SUFFIX)
+        # Compaction waits while the log is copied to another log dir (Kafka's abortAndPauseCleaning):
+        # a rewritten segment would no longer match the copy.
+        self.cleaning_paused = False
         self.config = config
         self.clock = clock
         # Shared by every log of the dir: a full or failed disk stops writes to all of them.
@@ -114,9 +92,7 @@ class Log:
         self.cleaner_checkpoint = 0  # first offset the cleaner has not compacted yet
         self.earliest_delete_horizon = LONG_MAX  # when retained tombstones become removable
         self.last_flush_ms = clock()
-        self._segments: list[LogSegment] = []
-        self._bases: list[int] = []
-        self._doomed: list[tuple[int, LogSegment]] = []  # (delete at ms, renamed segment)
+        self._segments = LogSegments()
         self._log_end_offset = 0
         self._high_watermark = 0
         directory.mkdir(parents=True, exist_ok=True)
@@ -124,6 +100,16 @@ class Log:
         self.producer_state = ProducerStateManager(directory, self.name)
         self._load(had_clean_shutdown)
         self.high_watermark = high_watermark
+
+    def _load(self, had_clean_shutdown: bool) -> None:
+        now = self.clock()
+        loaded = LogLoader(
+            self.directory, self.name, self.config, self._segments, self.epochs, self.producer_state,
+            log_start_offset=self.log_start_offset, recovery_point=self.recovery_point,
+            had_clean_shutdown=had_clean_shutdown, now_ms=now,
+        ).load()
+        self.log_start_offset = self.cleaner_checkpoint = loaded.log_start_offset
+        self._log_end_offset = self.recovery_point = loaded.log_end_offset
 
     @property
     def name(self) -> str:
@@ -148,15 +134,15 @@ class Log:
 
     @property
     def segments(self) -> tuple[LogSegment, ...]:
-        return tuple(self._segments)
+        return self._segments.all()
 
     @property
     def active_segment(self) -> LogSegment:
-        return self._segments[-1]
+        return self._segments.active
 
     @property
     def size_in_bytes(self) -> int:
-        return sum(segment.size for segment in self._segments)
+        return self._segments.size_in_bytes
 
     @property
     def latest_epoch(self) -> int:
@@ -166,87 +152,6 @@ class Log:
         """OffsetForLeaderEpoch: (epoch, end offset), Kafka's semantics (see LeaderEpochCache)."""
         return self.epochs.end_offset_for(epoch, self._log_end_offset)
 
-    # -- loading and recovery -------------------------------------------------------------------
-
-    def _load(self, had_clean_shutdown: bool) -> None:
-        self._remove_leftovers()
-        self._complete_swaps()
-        bases = sorted(_segment_bases(self.directory, ".log"))
-        now = self.clock()
-        for base in bases:
-            self._add_segment(self._segment(base, now, fresh=False))
-        recover_from = None if had_clean_shutdown else self._segment_base_for(self.recovery_point)
-        first_recovered: int | None = None
-        last = len(self._segments) - 1
-        # Corruption costs only itself: a damaged batch is kept and refused to readers, and the
-        # only bytes ever cut are a torn tail of the last segment (see LogSegment.recover).
-        for position, segment in enumerate(list(self._segments)):
-            if recover_from is not None and segment.base_offset >= recover_from:
-                self._recover_segment(segment, is_last=position == last)
-                recovered = True
-            else:
-                recovered = self._load_segment(segment, is_last=position == last)
-            if recovered and first_recovered is None:
-                first_recovered = segment.base_offset
-        if not self._segments:
-            self._add_segment(self._segment(self.log_start_offset, now, fresh=True))
-        self._log_end_offset = self.active_segment.next_offset
-        self.log_start_offset = max(self.log_start_offset, self._segments[0].base_offset)
-        if self.log_start_offset > self._log_end_offset:
-            self.truncate_fully_and_start_at(self.log_start_offset)
-        if recover_from is not None:
-            self._flush_segments(self._segments)  # what recovery kept is now known to be on disk
-        self.recovery_point = self._log_end_offset
-        self.cleaner_checkpoint = self.log_start_offset
-        self.epochs.truncate_from_end(self._log_end_offset, keep_epoch_at_end=had_clean_shutdown)
-        self.epochs.truncate_from_start(self.log_start_offset)
-        self._load_producer_state(replay_from_at_most=first_recovered)
-
-    def _remove_leftovers(self) -> None:
-        """Files a previous run left half-done: deletions, unfinished cleanings, orphan indexes."""
-        for path in self.directory.iterdir():
-            name = path.name
-            if name.endswith((DELETED_SUFFIX, CLEANED_SUFFIX, ".tmp")):
-                path.unlink(missing_ok=True)
-        logs = set(_segment_bases(self.directory, ".log")) | set(_segment_bases(self.directory, ".log.swap"))
-        for suffix in (".index", ".timeindex", ".txnindex"):
-            for base in set(_segment_bases(self.directory, suffix)) - logs:
-                (self.directory / segment_file_name(base, suffix)).unlink(missing_ok=True)
-
-    def _complete_swaps(self) -> None:
-        """A `.log.swap` is a finished cleaning: it replaces the segments whose offsets it covers."""
-        for base in sorted(_segment_bases(self.directory, ".log.swap")):
-            swap = self.directory / segment_file_name(base, ".log.swap")
-            last = _last_offset_in_file(swap, base)
-            for old in _segment_bases(self.directory, ".log"):
-                if base <= old <= last:
-                    for suffix in (".log", ".index", ".timeindex", ".txnindex"):
-                        (self.directory / segment_file_name(old, suffix)).unlink(missing_ok=True)
-            for suffix in (".index", ".timeindex", ".txnindex"):
-                (self.directory / segment_file_name(base, suffix)).unlink(missing_ok=True)
-            os.replace(swap, self.directory / segment_file_name(base, ".log"))
-            log.info("%s: completed an interrupted compaction swap of segment %d", self.name, base)
-
-    def _load_segment(self, segment: LogSegment, *, is_last: bool) -> bool:
-        """Open a segment after a clean stop; True if it had to be recovered."""
-        try:
-            segment.load()
-            return False
-        except (CorruptIndex, CorruptBatch) as e:
-            log.info("%s: verifying segment %s and rebuilding its indexes: %s", self.name, segment.name, e)
-            self._recover_segment(segment, is_last=is_last)
-            return True
-
-    def _recover_segment(self, segment: LogSegment, *, is_last: bool) -> int:
-        size = segment.size
-        cut, position, reason = segment.recover(is_last=is_last)
-        if cut:
-            log.warning(
-                "%s: recovery truncated segment %s at position %d (of %d bytes), cutting %d bytes: %s",
-                self.name, segment.name, position, size, cut, reason,
-            )
-        return cut
-
     @property
     def damaged_segments(self) -> list[LogSegment]:
         """Segments holding bytes that failed verification (kept, and refused to readers)."""
@@ -255,52 +160,20 @@ class Log:
     # -- segments ---------------------------------------------------------------------------------
 
     def _segment(self, base_offset: int, now_ms: int, *, fresh: bool) -> LogSegment:
-        jitter = self.config.segment_jitter_ms
-        return LogSegment(
-            self.directory,
-            base_offset,
-            index_interval_bytes=self.config.index_interval_bytes,
-            max_index_bytes=self.config.segment_index_bytes,
-            now_ms=now_ms,
-            roll_jitter_ms=random.randrange(jitter) if jitter > 0 else 0,
-            fresh=fresh,
-        )
-
-    def _add_segment(self, segment: LogSegment) -> None:
-        slot = bisect_right(self._bases, segment.base_offset)
-        self._segments.insert(slot, segment)
-        self._bases.insert(slot, segment.base_offset)
-
-    def _segment_base_for(self, offset: int) -> int:
-        slot = max(bisect_right(self._bases, offset) - 1, 0)
-        return self._bases[slot] if self._bases else 0
-
-    def _segment_slot(self, offset: int) -> int:
-        return max(bisect_right(self._bases, offset) - 1, 0)
+        return open_segment(self.directory, self.config, base_offset, now_ms, fresh=fresh)
 
     def _schedule_deletion(self, segments: Sequence[LogSegment], now_ms: int) -> None:
         """Take segments out of the log; their files go after file.delete.delay.ms (reads in flight)."""
-        doomed = {id(segment) for segment in segments}
-        kept = [segment for segment in self._segments if id(segment) not in doomed]
-        self._segments = kept
-        self._bases = [segment.base_offset for segment in kept]
-        due = now_ms + self.config.file_delete_delay_ms
-        for segment in segments:
-            segment.rename_to_deleted()
-            self._doomed.append((due, segment))
+        self._segments.schedule_deletion(segments, now_ms + self.config.file_delete_delay_ms)
 
     def delete_expired_files(self, now_ms: int) -> int:
         """Close and unlink segments whose deletion delay has passed."""
-        due = [segment for at, segment in self._doomed if at <= now_ms]
-        self._doomed = [(at, segment) for at, segment in self._doomed if at > now_ms]
-        for segment in due:
-            segment.delete_files()
-        return len(due)
+        return self._segments.delete_expired(now_ms)
 
     def replace_segments(self, old: Sequence[LogSegment], swap: Path, now_ms: int) -> LogSegment:
         """Put the cleaner's `swap` file (`<base>.log.swap`) in place of the segments `old`.
 
-        Kafka's order, so a crash at any point recovers (see `_complete_swaps`): the old files
+        Kafka's order, so a crash at any point recovers (see LogLoader._complete_swaps): the old files
         are renamed `.deleted`, then the swap file takes the first one's name.
         """
         base = old[0].base_offset
@@ -312,7 +185,7 @@ class Log:
         for txn in aborted:  # the cleaner dropped the aborted records, but not their markers
             segment.txn_index.append(txn)
         segment.on_become_inactive()
-        self._add_segment(segment)
+        self._segments.add(segment)
         return segment
 
     def roll(self, now_ms: int | None = None, base_offset: int | None = None) -> LogSegment:
@@ -323,13 +196,12 @@ class Log:
         if active.is_empty:
             if active.base_offset == new_base:
                 return active
-            self._segments.pop()
-            self._bases.pop()
+            self._segments.pop_active()
             active.delete_files()
         else:
             active.on_become_inactive()
         segment = self._segment(new_base, now, fresh=True)
-        self._add_segment(segment)
+        self._segments.add(segment)
         # As Kafka: a snapshot per segment, so a restart or truncation replays at most one segment.
         self.producer_state.map_end_offset = self._log_end_offset
         self.producer_state.take_snapshot()
@@ -387,31 +259,12 @@ class Log:
                 return duplicate
             validate_records(buf, headers, self.config, self.name, now_ms)
         append_time = now_ms if self.config.log_append_time else NO_TIMESTAMP
-        offset = self._log_end_offset
-        patched = []
-        position = 0
-        for header in headers:
-            set_base_offset(buf, position, offset)
-            set_partition_leader_epoch(buf, position, leader_epoch)
-            changes = {"base_offset": offset, "partition_leader_epoch": leader_epoch}
-            if append_time != NO_TIMESTAMP:
-                set_log_append_time(buf, position, header.size, append_time)
-                changes.update(max_timestamp=append_time, attributes=header.attributes | TIMESTAMP_TYPE_BIT)
-            patched.append(header._replace(**changes))
-            offset += header.last_offset_delta + 1
-            position += header.size
-        producers = self._check_producers(buf, patched, origin)
+        patched = assign_offsets(buf, headers, self._log_end_offset, leader_epoch, append_time)
+        producers = self.producer_state.check_batches(buf, patched, origin)
         self.epochs.assign(leader_epoch, self._log_end_offset)
         self._append(buf, patched, now_ms)
         self._update_producers(producers)
-        return AppendInfo(
-            first_offset=patched[0].base_offset,
-            last_offset=patched[-1].last_offset,
-            log_append_time=append_time,
-            log_start_offset=self.log_start_offset,
-            max_timestamp=max(header.max_timestamp for header in patched),
-            record_count=sum(header.record_count for header in patched),
-        )
+        return self._append_info(patched, append_time)
 
     def append_as_follower(self, batches: bytes | bytearray | memoryview, now_ms: int | None = None) -> AppendInfo:
         """Append batches whose offsets and epochs the leader assigned, as they are."""
@@ -423,23 +276,27 @@ class Log:
 
     def _append_as_follower(self, batches: bytes | bytearray | memoryview, now_ms: int | None) -> AppendInfo:
         headers = validate_batches(batches, self.config, self.name, from_client=False)
-        previous = self._log_end_offset - 1
-        for header in headers:
-            if header.base_offset <= previous or header.last_offset < header.base_offset:
-                raise UnexpectedAppendOffset(
-                    f"{self.name}: batch at offset {header.base_offset} does not follow offset {previous}"
-                )
-            previous = header.last_offset
-        producers = self._check_producers(batches, headers, AppendOrigin.REPLICATION)
+        check_follower_offsets(headers, self._log_end_offset, self.name)
+        producers = self.producer_state.check_batches(batches, headers, AppendOrigin.REPLICATION)
         for header in headers:
             if header.partition_leader_epoch > self.epochs.latest_epoch:
                 self.epochs.assign(header.partition_leader_epoch, header.base_offset)
         self._append(batches, headers, self.clock() if now_ms is None else now_ms)
         self._update_producers(producers)
+        return self._append_info(headers, NO_TIMESTAMP)
+
+    def _append(self, data: bytes | bytearray | memoryview, headers: Sequence[BatchHeader], now_ms: int) -> None:
+        segment = self._maybe_roll(len(data), headers, now_ms)
+        segment.append(data, headers)
+        self._log_end_offset = headers[-1].last_offset + 1
+        if self._log_end_offset - self.recovery_point >= self.config.flush_messages:
+            self.flush()
+
+    def _append_info(self, headers: Sequence[BatchHeader], append_time: int) -> AppendInfo:
         return AppendInfo(
             first_offset=headers[0].base_offset,
             last_offset=headers[-1].last_offset,
-            log_append_time=NO_TIMESTAMP,
+            log_append_time=append_time,
             log_start_offset=self.log_start_offset,
             max_timestamp=max(header.max_timestamp for header in headers),
             record_count=sum(header.record_count for header in headers),
@@ -461,87 +318,12 @@ class Log:
         return AppendInfo(batch.first_offset, batch.last_offset, NO_TIMESTAMP, self.log_start_offset,
                           batch.timestamp, header.record_count, duplicate=True)
 
-    def _check_producers(
-        self, buf: bytes | bytearray | memoryview, headers: Sequence[BatchHeader], origin: AppendOrigin
-    ) -> ProducerAppend | None:
-        """Check the producer fields of batches with assigned offsets; None when no batch has a producer."""
-        append = None
-        position = 0
-        for header in headers:
-            if header.producer_id >= 0:
-                append = append or self.producer_state.begin(origin)
-                self._stage_batch(append, header, buf, position)
-            position += header.size
-        return append
-
-    def _stage_batch(
-        self, append: ProducerAppend, header: BatchHeader, buf: bytes | bytearray | memoryview, position: int
-    ) -> None:
-        if not header.is_control:
-            append.data_batch(header)
-            return
-        marker = _end_txn_marker(memoryview(buf)[position : position + header.size], header)
-        if marker is not None:
-            aborted, coordinator_epoch, timestamp = marker
-            append.end_marker(header, aborted, coordinator_epoch, timestamp)
-
     def _update_producers(self, append: ProducerAppend | None) -> None:
         """Apply checked producer changes once their batches are in the active segment."""
         if append is None:
             return
-        state = self.producer_state
-        state.commit(append, self._log_end_offset)
-        for txn in append.completed:
-            if txn.aborted:
-                self.active_segment.txn_index.append(
-                    AbortedTxn(txn.producer_id, txn.first_offset, txn.last_offset, state.stable_offset_after(txn))
-                )
-
-    def _load_producer_state(self, replay_from_at_most: int | None = None) -> None:
-        """Newest snapshot at or below the log end (and `replay_from_at_most`), then replay the batches after it.
-
-        The replay also rewrites the aborted-transaction index entries of the markers it passes.
-        """
-        state = self.producer_state
-        end = self._log_end_offset
-        state.delete_snapshots(above=end)
-        bound = end if replay_from_at_most is None else min(end, replay_from_at_most)
-        first_base = self._segments[0].base_offset
-        loaded = state.load_snapshot(bound)
-        start = max(loaded if loaded is not None else first_base, first_base)
-        if loaded is None or loaded < first_base:
-            if loaded is None:
-                state.reset(start)
-            state.map_end_offset = start
-        if start < end:
-            self._replay_producers(start)
-        state.map_end_offset = end
-
-    def _replay_producers(self, start: int) -> None:
-        replayed = 0
-        for segment in self._segments[self._segment_slot(start) :]:
-            segment.txn_index.truncate_to(start)
-            found = segment.translate_offset(start)
-            if found is None:
-                continue
-            for position, header in segment.batches(found[0]):
-                if header.producer_id < 0 or header.last_offset < start:
-                    continue
-                append = self.producer_state.begin(AppendOrigin.REPLICATION)
-                if header.is_control:
-                    marker = _end_txn_marker(segment.read_at(position, header.size), header)
-                    if marker is not None:
-                        append.end_marker(header, *marker)
-                else:
-                    append.data_batch(header)
-                self.producer_state.commit(append, header.last_offset + 1)
-                for txn in append.completed:
-                    if txn.aborted:
-                        segment.txn_index.append(AbortedTxn(txn.producer_id, txn.first_offset, txn.last_offset,
-                                                            self.producer_state.stable_offset_after(txn)))
-                replayed += 1
-        if replayed:
-            log.info("%s: rebuilt producer state from offset %d (%d producer batches)", self.name, start, replayed)
+        for txn in self.producer_state.commit(append, self._log_end_offset):
+            self.active_segment.txn_index.append(txn)
 
     def first_unstable_offset(self) -> int | None:
         """The first offset of the oldest open transaction, if any."""
@@ -568,27 +350,11 @@ class Log:
 
     def collect_aborted_transactions(self, start: int, upper: int) -> list[tuple[int, int]]:
         """(producer id, first offset) of aborted transactions overlapping [start, upper), for read_committed."""
-        found: list[tuple[int, int]] = []
-        for segment in self._segments[self._segment_slot(start) :]:
-            txns, complete = segment.txn_index.collect(start, upper)
-            found.extend((txn.producer_id, txn.first_offset) for txn in txns)
-            if complete:
-                break
-        return found
+        return self._segments.collect_aborted_transactions(start, upper)
 
     def aborted_transactions(self, start: int, upper: int) -> list[AbortedTxn]:
         """Every aborted transaction overlapping [start, upper) in full (the cleaner drops their records)."""
-        found: list[AbortedTxn] = []
-        for segment in self._segments[self._segment_slot(start) :]:
-            found.extend(txn for txn in segment.txn_index.entries if txn.last_offset >= start and txn.first_offset < upper)
-        return found
-
-    def _append(self, data: bytes | bytearray | memoryview, headers: Sequence[BatchHeader], now_ms: int) -> None:
-        segment = self._maybe_roll(len(data), headers, now_ms)
-        segment.append(data, headers)
-        self._log_end_offset = headers[-1].last_offset + 1
-        if self._log_end_offset - self.recovery_point >= self.config.flush_messages:
-            self.flush()
+        return self._segments.aborted_transactions(start, upper)
 
     # -- reading ----------------------------------------------------------------------------------
 
@@ -611,37 +377,15 @@ class Log:
         upper = end if max_offset_exclusive is None else min(max_offset_exclusive, end)
         if offset >= upper:
             return None
-        first = self._segment_slot(offset)
-        for slot in range(first, len(self._segments)):
-            segment = self._segments[slot]
-            if segment.base_offset >= upper:
-                break
-            if segment.damage:
-                following = self._segments[slot + 1].base_offset if slot + 1 < len(self._segments) else end
-                segment.check_readable(offset, following)
-            max_position = segment.bound_position(upper) if upper < segment.next_offset else None
-            result = segment.read(offset, max_bytes, max_position, min_one_batch)
-            if result is not None:
-                return result
-            # Nothing at or after `offset` in this segment (a compaction gap): the next one has it.
-        return None
+        return self._segments.read(offset, upper, end, max_bytes, min_one_batch)
 
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """ListOffsets by time: the first record with timestamp >= `timestamp`, as (offset, timestamp)."""
-        for segment in self._segments:
-            if segment.largest_timestamp >= timestamp:
-                found = segment.find_offset_by_timestamp(timestamp, self.log_start_offset)
-                if found is not None:
-                    return found
-        return None
+        return self._segments.offset_for_timestamp(timestamp, self.log_start_offset)
 
     def max_timestamp_offset(self) -> tuple[int, int] | None:
         """ListOffsets MAX_TIMESTAMP: (offset, timestamp) of the first record with the largest timestamp."""
-        best: LogSegment | None = None
-        for segment in self._segments:
-            if segment.max_timestamp >= 0 and (best is None or segment.max_timestamp > best.max_timestamp):
-                best = segment
-        return best.max_timestamp_record() if best is not None else None
+        return self._segments.max_timestamp_offset()
 
     # -- deleting ---------------------------------------------------------------------------------
 
@@ -707,19 +451,13 @@ class Log:
         Only segments wholly below the high watermark go; the active one only if non-empty,
         after rolling a new one so the log never runs out of segments.
         """
-        doomed = []
-        for slot, segment in enumerate(self._segments):
-            is_active = slot == len(self._segments) - 1
-            upper = self._log_end_offset if is_active else self._segments[slot + 1].base_offset
-            if (is_active and segment.is_empty) or upper > self._high_watermark or not deletable(segment, upper):
-                break
-            doomed.append(segment)
+        doomed = self._segments.prefix_below(self._high_watermark, self._log_end_offset, deletable)
         if not doomed:
             return 0
         if doomed[-1] is self.active_segment:
             self.roll(now_ms)
         self._schedule_deletion(doomed, now_ms)
-        new_start = self._segments[0].base_offset
+        new_start = self._segments.first.base_offset
         if new_start > self.log_start_offset:
             self._advance_log_start(new_start)
         snapshots = self.producer_state.snapshot_offsets()
@@ -734,7 +472,7 @@ class Log:
             raise ValueError(f"cannot truncate {self.name} to {offset}")
         if offset >= self._log_end_offset:
             return False
-        if offset < self._segments[0].base_offset:
+        if offset < self._segments.first.base_offset:
             self.truncate_fully_and_start_at(offset)
             return True
         now = self.clock()
@@ -742,14 +480,14 @@ class Log:
         self.active_segment.truncate_to(offset, now)
         self._log_end_offset = self.active_segment.next_offset
         self._after_truncation()
-        self._load_producer_state()
+        rebuild_producer_state(self.producer_state, self._segments, self._log_end_offset, self.name)
         return True
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Drop every segment and restart the log, empty, at `offset`."""
         now = self.clock()
         self._schedule_deletion(list(self._segments), now)
-        self._add_segment(self._segment(offset, now, fresh=True))
+        self._segments.add(self._segment(offset, now, fresh=True))
         self._log_end_offset = self.log_start_offset = offset
         self._high_watermark = self.recovery_point = self.cleaner_checkpoint = offset
         self.epochs.clear()
@@ -764,6 +502,48 @@ class Log:
         self._high_watermark = min(self._high_watermark, end)
         self.epochs.truncate_from_end(end)
 
+    # -- moving between log dirs -----------------------------------------------------------------
+
+    def adopt_state_of(self, source: Log, now_ms: int) -> None:
+        """A complete copy (a future replica) takes over what the batches alone do not say: the
+        source's log start, high watermark, leader epochs, producer state and segment layout.
+
+        Call only when this log holds every batch of `source` (same log end)."""
+        if self._log_end_offset != source.log_end_offset:
+            raise ValueError(f"{self.name}: the copy ends at {self._log_end_offset}, the source at "
+                             f"{source.log_end_offset}")
+        source_active = source.active_segment.base_offset
+        if source_active > self.active_segment.base_offset:
+            self.roll(now_ms, source_active)  # the source rolled an empty segment at its end
+        self.high_watermark = source.high_watermark
+        if source.log_start_offset > self.log_start_offset:
+            self._advance_log_start(source.log_start_offset)
+        self._delete_segments_below_log_start(now_ms)
+        self.epochs.replace_entries(source.epochs.entries)
+        self.producer_state.copy_from(source.producer_state, self._log_end_offset)
+        self.cleaner_checkpoint = source.cleaner_checkpoint
+        self.earliest_delete_horizon = source.earliest_delete_horizon
+
+    def flush_everything(self) -> None:
+        """fsync every segment, its indexes, the producer state and the directory: a copy about to
+        replace its source must be wholly on disk first."""
+        for segment in self._segments:
+            segment.flush()
+        self.recovery_point = self._log_end_offset
+        self.producer_state.map_end_offset = self._log_end_offset
+        self.producer_state.take_snapshot(sync=True)  # also fsyncs the directory
+
+    def repoint(self, directory: Path) -> None:
+        """The log's directory was renamed to `directory`: point every path at the new name.
+
+        Open files need nothing (a rename does not touch them); files opened from now on are
+        opened under the new name."""
+        self.directory = directory
+        self.is_future = directory.name.endswith(FUTURE_DIR_SUFFIX)
+        self.epochs.path = directory / self.epochs.path.name
+        self.producer_state.directory = directory
+        self._segments.repoint(directory)
+
     # -- durability and lifecycle -------------------------------------------------------------
 
     def flush(self, up_to: int | None = None) -> None:
@@ -771,21 +551,23 @@ class Log:
         target = self._log_end_offset if up_to is None else min(up_to, self._log_end_offset)
         if target <= self.recovery_point:
             return
-        first = self._segment_slot(self.recovery_point)
-        self._flush_segments([s for s in self._segments[first:] if s.base_offset < target])
+        for segment in self._segments.from_offset(self.recovery_point):
+            if segment.base_offset < target:
+                segment.flush()
         self.recovery_point = target
         self.last_flush_ms = self.clock()
 
-    def _flush_segments(self, segments: Sequence[LogSegment]) -> None:
-        for segment in segments:
-            segment.flush()
-
     def flush_if_due(self, now_ms: int) -> None:
-        """Periodic: flush rolled segments (Kafka does so right after a roll), and honour flush.ms."""
+        """Periodic: honour flush.ms, and flush rolled segments."""
         if now_ms - self.last_flush_ms >= self.config.flush_ms:
             self.flush()
             self.last_flush_ms = now_ms
-        elif self.recovery_point < self.active_segment.base_offset:
+        else:
+            self.flush_rolled()
+
+    def flush_rolled(self) -> None:
+        """Flush the segments rolled since the last flush (Kafka does so right after a roll)."""
+        if self.recovery_point < self.active_segment.base_offset:
             self.flush(self.active_segment.base_offset)
 
     def close(self) -> None:
@@ -804,51 +586,9 @@ class Log:
 
     def release(self) -> None:
         """Close every file without writing anything (the directory may already be gone)."""
-        for segment in self._segments:
-            segment.close()
-        for _, segment in self._doomed:
-            segment.delete_files()
-        self._doomed = []
+        self._segments.release()
 
     def delete(self) -> None:
         """Remove the whole partition directory."""
         self.release()
         shutil.rmtree(self.directory, ignore_errors=True)
-
-
-def _end_txn_marker(batch: bytes | memoryview, header: BatchHeader) -> tuple[bool, int, int] | None:
-    """(aborted, coordinator epoch, timestamp) of a COMMIT/ABORT control batch; None for other control batches."""
-    try:
-        records = decode_payload(batch, header)
-        if not records:
-            return None  # emptied by the cleaner
-        key = decode_control_key(records[0].key)
-        if key.type not in (ControlType.COMMIT, ControlType.ABORT):
-            return None
-        marker = decode_end_txn_marker(records[0].value)
-    except (CorruptRecordError, KafkaError) as e:
-        raise KafkaError(ErrorCode.INVALID_RECORD, f"unreadable transaction marker: {e}") from e
-    return key.type == ControlType.ABORT, marker.coordinator_epoch, records[0].timestamp
-
-
-def _segment_bases(directory: Path, suffix: str) -> list[int]:
-    bases = []
-    for path in directory.glob(f"*{suffix}"):
-        stem = path.name[: -len(suffix)]
-        if len(stem) == 20 and stem.isdigit():
-            bases.append(int(stem))
-    return bases
-
-
-def _last_offset_in_file(path: Path, base_offset: int) -> int:
-    """The last offset of the sound batches of a segment file (base_offset - 1 if none)."""
-    last = base_offset - 1
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        for _, header in scan_batches(fd, 0, os.fstat(fd).st_size):
-            last = header.last_offset
-    except CorruptBatch:
-        pass
-    finally:
-        os.close(fd)
-    return last

@@ -6,6 +6,15 @@ Per log dir, in Kafka's formats: `recovery-point-offset-checkpoint`,
 shutdown (its absence at start makes every log recover from its recovery point).
 
 Single-threaded: meant to be driven from the event loop (`tick` about once a second).
+
+Periodic upkeep is scheduled as Kafka's LogManager schedules its tasks: retention
+(kafka-log-retention), the flush.ms flusher (kafka-log-flusher), the recovery-point and
+log-start-offset checkpoints (kafka-recovery-point-checkpoint, kafka-log-start-offset-checkpoint)
+and the removal of deleted partitions' directories (kafka-delete-logs) first run
+`log.initial.task.delay.ms` (30 s) after the logs are loaded, then at their intervals. What Kafka
+runs from the start runs from the start: compaction (the LogCleaner's threads), the flush that
+follows a roll, the deletion of `.deleted` segment files (each has its own delay), the
+high-watermark and cleaner-offset checkpoints (ReplicaManager's and the cleaner's).
 """
 
 from __future__ import annotations
@@ -17,11 +26,14 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
+from kbroker.fsutil import fsync_dir
 from kbroker.storage import checkpoint
 from kbroker.storage.cleaner import compact
-from kbroker.storage.log import Clock, Log, parse_log_dir_name, wall_clock_ms
+from kbroker.storage.dir_names import FUTURE_DIR_SUFFIX, parse_future_dir_name, parse_log_dir_name
+from kbroker.storage.log import Clock, Log, wall_clock_ms
 from kbroker.storage.log_config import LogConfig
 from kbroker.storage.log_dir_health import KafkaStorageError, LogDirHealth
+from kbroker.storage.log_mover import finish_interrupted_swaps
 
 log = logging.getLogger("kbroker.storage")
 
@@ -29,10 +41,25 @@ CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 DELETE_DIR_SUFFIX = "-delete"
 # How often a full log dir is tried for room again.
 PROBE_INTERVAL_MS = 2_000
+# Kafka's log.initial.task.delay.ms default (ServerLogConfigs.LOG_INITIAL_TASK_DELAY_MS_DEFAULT).
+DEFAULT_INITIAL_TASK_DELAY_MS = 30_000
 # KRaft's metadata log lives in a log dir too; it is not a partition this manager owns.
 _NOT_PARTITION_PREFIXES = ("__cluster_metadata",)
 
 ConfigProvider = Callable[[str], LogConfig]
+
+# What each checkpoint file holds per partition.
+_CHECKPOINTED_FIELDS: dict[str, Callable[[Log], int]] = {
+    checkpoint.RECOVERY_POINT_CHECKPOINT: lambda each: each.recovery_point,
+    checkpoint.REPLICATION_CHECKPOINT: lambda each: each.high_watermark,
+    checkpoint.LOG_START_CHECKPOINT: lambda each: each.log_start_offset,
+    checkpoint.CLEANER_CHECKPOINT: lambda each: each.cleaner_checkpoint,
+}
+ALL_CHECKPOINTS = tuple(_CHECKPOINTED_FIELDS)
+# Kafka's LogManager writes these on tasks that wait log.initial.task.delay.ms after start...
+DELAYED_CHECKPOINTS = (checkpoint.RECOVERY_POINT_CHECKPOINT, checkpoint.LOG_START_CHECKPOINT)
+# ...and its ReplicaManager (high watermarks) and cleaner write these from the start.
+UNDELAYED_CHECKPOINTS = (checkpoint.REPLICATION_CHECKPOINT, checkpoint.CLEANER_CHECKPOINT)
 
 
 def _default_config(_topic: str) -> LogConfig:
@@ -48,6 +75,7 @@ class LogManager:
         retention_check_interval_ms: int = 300_000,
         cleaner_backoff_ms: int = 15_000,
         checkpoint_interval_ms: int = 60_000,
+        initial_task_delay_ms: int = DEFAULT_INITIAL_TASK_DELAY_MS,
         clock: Clock = wall_clock_ms,
     ) -> None:
         if not log_dirs:
@@ -59,17 +87,26 @@ class LogManager:
         self.checkpoint_interval_ms = checkpoint_interval_ms
         self.clock = clock
         self._logs: dict[tuple[str, int], Log] = {}
+        # Replicas being copied to another log dir (`LogDirMover`), and where partitions not yet
+        # created here are to go (AlterReplicaLogDirs before the replica exists, as in Kafka).
+        self.future_logs: dict[tuple[str, int], Log] = {}
+        self.preferred_dirs: dict[tuple[str, int], Path] = {}
         self._dirs_to_delete: list[tuple[int, Path, Log]] = []
-        self._next_retention_ms = 0
         self._next_cleaning_ms = 0
-        self._next_checkpoint_ms = 0
+        self._next_hw_checkpoint_ms = 0
         self._next_probe_ms = 0
         # Called with a dir's health when it goes FULL, OFFLINE or back ONLINE (the broker moves
         # leadership in a cluster).
         self.on_dir_change: Callable[[LogDirHealth], None] | None = None
         self.health = {d: LogDirHealth(d, self._dir_changed) for d in self.log_dirs}
+        finish_interrupted_swaps(self.log_dirs)
         for log_dir in self.log_dirs:
             self._load_dir(log_dir)
+        # A broker that has just started serves before its upkeep deletes or checkpoints anything:
+        # records written with old timestamps right after a start are not gone a second later.
+        self._delayed_tasks_start_ms = self.clock() + initial_task_delay_ms
+        self._next_retention_ms = self._delayed_tasks_start_ms
+        self._next_checkpoint_ms = self._delayed_tasks_start_ms
 
     def _dir_changed(self, health: LogDirHealth) -> None:
         if self.on_dir_change is not None:
@@ -91,9 +128,10 @@ class LogManager:
         if not clean and any(self._partition_dirs(log_dir)):
             log.warning("%s was not shut down cleanly: recovering its logs from their recovery points", log_dir)
         for directory, key in self._partition_dirs(log_dir):
-            if key in self._logs:
+            loaded = self.future_logs if directory.name.endswith(FUTURE_DIR_SUFFIX) else self._logs
+            if key in loaded:
                 log.error("%s: partition %s-%d is also in %s; ignoring this copy",
-                          directory, *key, self._logs[key].directory)
+                          directory, *key, loaded[key].directory)
                 continue
             opened = Log(
                 directory,
@@ -106,7 +144,7 @@ class LogManager:
                 health=self.health[log_dir],
             )
             opened.cleaner_checkpoint = max(cleaner_offsets.get(key, 0), opened.log_start_offset)
-            self._logs[key] = opened
+            loaded[key] = opened
         # From here on a crash must be noticed at the next start.
         marker.unlink(missing_ok=True)
         self._probe_space(log_dir)
@@ -132,7 +170,7 @@ class LogManager:
             if child.name.endswith(DELETE_DIR_SUFFIX):
                 shutil.rmtree(child, ignore_errors=True)  # a deletion the last run did not finish
                 continue
-            key = parse_log_dir_name(child.name)
+            key = parse_log_dir_name(child.name) or parse_future_dir_name(child.name)
             if key is not None and not key[0].startswith(_NOT_PARTITION_PREFIXES):
                 yield child, key
 
@@ -151,7 +189,7 @@ class LogManager:
             if config is not None:
                 existing.config = config
             return existing
-        log_dir = self._least_loaded_dir()
+        log_dir = self._preferred_dir(key) or self._least_loaded_dir()
         directory = log_dir / f"{topic}-{partition}"
         existed = directory.exists()
         try:
@@ -162,8 +200,13 @@ class LogManager:
                 shutil.rmtree(directory, ignore_errors=True)  # no half-made partition left behind
             raise
         self._logs[key] = created
+        self.preferred_dirs.pop(key, None)  # satisfied
         log.info("created log %s in %s", created.name, directory.parent)
         return created
+
+    def _preferred_dir(self, key: tuple[str, int]) -> Path | None:
+        preferred = self.preferred_dirs.get(key)
+        return preferred if preferred is not None and self.health[preferred].writable else None
 
     def _least_loaded_dir(self) -> Path:
         """Where a new partition goes: the writable dir holding the fewest."""
@@ -183,13 +226,26 @@ class LogManager:
     def delete_log(self, topic: str, partition: int) -> None:
         """Take the log away now; its directory (renamed `<name>.<uuid>-delete`) goes after a delay,
         so fetches already holding file slices can finish."""
+        future = self.future_logs.pop((topic, partition), None)
+        if future is not None:
+            self.delete_later(future)
         doomed = self._logs.pop((topic, partition), None)
         if doomed is None:
             return
-        target = doomed.directory.with_name(f"{doomed.directory.name}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}")
-        os.replace(doomed.directory, target)
+        self.delete_later(doomed)
+
+    def delete_later(self, doomed: Log) -> None:
+        """Rename a log no longer in use `<name>.<uuid>-delete` and remove it after file.delete.delay.ms."""
+        directory = doomed.directory
+        target = directory.with_name(f"{doomed.name}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}")
+        os.replace(directory, target)
+        doomed.repoint(target)
         due = self.clock() + doomed.config.file_delete_delay_ms
         self._dirs_to_delete.append((due, target, doomed))
+
+    def replace_log(self, replacement: Log) -> None:
+        """Serve the partition from `replacement` from now on (a finished move between log dirs)."""
+        self._logs[(replacement.topic, replacement.partition)] = replacement
 
     def update_config(self, topic: str, config: LogConfig) -> None:
         for (log_topic, _), each in self._logs.items():
@@ -200,12 +256,16 @@ class LogManager:
 
     def tick(self, now_ms: int) -> None:
         """Called about once a second: deferred deletions, flushes, retention, compaction, checkpoints."""
-        self._delete_expired(now_ms)
+        delayed_tasks_due = now_ms >= self._delayed_tasks_start_ms
+        self._delete_expired(now_ms, remove_dirs=delayed_tasks_due)
         if now_ms >= self._next_probe_ms:
             self._next_probe_ms = now_ms + PROBE_INTERVAL_MS
             for health in self.health.values():
                 health.probe()
-        self._for_each_log("flush", lambda each: each.flush_if_due(now_ms))
+        if delayed_tasks_due:
+            self._for_each_log("flush", lambda each: each.flush_if_due(now_ms))
+        else:
+            self._for_each_log("flush", Log.flush_rolled)
         if now_ms >= self._next_retention_ms:
             self._next_retention_ms = now_ms + self.retention_check_interval_ms
             # Retention frees space: it runs on a full dir too.
@@ -215,7 +275,10 @@ class LogManager:
             self._for_each_log("compaction", lambda each: compact(each, now_ms) if each.config.compact else None)
         if now_ms >= self._next_checkpoint_ms:
             self._next_checkpoint_ms = now_ms + self.checkpoint_interval_ms
-            self.write_checkpoints()
+            self.write_checkpoints(DELAYED_CHECKPOINTS)
+        if now_ms >= self._next_hw_checkpoint_ms:
+            self._next_hw_checkpoint_ms = now_ms + self.checkpoint_interval_ms
+            self.write_checkpoints(UNDELAYED_CHECKPOINTS)
 
     def _for_each_log(self, what: str, work: Callable[[Log], object], needs_write: bool = True) -> None:
         for each in self.logs():
@@ -230,33 +293,32 @@ class LogManager:
             except Exception:  # one broken log must not stop the upkeep of the others
                 log.exception("%s of %s failed", what, each.name)
 
-    def _delete_expired(self, now_ms: int) -> None:
+    def _delete_expired(self, now_ms: int, remove_dirs: bool = True) -> None:
         for each in self.logs():
             each.delete_expired_files(now_ms)
+        if not remove_dirs:
+            return
         due = [entry for entry in self._dirs_to_delete if entry[0] <= now_ms]
         self._dirs_to_delete = [entry for entry in self._dirs_to_delete if entry[0] > now_ms]
         for _, directory, doomed in due:
             _remove_deleted_log(directory, doomed)
 
-    def write_checkpoints(self) -> None:
+    def write_checkpoints(self, files: Sequence[str] = ALL_CHECKPOINTS) -> None:
+        """Write the named checkpoint files (all by default) of every writable log dir."""
         for log_dir in self.log_dirs:
             if not self.health[log_dir].writable:
                 continue
             try:
-                self._write_checkpoints(log_dir)
+                self._write_checkpoints(log_dir, files)
             except OSError as e:
                 self.health[log_dir].failed(e, f"writing the checkpoints of {log_dir}")
 
-    def _write_checkpoints(self, log_dir: Path) -> None:
-        logs = self.logs_in(log_dir)
-
-        def offsets(field: Callable[[Log], int]) -> dict[tuple[str, int], int]:
-            return {(each.topic, each.partition): field(each) for each in logs}
-
-        checkpoint.write_offsets(log_dir / checkpoint.RECOVERY_POINT_CHECKPOINT, offsets(lambda e: e.recovery_point))
-        checkpoint.write_offsets(log_dir / checkpoint.REPLICATION_CHECKPOINT, offsets(lambda e: e.high_watermark))
-        checkpoint.write_offsets(log_dir / checkpoint.LOG_START_CHECKPOINT, offsets(lambda e: e.log_start_offset))
-        checkpoint.write_offsets(log_dir / checkpoint.CLEANER_CHECKPOINT, offsets(lambda e: e.cleaner_checkpoint))
+    def _write_checkpoints(self, log_dir: Path, files: Sequence[str]) -> None:
+        # A future replica is checkpointed under its partition too (never in its current log's dir).
+        logs = self.logs_in(log_dir) + [each for each in self.future_logs.values() if each.directory.parent == log_dir]
+        for name in files:
+            field = _CHECKPOINTED_FIELDS[name]
+            checkpoint.write_offsets(log_dir / name, {(each.topic, each.partition): field(each) for each in logs})
 
     # -- shutdown -------------------------------------------------------------------------------
 
@@ -267,8 +329,11 @@ class LogManager:
         recovered at the next start; the other dirs shut down cleanly all the same.
         """
         self._for_each_log("flush", lambda each: each.flush())
+        for future in self.future_logs.values():  # a move resumes at the next start
+            if future.health.writable:
+                future.flush()
         self.write_checkpoints()
-        for each in self.logs():
+        for each in [*self.logs(), *self.future_logs.values()]:
             try:
                 each.close() if each.health.writable else each.release()
             except OSError as e:
@@ -284,7 +349,7 @@ class LogManager:
                 continue
             try:
                 (log_dir / CLEAN_SHUTDOWN_FILE).touch()
-                checkpoint.fsync_dir(log_dir)
+                fsync_dir(log_dir)
             except OSError as e:
                 log.error("could not mark %s cleanly shut down: %s", log_dir, e)
 

@@ -1,12 +1,14 @@
 """What batches must satisfy before they reach a log, as Kafka's LogValidator decides.
 
-Two levels. `validate_batches` reads batch headers only (framing, magic, CRC, sizes, counts,
+Three levels. `validate_batches` reads batch headers only (framing, magic, CRC, sizes, counts,
 producer fields): it is all a replica's append needs, the leader having checked the rest.
 `validate_records` walks the records of a producer's batches: a batch whose records cannot be
 read (unknown codec, a payload that does not decompress, record lengths or fields that do not
 add up, a count that does not match) would be stored and then stop every consumer at it, so it
 is refused with INVALID_RECORD; record errors (a keyless record on a compacted topic, a
-timestamp out of range) are answered per record, as Kafka's RecordValidationException.
+timestamp out of range) are answered per record, as Kafka's RecordValidationException. Then the
+offsets: `assign_offsets` gives a leader's batches theirs, `check_follower_offsets` makes sure a
+replica's continue its log.
 
 The walk runs in C: aiokafka's record batch iterator (a maintained Kafka client whose
 `DefaultRecordBatch` reads records exactly as Kafka's DefaultRecord does). Bytes are not
@@ -33,9 +35,13 @@ from protocol.records import (
     LOG_OVERHEAD,
     MAGIC_OFFSET,
     NO_TIMESTAMP,
+    TIMESTAMP_TYPE_BIT,
     BatchHeader,
     crc_ok,
     read_header,
+    set_base_offset,
+    set_log_append_time,
+    set_partition_leader_epoch,
 )
 
 LEGACY_RECORD_OVERHEAD = 14  # the smallest message of any format (v0), as Kafka's framing check uses
@@ -52,6 +58,13 @@ class RecordValidationError(KafkaError):
     def __init__(self, code: int, message: str, record_errors: list[tuple[int, str]]) -> None:
         super().__init__(code, message)
         self.record_errors = record_errors
+
+
+class UnexpectedAppendOffset(KafkaError):
+    """A follower append whose offsets do not continue the log (Kafka's UnexpectedAppendOffsetException)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(ErrorCode.UNKNOWN_SERVER_ERROR, message)
 
 
 # -- batch headers ------------------------------------------------------------------------------
@@ -210,6 +223,41 @@ def _record_validation_error(errors: list[tuple[int, int, str]]) -> RecordValida
         ErrorCode.INVALID_RECORD,
         f"One or more records have been rejected due to {len(record_errors)} record errors in total, and only "
         f"showing the first three errors at most: [{shown}]", record_errors)
+
+
+# -- offsets ------------------------------------------------------------------------------------
+
+
+def assign_offsets(
+    buf: bytearray, headers: Sequence[BatchHeader], first_offset: int, leader_epoch: int, append_time: int
+) -> list[BatchHeader]:
+    """Give a leader's batches their offsets from `first_offset`, its epoch and (unless NO_TIMESTAMP)
+    the log append time, patching `buf` in place; returns the headers as now written."""
+    offset = first_offset
+    patched = []
+    position = 0
+    for header in headers:
+        set_base_offset(buf, position, offset)
+        set_partition_leader_epoch(buf, position, leader_epoch)
+        changes = {"base_offset": offset, "partition_leader_epoch": leader_epoch}
+        if append_time != NO_TIMESTAMP:
+            set_log_append_time(buf, position, header.size, append_time)
+            changes.update(max_timestamp=append_time, attributes=header.attributes | TIMESTAMP_TYPE_BIT)
+        patched.append(header._replace(**changes))
+        offset += header.last_offset_delta + 1
+        position += header.size
+    return patched
+
+
+def check_follower_offsets(headers: Sequence[BatchHeader], log_end_offset: int, name: str) -> None:
+    """A replica's batches keep the leader's offsets: they must start at or after the log end and increase."""
+    previous = log_end_offset - 1
+    for header in headers:
+        if header.base_offset <= previous or header.last_offset < header.base_offset:
+            raise UnexpectedAppendOffset(
+                f"{name}: batch at offset {header.base_offset} does not follow offset {previous}"
+            )
+        previous = header.last_offset
 
 
 def _describe(record: object) -> str:

@@ -20,19 +20,26 @@ from __future__ import annotations
 
 import enum
 import logging
-import os
 import struct
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
 import crc32c
 
-from kbroker.storage.checkpoint import fsync_dir
+from kbroker.fsutil import write_atomically
 from kbroker.storage.index import segment_file_name
+from kbroker.storage.txn_index import AbortedTxn
 from protocol.errors import ErrorCode, KafkaError
+from protocol.record_batch import (
+    ControlType,
+    CorruptRecordError,
+    decode_control_key,
+    decode_end_txn_marker,
+    decode_payload,
+)
 from protocol.records import NO_PRODUCER_EPOCH, NO_SEQUENCE, BatchHeader
 
 log = logging.getLogger("kbroker.storage")
@@ -156,6 +163,15 @@ class ProducerAppend:
             entry.current_txn_start_offset = header.base_offset
             self.started.append((header.producer_id, header.base_offset))
 
+    def control_batch(self, header: BatchHeader, batch: bytes | bytearray | memoryview) -> None:
+        """A control batch (its bytes): a COMMIT/ABORT marker ends the transaction, others change nothing.
+
+        Raises INVALID_RECORD for a marker whose record cannot be read.
+        """
+        marker = _end_txn_marker(batch, header)
+        if marker is not None:
+            self.end_marker(header, *marker)
+
     def end_marker(self, header: BatchHeader, aborted: bool, coordinator_epoch: int, timestamp: int) -> None:
         """A COMMIT or ABORT control batch ends the producer's transaction on this partition."""
         entry = self._entry(header.producer_id)
@@ -199,6 +215,21 @@ class ProducerAppend:
                              f"does not follow {entry.last_sequence}")
 
 
+def _end_txn_marker(batch: bytes | bytearray | memoryview, header: BatchHeader) -> tuple[bool, int, int] | None:
+    """(aborted, coordinator epoch, timestamp) of a COMMIT/ABORT control batch; None for other control batches."""
+    try:
+        records = decode_payload(batch, header)
+        if not records:
+            return None  # emptied by the cleaner
+        key = decode_control_key(records[0].key)
+        if key.type not in (ControlType.COMMIT, ControlType.ABORT):
+            return None
+        marker = decode_end_txn_marker(records[0].value)
+    except (CorruptRecordError, KafkaError) as e:
+        raise KafkaError(ErrorCode.INVALID_RECORD, f"unreadable transaction marker: {e}") from e
+    return key.type == ControlType.ABORT, marker.coordinator_epoch, records[0].timestamp
+
+
 @dataclass(frozen=True, slots=True)
 class ProducerView:
     """What DescribeProducers shows of one producer."""
@@ -229,14 +260,38 @@ class ProducerStateManager:
     def begin(self, origin: AppendOrigin) -> ProducerAppend:
         return ProducerAppend(self, origin, self.partition)
 
-    def commit(self, append: ProducerAppend, end_offset: int) -> None:
-        """Apply a checked append whose batches are now in the log (up to `end_offset`)."""
+    def check_batches(
+        self, buf: bytes | bytearray | memoryview, headers: Sequence[BatchHeader], origin: AppendOrigin
+    ) -> ProducerAppend | None:
+        """Check the producer fields of batches with assigned offsets (`buf` holds them, in order);
+        nothing is applied until `commit`. None when no batch has a producer."""
+        append = None
+        position = 0
+        for header in headers:
+            if header.producer_id >= 0:
+                if append is None:
+                    append = self.begin(origin)
+                if header.is_control:
+                    append.control_batch(header, memoryview(buf)[position : position + header.size])
+                else:
+                    append.data_batch(header)
+            position += header.size
+        return append
+
+    def commit(self, append: ProducerAppend, end_offset: int) -> list[AbortedTxn]:
+        """Apply a checked append whose batches are now in the log (up to `end_offset`).
+
+        Returns the aborted-transaction index entries of the transactions it aborted: their LSO
+        depends on which transactions are still open once this append is applied.
+        """
         self.producers.update(append.updated)
         for producer_id, first_offset in append.started:
             self.ongoing[producer_id] = first_offset
         for txn in append.completed:
             self.ongoing.pop(txn.producer_id, None)
         self.map_end_offset = end_offset
+        return [AbortedTxn(txn.producer_id, txn.first_offset, txn.last_offset, self.stable_offset_after(txn))
+                for txn in append.completed if txn.aborted]
 
     def first_unstable_offset(self) -> int | None:
         return min(self.ongoing.values()) if self.ongoing else None
@@ -258,6 +313,12 @@ class ProducerStateManager:
         for pid in expired:
             del self.producers[pid]
         return len(expired)
+
+    def copy_from(self, other: ProducerStateManager, map_end_offset: int) -> None:
+        """Take over `other`'s producers and open transactions (a copy of its log up to `map_end_offset`)."""
+        self.producers = {pid: entry.copy() for pid, entry in other.producers.items()}
+        self.ongoing = dict(other.ongoing)
+        self.map_end_offset = map_end_offset
 
     def reset(self, offset: int) -> None:
         self.producers.clear()
@@ -291,15 +352,7 @@ class ProducerStateManager:
         body = struct.pack(">i", len(entries)) + b"".join(entries)
         data = struct.pack(">hI", SNAPSHOT_VERSION, crc32c.crc32c(body)) + body
         path = self._snapshot_path(self.map_end_offset)
-        tmp = path.with_name(path.name + ".tmp")
-        with open(tmp, "wb") as f:
-            f.write(data)
-            if sync:
-                f.flush()
-                os.fsync(f.fileno())
-        os.replace(tmp, path)
-        if sync:
-            fsync_dir(self.directory)
+        write_atomically(path, data, durable=sync)
         self.latest_snapshot = self.map_end_offset
 
     def load_snapshot(self, at_most: int) -> int | None:

@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from kbroker.fsutil import write_atomically
 from kbroker.storage.batch_records import record_timestamp, records_of
 from kbroker.storage.batch_scan import RECOVERY_CHUNK, CorruptBatch, pread_exact, scan_batches
 from kbroker.storage.index import INT32_MAX, OffsetIndex, TimeIndex, segment_file_name
@@ -474,6 +475,14 @@ class LogSegment:
             os.replace(self.damage_path, new_damage)
             self.damage_path = new_damage
 
+    def repoint(self, directory: Path) -> None:
+        """The segment's directory was renamed: its files keep their names under `directory`."""
+        self.directory = directory
+        self.log_path = directory / self.log_path.name
+        for index in (self.offset_index, self.time_index, self.txn_index):
+            index.path = directory / index.path.name
+        self.damage_path = directory / self.damage_path.name
+
     def close(self) -> None:
         self.offset_index.close()
         self.time_index.close()
@@ -508,6 +517,5 @@ def _read_damage(path: Path) -> list[Damage]:
 
 
 def _write_damage(path: Path, damage: list[Damage]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps([asdict(d) for d in damage]))
-    os.replace(tmp, path)
+    # Durable: for a segment below the recovery point these notes are all that says its bytes are bad.
+    write_atomically(path, json.dumps([asdict(d) for d in damage]))

@@ -14,6 +14,8 @@ import struct
 from pathlib import Path
 from typing import NamedTuple
 
+from kbroker.fsutil import write_atomically
+
 _ENTRY = struct.Struct(">hqqqq")
 VERSION = 0
 
@@ -65,9 +67,9 @@ class TransactionIndex:
 
     def _rewrite(self, entries: list[AbortedTxn]) -> None:
         if entries:
-            tmp = self.path.with_name(self.path.name + ".tmp")
-            tmp.write_bytes(b"".join(_ENTRY.pack(VERSION, *txn) for txn in entries))
-            os.replace(tmp, self.path)
+            # Not fsynced, as Kafka's truncation is not: after a crash the replay of the producer
+            # state at start rewrites the entries from the snapshot's offset on.
+            write_atomically(self.path, b"".join(_ENTRY.pack(VERSION, *txn) for txn in entries), durable=False)
         else:
             self.path.unlink(missing_ok=True)
         self._entries = entries

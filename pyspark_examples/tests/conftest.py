@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from pyspark_examples.tests.connector import Connector, find_connector
+from pyspark_examples.tests.connector import Connector, find_connector, in_ci, require_connector
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -35,7 +35,7 @@ def require_spark() -> str:
         if shutil.which("java") is None:
             problem = "Spark needs java (JDK 17+)"
     if problem:
-        if os.environ.get("CI"):
+        if in_ci():
             pytest.fail(f"CI must run the Spark tests: {problem}")
         # allow_module_level: test modules call this before importing the examples, which import pyspark.
         pytest.skip(problem, allow_module_level=True)
@@ -88,8 +88,7 @@ def spark(spark_connector: Connector, tmp_path_factory: pytest.TempPathFactory) 
 
 @pytest.fixture(scope="session")
 def kafka_spark(spark_connector: Connector, request: pytest.FixtureRequest) -> SparkSession:
-    """The session, for tests that use format("kafka"); they skip, saying why, without the connector
-    (before starting Spark, when nothing else needs it)."""
-    if not spark_connector.available:
-        pytest.skip(spark_connector.missing_reason)
+    """The session, for tests that use format("kafka"). Without the connector they skip, saying why
+    (before starting Spark, when nothing else needs it), or fail in CI."""
+    require_connector(spark_connector)
     return request.getfixturevalue("spark")

@@ -3,27 +3,36 @@
 `format("kafka")` lives outside pyspark's wheel, in Maven artifacts: spark-sql-kafka-0-10 and
 spark-token-provider-kafka-0-10 (of exactly the Spark version in use) plus commons-pool2 and
 kafka-clients. No PyPI, Debian or npm package carries the first two, and Maven is not reachable
-from this project's machines, so the end-to-end tests run only when one of these is set:
+from this project's machines, so the end-to-end tests take the connector from, in this order:
 
 - KBROKER_SPARK_KAFKA_JARS: a directory holding the jars (e.g. copied from a machine where
   `spark-submit --packages` ran, out of ~/.ivy2*/jars). kafka-clients may be left out: the
   sha256-pinned kafka-clients 3.9.1 that compat_tests fetches from PyPI is used instead; so may
   commons-pool2 where Debian's libcommons-pool2-java is installed.
 - KBROKER_SPARK_PACKAGES=1: let Spark resolve the Maven coordinates itself (spark.jars.packages).
+- `../shared/spark-kafka-jars` beside the project (where CI's clone finds its test inputs), when
+  that directory exists; the same rules as for KBROKER_SPARK_KAFKA_JARS.
 
-Without either, those tests skip and say so. A variable that is set but wrong is an error.
+Without any, those tests skip and say so; except in CI (CI set), where a missing connector fails
+them, as a missing ZooKeeper, pyspark or Java does: CI must not pass by not running them. A
+variable that is set but wrong, or a default directory that is there but wrong, is an error.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pytest
+
 JARS_ENV = "KBROKER_SPARK_KAFKA_JARS"
 PACKAGES_ENV = "KBROKER_SPARK_PACKAGES"
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+# The connector jars among the test inputs beside the project (../shared/spark-kafka-jars).
+DEFAULT_JARS_DIR = PROJECT_ROOT.parent / "shared" / "spark-kafka-jars"
 SCALA_BINARY = "2.13"  # every pyspark 4.x is built for Scala 2.13
 
 # Debian's libcommons-pool2-java (2.11.1 in bookworm; Spark 4 is built with 2.12, same API).
@@ -112,16 +121,33 @@ def _version_key(version: str) -> tuple[int, ...]:
 
 
 def find_connector(spark_version: str, fallback_kafka_clients: Callable[[], Path] | None = None,
-                   environ: dict[str, str] | None = None) -> Connector:
+                   environ: Mapping[str, str] | None = None, default_directory: Path = DEFAULT_JARS_DIR) -> Connector:
     env = os.environ if environ is None else environ
     directory = env.get(JARS_ENV)
     if directory:
         return Connector(jars=jars_from_directory(Path(directory), spark_version, fallback_kafka_clients))
     if env.get(PACKAGES_ENV, "").strip().lower() in ("1", "true", "yes"):
         return Connector(packages=maven_coordinates(spark_version))
+    if default_directory.is_dir():
+        return Connector(jars=jars_from_directory(default_directory, spark_version, fallback_kafka_clients))
     return Connector(missing_reason=(
         f"Spark's Kafka connector ({CONNECTOR}-{spark_version}.jar, {TOKEN_PROVIDER}-{spark_version}.jar, "
-        f"commons-pool2) comes from Maven, which is not reachable here and is in no PyPI package: set "
-        f"{JARS_ENV} to a directory holding those jars, or {PACKAGES_ENV}=1 where Spark can reach Maven "
-        f"(see pyspark_examples/README.md)"
+        f"commons-pool2) comes from Maven, which is not reachable here and is in no PyPI package, and "
+        f"{default_directory} does not exist: set {JARS_ENV} to a directory holding those jars, or "
+        f"{PACKAGES_ENV}=1 where Spark can reach Maven (see pyspark_examples/README.md)"
     ))
+
+
+def in_ci(environ: Mapping[str, str] | None = None) -> bool:
+    """CI sets CI (scripts/test.sh there provides everything the Spark tests need)."""
+    return bool((os.environ if environ is None else environ).get("CI"))
+
+
+def require_connector(connector: Connector, environ: Mapping[str, str] | None = None) -> None:
+    """Return when the connector is available; otherwise skip, saying why, or in CI fail: there a
+    missing connector must not let the end-to-end tests pass by not running."""
+    if connector.available:
+        return
+    if in_ci(environ):
+        pytest.fail(f"CI must run the Spark end-to-end tests: {connector.missing_reason}")
+    pytest.skip(connector.missing_reason)

@@ -34,6 +34,10 @@ from tests.conftest import create_topic  # noqa: E402
 
 BASE_MS = 1714564800000  # 2024-05-01T12:00:00Z
 WAIT_S = 90.0
+# For topics whose records carry BASE_MS-based timestamps: far older than any retention.ms, so the
+# broker's retention (first run log.initial.task.delay.ms = 30 s after its start, as in Kafka) would
+# delete them before a slow run reads them back. Historic data is kept as a user keeps it.
+KEEP_FOREVER = {"retention.ms": "-1"}
 
 
 @pytest.fixture(scope="module")
@@ -49,8 +53,9 @@ def broker(kafka_spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) 
 def topic(broker: BrokerProcess, request: pytest.FixtureRequest) -> Callable[..., str]:
     counter = iter(range(100))
 
-    def make(suffix: str, partitions: int = 1) -> str:
-        return create_topic(broker.bootstrap, f"spark-{request.node.name}-{suffix}-{next(counter)}", partitions)
+    def make(suffix: str, partitions: int = 1, configs: dict[str, str] | None = None) -> str:
+        return create_topic(broker.bootstrap, f"spark-{request.node.name}-{suffix}-{next(counter)}", partitions,
+                            configs)
 
     return make
 
@@ -144,7 +149,7 @@ def canonical(values: list[dict]) -> list[str]:
 
 
 def test_batch_read_by_offset_range(kafka_spark: SparkSession, broker: BrokerProcess, topic) -> None:
-    logs = topic("logs", partitions=2)
+    logs = topic("logs", partitions=2, configs=KEEP_FOREVER)
     p0 = [Line(0, f"12:00:0{i}", "web" if i % 2 else "db", "ERROR" if i < 4 else "INFO") for i in range(6)]
     p1 = [Line(1, f"12:00:1{i}", "api", "WARN", record_ms=BASE_MS + i) for i in range(4)]
     produce(broker.bootstrap, logs, p0 + p1)
@@ -188,7 +193,7 @@ def test_batch_read_by_offset_range(kafka_spark: SparkSession, broker: BrokerPro
 def test_batch_read_by_timestamps(kafka_spark: SparkSession, broker: BrokerProcess, topic) -> None:
     """startingTimestamp / endingTimestamp: the broker's ListOffsets by timestamp picks each
     partition's first record at or after the time; an end past a partition's last record is its end."""
-    logs = topic("logs", partitions=2)
+    logs = topic("logs", partitions=2, configs=KEEP_FOREVER)
     p0 = [Line(0, f"12:00:{i:02d}", "web", record_ms=BASE_MS + 1000 * i) for i in range(10)]
     p1 = [Line(1, f"12:00:{i:02d}", "db", "WARN", record_ms=BASE_MS + 1000 * i) for i in range(4)]
     produce(broker.bootstrap, logs, p0 + p1)

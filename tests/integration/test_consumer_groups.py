@@ -197,3 +197,30 @@ def test_static_member_rejoins_without_rebalance(group_broker: BrokerProcess) ->
         assert set(a2.assignment) == a_partitions
     finally:
         stop_all(members)
+
+
+def test_short_sessions_survive_the_initial_rebalance_delay(make_broker) -> None:
+    """Four consumers with 3 s sessions and the default 3 s group.initial.rebalance.delay.ms:
+    the delay grows as they arrive, past their session timeout, yet all four end up in one
+    Stable generation (a new member's first join has Kafka's 5-minute allowance)."""
+    from confluent_kafka.admin import AdminClient
+
+    broker = make_broker(**{"group.min.session.timeout.ms": "1000"})
+    bootstrap = broker.bootstrap
+    topic = create_topic(bootstrap, "short-sessions", partitions=4)
+    everything = partitions_of(topic, 4)
+    members = [MemberProcess.python(bootstrap, "short-sessions", topic, f"{client}-{i}", client=client,
+                                    session_timeout_ms=3000)
+               for client in ("confluent", "kafka-python") for i in range(2)]
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+
+    def stable_with_all_four() -> bool:
+        group = admin.describe_consumer_groups(["short-sessions"])["short-sessions"].result(timeout=10)
+        return group.state.name == "STABLE" and len(group.members) == 4
+
+    try:
+        wait_until(lambda: exclusive_cover(members, everything) and all(m.assignment for m in members), 60,
+                   "all four members to get a partition")
+        wait_until(stable_with_all_four, 30, "the group to be Stable with four members")
+    finally:
+        stop_all(members)

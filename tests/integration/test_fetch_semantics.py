@@ -155,3 +155,70 @@ def test_log_append_time_replaces_producer_timestamps(broker) -> None:
     header = read_header(part.records, 0)
     assert header.attributes & 0x08, "the timestamp-type bit says LogAppendTime"
     assert header.max_timestamp >= before
+
+
+def test_a_librdkafka_consumer_below_the_log_start_resets_and_reads_on(broker, new_topic) -> None:
+    """A consumer whose position fell below the log start (retention, DeleteRecords) gets
+    OFFSET_OUT_OF_RANGE, resets by auto.offset.reset and reads on. Fetch answers for partitions
+    with an error used to carry null records; librdkafka could not parse them ("invalid
+    MessageSetSize -1"), never saw the error, never reset, and looped for good."""
+    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    topic = new_topic()
+    produce(broker.bootstrap, topic, [[(b"v%d" % i, None) for i in range(10)]])
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})  # kept: its futures need it alive
+    deleted = admin.delete_records([TopicPartition(topic, 0, 6)])
+    assert deleted[TopicPartition(topic, 0)].result(timeout=15).low_watermark == 6
+
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": f"below-{uuid.uuid4().hex[:6]}",
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    try:
+        consumer.assign([TopicPartition(topic, 0, 2)])  # below the log start of 6
+        values: list[bytes] = []
+        deadline = time.monotonic() + 30
+        while len(values) < 4 and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is not None and message.error() is None:
+                values.append(message.value())
+    finally:
+        consumer.close()
+    assert values == [b"v6", b"v7", b"v8", b"v9"]
+
+
+def test_fetch_v17_reads_by_topic_id_and_takes_a_replica_directory_id(broker, new_topic) -> None:
+    """Fetch v17 (KIP-853) adds a tagged ReplicaDirectoryId to each partition, which only KRaft
+    voters use: a broker reads the partition as at v16, as Kafka's does."""
+    topic = new_topic()
+    produce(broker.bootstrap, topic, [[(b"first", None)], [(b"second", None)]])
+    directory_id = uuid.uuid4()
+    with RawClient(broker.bootstrap) as client:
+        advertised = {k.api_key: (k.min_version, k.max_version) for k in client.request(18, 3, {}).api_keys}
+        assert advertised[FETCH] == (0, 17)  # as Apache Kafka 3.9.0 advertises
+        metadata = client.request(3, 12, {"topics": [{"name": topic}], "allow_auto_topic_creation": False})
+        topic_id = metadata.topics[0].topic_id
+        body = {
+            "max_wait_ms": 0, "min_bytes": 1, "max_bytes": 50 << 20, "isolation_level": 0,
+            "session_id": 0, "session_epoch": 0,  # a full fetch that opens a session
+            "topics": [{"topic_id": topic_id, "partitions": [
+                {"partition": 0, "current_leader_epoch": -1, "fetch_offset": 0, "last_fetched_epoch": -1,
+                 "log_start_offset": -1, "partition_max_bytes": 1 << 20, "replica_directory_id": directory_id}]}],
+            "forgotten_topics_data": [], "rack_id": "",
+        }
+        _, frame = client.conn.encode_request(FETCH, 17, body)
+        assert directory_id.bytes in frame, "the tagged field is on the wire"
+        client.sock.sendall(frame)
+        full = client.read_response()
+        assert (full.error_code, full.session_id != 0) == (ErrorCode.NO_ERROR, True)
+        [answer] = full.responses
+        [part] = answer.partitions
+        assert (answer.topic_id, part.error_code, part.high_watermark) == (topic_id, ErrorCode.NO_ERROR, 2)
+        assert batch_bases(part.records) == [0, 1]
+
+        # The session goes on at v17: an incremental fetch from the new position.
+        produce(broker.bootstrap, topic, [[(b"third", None)]])
+        body["session_id"], body["session_epoch"] = full.session_id, 1
+        body["topics"][0]["partitions"][0]["fetch_offset"] = 2
+        incremental = client.request(FETCH, 17, body)
+        assert incremental.error_code == ErrorCode.NO_ERROR
+        assert batch_bases(incremental.responses[0].partitions[0].records) == [2]

@@ -68,12 +68,12 @@ def heartbeat(client: RawClient, group: str, generation: int, member_id: str, in
 
 
 def commit(client: RawClient, group: str, generation: int, member_id: str, topic: str, offset: int,
-           metadata: str = "") -> int:
+           metadata: str = "", *, instance_id: str | None = None, version: int = 8) -> int:
     body = {"group_id": group, "generation_id_or_member_epoch": generation, "member_id": member_id,
-            "group_instance_id": None, "topics": [{"name": topic, "partitions": [
+            "group_instance_id": instance_id, "topics": [{"name": topic, "partitions": [
                 {"partition_index": 0, "committed_offset": offset, "committed_leader_epoch": -1,
                  "committed_metadata": metadata}]}]}
-    return client.request(OFFSET_COMMIT, 8, body).topics[0].partitions[0].error_code
+    return client.request(OFFSET_COMMIT, version, body).topics[0].partitions[0].error_code
 
 
 def stable_single_member(client: RawClient, group: str, **kwargs: Any) -> tuple[str, int]:
@@ -273,3 +273,103 @@ def test_random_group_requests_never_break_the_coordinator(quick_broker: BrokerP
         # Members that joined during the fuzzing time out on their own; a real one still gets in.
         member_id, _ = stable_single_member(client, "after-fuzz")
         assert member_id
+
+
+def commit_answers_through_a_rebalance(bootstrap: str, topic: str, group: str, version: int) -> dict[str, int]:
+    """OffsetCommit at `version` (and v0) from a member, a stale member and strangers in each state of a
+    group's rebalance (Stable → PreparingRebalance → CompletingRebalance → Stable → Empty): the
+    answers, by case. Session timeouts of 10 s, so Kafka's default minimum takes them too."""
+    answers: dict[str, int] = {}
+
+    def ask(case: str, generation: int, member: str, *, to: str = topic, instance: str | None = None) -> None:
+        answers[case] = commit(a, group, generation, member, to, 1, instance_id=instance, version=version)
+
+    with RawClient(bootstrap, timeout=30) as a, RawClient(bootstrap, timeout=30) as b:
+        first, generation = stable_single_member(a, group)
+        ask("stable/member", generation, first)
+        ask("stable/no-member", -1, "")
+        joined: dict[str, Any] = {}
+        second = threading.Thread(target=lambda: joined.update(result=join_new(b, group)))
+        second.start()
+        for _ in range(100):  # the second member's join puts the group in PreparingRebalance
+            if heartbeat(a, group, generation, first) == E.REBALANCE_IN_PROGRESS:
+                break
+        else:
+            pytest.fail("no REBALANCE_IN_PROGRESS")
+        ask("preparing/member", generation, first)  # allowed: the heartbeat tells of the rebalance
+        ask("preparing/old-generation", generation - 1, first)
+        ask("preparing/unknown-member", generation, "ghost")
+        ask("preparing/no-member", -1, "")
+
+        rejoined = join(a, group, first)  # every member has joined: CompletingRebalance
+        second.join(30)
+        assert rejoined.error_code == E.NO_ERROR and joined["result"].error_code == E.NO_ERROR
+        new_generation = rejoined.generation_id
+        ask("completing/old-generation", generation, first)
+        ask("completing/unknown-member", new_generation, "ghost")
+        ask("completing/unknown-member-old-generation", generation, "ghost")
+        ask("completing/member", new_generation, first)
+        ask("completing/no-member", -1, "")
+        ask("completing/member-without-generation", -1, first)
+        ask("completing/unknown-instance", new_generation, first, instance="nobody")
+        ask("completing/unknown-topic", generation, first, to="no-such-topic")
+        # v0 (no member, no generation) is refused whatever the group's state, unless no partition exists.
+        answers["completing/v0"] = commit(a, group, 0, "", topic, 1, version=0)
+        answers["completing/v0-unknown-topic"] = commit(a, group, 0, "", "no-such-topic", 1, version=0)
+
+        members = [first, joined["result"].member_id]
+        synced = sync(a, group, new_generation, first, {m: b"" for m in members})
+        assert synced.error_code == E.NO_ERROR
+        ask("stable-again/old-generation", generation, first)
+        ask("stable-again/member", new_generation, first)
+
+        a.request(LEAVE_GROUP, 5, {"group_id": group, "members": [
+            {"member_id": m, "group_instance_id": None, "reason": None} for m in members]})
+        ask("empty/no-member", -1, "")
+        ask("empty/former-member", new_generation, first)
+        answers["empty/v0"] = commit(a, group, 0, "", topic, 1, version=0)
+        answers["no-group/generation"] = commit(a, f"{group}-never-joined", 3, "m", topic, 1, version=version)
+    return answers
+
+
+# What Apache Kafka 3.9.0 answers (its classic group coordinator, checked on the reference broker
+# for versions 1, 5, 8 and 9): member and generation are checked before the group's state, so
+# only a current member learns of a rebalance from its commit. (Before v7 a request carries no
+# group instance id: that case is then a current member's commit.) Kafka 3.9 keeps v0 commits in
+# ZooKeeper, so without it (KRaft, as the reference runs) they get UNSUPPORTED_VERSION.
+KAFKA_COMMIT_ANSWERS = {
+    "stable/member": E.NO_ERROR,
+    "stable/no-member": E.UNKNOWN_MEMBER_ID,
+    "preparing/member": E.NO_ERROR,
+    "preparing/old-generation": E.ILLEGAL_GENERATION,
+    "preparing/unknown-member": E.UNKNOWN_MEMBER_ID,
+    "preparing/no-member": E.UNKNOWN_MEMBER_ID,
+    "completing/old-generation": E.ILLEGAL_GENERATION,
+    "completing/unknown-member": E.UNKNOWN_MEMBER_ID,
+    "completing/unknown-member-old-generation": E.UNKNOWN_MEMBER_ID,
+    "completing/member": E.REBALANCE_IN_PROGRESS,
+    "completing/no-member": E.UNKNOWN_MEMBER_ID,
+    "completing/member-without-generation": E.ILLEGAL_GENERATION,
+    "completing/unknown-instance": E.UNKNOWN_MEMBER_ID,
+    "completing/unknown-topic": E.UNKNOWN_TOPIC_OR_PARTITION,
+    "completing/v0": E.UNSUPPORTED_VERSION,
+    "completing/v0-unknown-topic": E.UNKNOWN_TOPIC_OR_PARTITION,
+    "stable-again/old-generation": E.ILLEGAL_GENERATION,
+    "stable-again/member": E.NO_ERROR,
+    "empty/no-member": E.NO_ERROR,
+    "empty/former-member": E.UNKNOWN_MEMBER_ID,
+    "empty/v0": E.UNSUPPORTED_VERSION,
+    "no-group/generation": E.ILLEGAL_GENERATION,
+}
+
+
+@pytest.mark.parametrize("version", [1, 5, 8, 9])
+def test_offset_commit_checks_member_and_generation_before_the_rebalance(
+    quick_broker: BrokerProcess, version: int
+) -> None:
+    topic = create_topic(quick_broker.bootstrap, f"commit-order-{version}")
+    answers = commit_answers_through_a_rebalance(quick_broker.bootstrap, topic, f"commit-order-{version}", version)
+    expected = dict(KAFKA_COMMIT_ANSWERS)
+    if version < 7:
+        expected["completing/unknown-instance"] = E.REBALANCE_IN_PROGRESS
+    assert answers == expected

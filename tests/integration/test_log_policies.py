@@ -14,10 +14,14 @@ from tests.conftest import create_topic
 DAY_MS = 86_400_000
 
 
+FAST_UPKEEP = {"log.retention.check.interval.ms": "200", "log.cleaner.backoff.ms": "200"}
+
+
 @pytest.fixture
 def fast_broker(make_broker):
-    """A broker that checks retention and compaction every 200 ms."""
-    return make_broker(**{"log.retention.check.interval.ms": "200", "log.cleaner.backoff.ms": "200"})
+    """A broker that checks retention and compaction every 200 ms, retention from the start
+    (not after Kafka's default 30 s log.initial.task.delay.ms)."""
+    return make_broker(**FAST_UPKEEP, **{"log.initial.task.delay.ms": "0"})
 
 
 def wait_until(condition: Callable[[], bool], timeout_s: float = 30, what: str = "condition") -> None:
@@ -76,6 +80,20 @@ def test_retention_by_time_deletes_old_segments(fast_broker) -> None:
     low, high = watermarks(bootstrap, topic)
     assert low <= 50 and high == 70, "recent records must stay"
     assert all(v.startswith(b"n") for _, _, v in read_from_start(bootstrap, topic)[-20:])
+
+
+def test_retention_waits_the_initial_task_delay_after_start(make_broker) -> None:
+    """Records with old timestamps written right after a start are kept until
+    log.initial.task.delay.ms has passed since the broker loaded its logs, as in Kafka."""
+    delay_s = 5.0
+    spawned = time.monotonic()  # before the broker's LogManager exists: its delay ends later than this + delay
+    broker = make_broker(**FAST_UPKEEP, **{"log.initial.task.delay.ms": str(int(delay_s * 1000))})
+    topic = create_topic(broker.bootstrap, "old-data", 1, {"retention.ms": str(DAY_MS), "segment.bytes": "3000"})
+    old = int(time.time() * 1000) - 30 * DAY_MS
+    produce_all(broker.bootstrap, topic, [(None, b"o" * 200, old + i) for i in range(50)])
+    assert watermarks(broker.bootstrap, topic) == (0, 50)
+    wait_until(lambda: watermarks(broker.bootstrap, topic)[0] > 0, what="retention after the initial delay")
+    assert time.monotonic() - spawned >= delay_s, "retention ran before log.initial.task.delay.ms had passed"
 
 
 def test_retention_by_size_keeps_the_newest_bytes(fast_broker) -> None:

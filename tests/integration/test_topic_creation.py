@@ -13,6 +13,7 @@ import json
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from kbroker.fsutil import temporary_path
 from kbroker.metadata.local_store import STORE_FILE, LocalMetadataStore
 from protocol.errors import ErrorCode, KafkaError
 from tests.rawclient import RawClient
@@ -68,7 +69,7 @@ def test_a_metadata_change_that_cannot_be_saved_is_undone(tmp_path) -> None:
     import uuid
 
     store.create_topic("kept", uuid.uuid4(), {0: [0]}, {})
-    (tmp_path / STORE_FILE).with_suffix(".tmp").mkdir()  # the next save cannot write its temporary file
+    temporary_path(tmp_path / STORE_FILE).mkdir()  # the next save cannot write its temporary file
     try:
         store.create_topic("lost", uuid.uuid4(), {0: [0]}, {})
         raise AssertionError("the save should have failed")

@@ -17,6 +17,7 @@ import pytest
 from kbroker.storage.log import Log
 from kbroker.storage.log_config import LogConfig
 from protocol.errors import ErrorCode, KafkaError
+from tests.fsyncs import record_syncs
 from tests.storage.batches import Rec, batch
 from tests.storage.conftest import T0, OpenLog, read_all
 
@@ -96,6 +97,21 @@ def test_recorded_damage_is_still_refused_after_a_clean_restart(open_log: OpenLo
     assert second.segments[1].damage == [damaged]
     assert_refused(second, damaged.first_offset)
     assert second.log_end_offset == end
+
+
+def test_damage_notes_are_durable_when_recovery_ends(open_log: OpenLog, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Once recovery is done the recovery point moves past the segment, so no later start scans
+    # it again: the notes (file and directory entry) must be on disk, not in the page cache.
+    log = open_log(CONFIG)
+    fill(log, 60)
+    closed = log.segments[1]
+    log.release()
+    damage(closed.log_path, batch_positions(closed.log_path)[1][0] + 70)
+    syncs = record_syncs(monkeypatch)
+    open_log(CONFIG)
+    notes = closed.damage_path.resolve()
+    assert syncs.index("fsync", notes.parent) > syncs.index("replace", notes)
+    assert syncs.index("fsync", notes.with_name(notes.name + ".tmp")) < syncs.index("replace", notes)
 
 
 def test_a_damaged_batch_in_the_active_segment_is_kept_when_sound_batches_follow(open_log: OpenLog) -> None:

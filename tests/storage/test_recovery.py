@@ -10,7 +10,7 @@ from kbroker.storage.log import Log
 from kbroker.storage.log_config import LogConfig
 from protocol.errors import ErrorCode, KafkaError
 from tests.storage.batches import batch
-from tests.storage.conftest import T0, OpenLog, read_all
+from tests.storage.conftest import T0, Clock, OpenLog, read_all
 
 CONFIG = LogConfig(segment_bytes=3000, index_interval_bytes=200)
 
@@ -150,3 +150,29 @@ def test_leftover_files_are_cleaned_up(open_log: OpenLog) -> None:
     assert names == ["00000000000000000000.index", "00000000000000000000.log",
                      "00000000000000000000.timeindex", "00000000000000000006.snapshot", "leader-epoch-checkpoint"]
     assert reopened.log_end_offset == 6
+
+
+def test_a_log_start_past_the_log_end_restarts_the_log_empty_there(open_log: OpenLog, clock: Clock) -> None:
+    # DeleteRecords checkpointed a log start, then a crash came before its segments went.
+    log = open_log(LogConfig(segment_bytes=3000, index_interval_bytes=200, file_delete_delay_ms=1000))
+    fill(log, 20)
+    log.append_as_leader(batch(values=[b"idempotent"], producer_id=7, producer_epoch=0, base_sequence=0), 0, T0)
+    log.roll(T0)  # a producer-state snapshot holding producer 7
+    old_segments = [segment.log_path for segment in log.segments]
+    assert len(old_segments) > 1 and log.producer_state.snapshot_offsets()
+    end = log.log_end_offset
+    crash(log)
+    reopened = open_log(LogConfig(segment_bytes=3000, index_interval_bytes=200, file_delete_delay_ms=1000),
+                        log_start_offset=end + 40, high_watermark=end)
+    start = end + 40
+    assert (reopened.log_start_offset, reopened.log_end_offset, reopened.high_watermark) == (start, start, start)
+    assert [s.base_offset for s in reopened.segments] == [start]
+    assert reopened.recovery_point == reopened.cleaner_checkpoint == start
+    assert not reopened.epochs.entries and not reopened.producer_state.producers
+    assert reopened.producer_state.snapshot_offsets() == []
+    assert not any(path.exists() for path in old_segments)  # renamed .deleted, removed after the delay
+    clock.now += 1000
+    assert reopened.delete_expired_files(clock.now) == len(old_segments)
+    assert list(reopened.directory.glob("*.deleted")) == []
+    info = reopened.append_as_leader(batch(values=[b"after"]), 3, T0)
+    assert info.first_offset == start
