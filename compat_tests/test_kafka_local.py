@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -143,3 +144,20 @@ def test_the_broker_ends_when_the_test_run_is_killed(tmp_path: Path) -> None:
         if not process_gone(child):
             os.kill(child, signal.SIGKILL)
         parent.stdout.close()
+
+
+def test_a_broker_started_from_a_worker_thread_outlives_the_thread(tmp_path: Path) -> None:
+    """Linux's parent-death signal follows the thread that forked the child: a broker started by
+    a pool thread (brokers started side by side) was killed the moment that thread ended."""
+    home = stand_in_home(tmp_path, "exec sleep 600\n")
+    kafka = LocalKafka(home, tmp_path / "data")
+    starter = threading.Thread(target=kafka.spawn)
+    starter.start()
+    starter.join()
+    try:
+        assert kafka.proc is not None
+        # A signal sent at the thread's end arrives at once: the broker must still run a second later.
+        with pytest.raises(subprocess.TimeoutExpired):
+            kafka.proc.wait(timeout=1)
+    finally:
+        kafka.kill()

@@ -19,6 +19,7 @@ import os
 import signal
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -62,7 +63,10 @@ def free_port_pair() -> int:
 
 def _die_with_parent() -> None:
     """In the child before exec: SIGTERM when the process that started it dies (Linux
-    PR_SET_PDEATHSIG), so a run that is killed outright does not leave a broker running."""
+    PR_SET_PDEATHSIG), so a run that is killed outright does not leave a broker running.
+
+    Linux sends the signal when the *thread* that forked the child ends, not its process: only
+    a child started from the main thread may ask for it (see `KafkaProcess.spawn`)."""
     pr_set_pdeathsig = 1
     # Not Linux (no prctl): the owner's own shutdown still stops it.
     with contextlib.suppress(OSError, AttributeError):
@@ -119,9 +123,12 @@ class KafkaProcess:
         with open(self.log_path, "ab") as out:
             # Its own session: a Ctrl-C meant for the owner reaches the owner, whose shutdown
             # stops the broker cleanly, not the JVM directly. It still ends with its parent.
+            # Started from another thread (a pool starting brokers side by side), the broker
+            # would be killed as soon as that thread ends: it then relies on its owner's stop().
+            on_main_thread = threading.current_thread() is threading.main_thread()
             self.proc = subprocess.Popen(self.command(), stdout=out, stderr=subprocess.STDOUT,
                                          stdin=subprocess.DEVNULL, env=env, start_new_session=True,
-                                         preexec_fn=_die_with_parent)
+                                         preexec_fn=_die_with_parent if on_main_thread else None)
 
     def start(self, ready: Readiness, timeout_s: float) -> float:
         """Spawn and wait until `ready()` holds; returns the seconds that took. A start that
