@@ -363,9 +363,6 @@ def test_configs_topic_invalid_number(pair: ToolPair, setting: str) -> None:
                      "--add-config", setting)
 
 
-@pytest.mark.xfail(strict=True, reason="DescribeConfigs synonyms: Kafka keeps a topic config's broker synonyms "
-                                       "only from the first one set (log.retention.ms), so an unset "
-                                       "log.retention.ms hides log.retention.hours; kbroker lists it")
 def test_configs_topic_retention_synonyms(pair: ToolPair) -> None:
     topic = "tools-configs-retention"
     create_topic(pair, topic, 1, "retention.ms=86400000")
@@ -387,8 +384,6 @@ def test_configs_broker_describe(pair: ToolPair) -> None:
     pair.assert_same("kafka-configs", *BS, "--entity-type", "brokers", "--entity-default", "--describe")
 
 
-@pytest.mark.xfail(strict=True, reason="dynamic broker configs: kbroker refuses Kafka's own broker settings "
-                                       "(log.cleaner.threads) in IncrementalAlterConfigs")
 def test_configs_broker_alter(pair: ToolPair) -> None:
     broker = [*BS, "--entity-type", "brokers", "--entity-name", "0"]
     try:
@@ -398,8 +393,6 @@ def test_configs_broker_alter(pair: ToolPair) -> None:
         pair.run("kafka-configs", *broker, "--alter", "--delete-config", "log.cleaner.threads")
 
 
-@pytest.mark.xfail(strict=True, reason="dynamic broker default configs: kbroker accepts them but describes "
-                                       "them without their DYNAMIC_DEFAULT_BROKER_CONFIG synonym")
 def test_configs_broker_default_alter(pair: ToolPair) -> None:
     default = [*BS, "--entity-type", "brokers", "--entity-default"]
     try:
@@ -499,19 +492,14 @@ NOT_IMPLEMENTED_APIS = (
     "ListClientMetricsResources", "AddRaftVoter", "RemoveRaftVoter",
 )
 UNSERVED_APIS = replace(rf"^\t({'|'.join(NOT_IMPLEMENTED_APIS)})\(\d+\): .*\n", "")
-# Being built: Fetch v17 (KIP-1005's replica directory id) and AlterReplicaLogDirs.
-APIS_IN_PROGRESS = replace(r"^\t(Fetch\(1\)|AlterReplicaLogDirs\(34\)): .*\n", "")
 
 
 def test_broker_api_versions(pair: ToolPair) -> None:
-    kbroker, _ = pair.assert_same("kafka-broker-api-versions", *BS, rules=[UNSERVED_APIS, APIS_IN_PROGRESS])
+    kbroker, _ = pair.assert_same("kafka-broker-api-versions", *BS, rules=[UNSERVED_APIS])
     assert "<broker> (id: 0 rack: null) -> (" in kbroker.stdout
     assert "\tProduce(0): 0 to 11 [usable: 11],\n" in kbroker.stdout
-
-
-@pytest.mark.xfail(strict=True, reason="Fetch v17 is not offered and AlterReplicaLogDirs is not built yet")
-def test_broker_api_versions_of_apis_in_progress(pair: ToolPair) -> None:
-    pair.assert_same("kafka-broker-api-versions", *BS, rules=[UNSERVED_APIS])
+    assert "\tFetch(1): 0 to 17 [usable: 17],\n" in kbroker.stdout
+    assert "\tAlterReplicaLogDirs(34): 0 to 2 [usable: 2],\n" in kbroker.stdout
 
 
 def test_features_describe(pair: ToolPair) -> None:
