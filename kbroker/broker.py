@@ -12,6 +12,7 @@ from typing import Any
 
 from kbroker.cluster.configs import ConfigService
 from kbroker.cluster.controller import ClusterView, MarkerSender
+from kbroker.cluster.fetch_sessions import FetchSessionCache
 from kbroker.cluster.producer_ids import ProducerIdManager
 from kbroker.cluster.replica_fetcher import FetcherConfig
 from kbroker.cluster.replica_manager import ReplicaManager
@@ -24,7 +25,6 @@ from kbroker.coordinator.txn_coordinator import TOPIC as TRANSACTION_TOPIC
 from kbroker.coordinator.txn_coordinator import TransactionCoordinator, TxnConfig
 from kbroker.metadata.local_store import LocalMetadataStore
 from kbroker.metadata.store import BrokerEndpoint, BrokerIdInUse, BrokerRegistration, MetadataStore
-from kbroker.server.fetch_sessions import FetchSessionCache
 from kbroker.server.server import Server
 from kbroker.storage.log import Log
 from kbroker.storage.log_dir_health import LogDirHealth
