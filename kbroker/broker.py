@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from kbroker.cluster.configs import ConfigService
-from kbroker.cluster.controller import ClusterView, MarkerSender
+from kbroker.cluster.controller import ClusterView
+from kbroker.cluster.fetch_sessions import FetchSessionCache
 from kbroker.cluster.producer_ids import ProducerIdManager
 from kbroker.cluster.replica_fetcher import FetcherConfig
 from kbroker.cluster.replica_manager import ReplicaManager
@@ -22,9 +23,9 @@ from kbroker.coordinator.offsets_topic import TOPIC as OFFSETS_TOPIC
 from kbroker.coordinator.offsets_topic import InternalTopic, OffsetsTopic
 from kbroker.coordinator.txn_coordinator import TOPIC as TRANSACTION_TOPIC
 from kbroker.coordinator.txn_coordinator import TransactionCoordinator, TxnConfig
+from kbroker.coordinator.txn_markers import MarkerSender
 from kbroker.metadata.local_store import LocalMetadataStore
 from kbroker.metadata.store import BrokerEndpoint, BrokerIdInUse, BrokerRegistration, MetadataStore
-from kbroker.server.fetch_sessions import FetchSessionCache
 from kbroker.server.server import Server
 from kbroker.storage.log import Log
 from kbroker.storage.log_dir_health import LogDirHealth

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import uuid
 
-from kbroker.server.fetch_sessions import INVALID_SESSION_ID, CachedPartition, FetchSessionCache, next_epoch
+from kbroker.cluster.fetch_sessions import INVALID_SESSION_ID, CachedPartition, FetchSessionCache, next_epoch
 
 KEY = (uuid.UUID(int=0), "t", 0)
 

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from kbroker.cluster.broker_client import AsyncBrokerClient, BrokerUnavailable
+from kbroker.cluster.fetch_sessions import INITIAL_EPOCH, INVALID_SESSION_ID, next_epoch
 from kbroker.cluster.partition import Partition
-from kbroker.server.fetch_sessions import INITIAL_EPOCH, INVALID_SESSION_ID, next_epoch
 from kbroker.storage.log_validator import UnexpectedAppendOffset
 from protocol.errors import ErrorCode, KafkaError
 from protocol.records import LOG_OVERHEAD

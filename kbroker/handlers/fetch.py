@@ -1,7 +1,7 @@
 """Fetch: read record batches, long-polling until min_bytes arrive or max_wait_ms passes.
 
 Record bytes are never copied here: the log returns file slices that the connection
-sends with sendfile. Fetch sessions (KIP-227, `kbroker/server/fetch_sessions.py`): a full
+sends with sendfile. Fetch sessions (KIP-227, `kbroker/cluster/fetch_sessions.py`): a full
 fetch with epoch 0 opens one; an incremental fetch names only what changed and is answered
 with only the partitions that have news.
 """
@@ -12,9 +12,7 @@ import asyncio
 import uuid
 from typing import Any
 
-from kbroker.cluster.partition import Partition
-from kbroker.handlers import Pacer, RequestContext
-from kbroker.server.fetch_sessions import (
+from kbroker.cluster.fetch_sessions import (
     FINAL_EPOCH,
     INITIAL_EPOCH,
     INVALID_SESSION_ID,
@@ -23,6 +21,8 @@ from kbroker.server.fetch_sessions import (
     PartitionKey,
     next_epoch,
 )
+from kbroker.cluster.partition import Partition
+from kbroker.handlers import Pacer, RequestContext
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.fetch import FetchableTopicResponse, FetchResponse, PartitionData
 
