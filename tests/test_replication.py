@@ -19,7 +19,7 @@ from kbroker.cluster.partition import Partition
 from kbroker.config import BrokerConfig
 from kbroker.handlers.fetch import ZERO_UUID
 from kbroker.storage.log_config import LogConfig
-from protocol.connection import ClientConnection
+from protocol.connection import ClientProtocol
 from protocol.errors import ErrorCode, KafkaError
 from protocol.record_batch import Record, encode_batch
 
@@ -212,7 +212,7 @@ def test_acks_all_produces_of_one_connection_are_appended_while_earlier_ones_wai
         async with two_brokers(tmp_path) as (a, b):
             leader = lead(a, 1, [0, 1])  # b does not follow yet: acks=all must wait
             reader, writer = await asyncio.open_connection("127.0.0.1", a.bound[0][2])
-            client = ClientConnection("pipelining")
+            client = ClientProtocol("pipelining")
             correlations = []
             for value in (b"first", b"second"):
                 body = {"transactional_id": None, "acks": -1, "timeout_ms": 30_000, "topic_data": [
@@ -246,7 +246,7 @@ def test_a_producer_that_hangs_up_while_its_answers_wait_leaves_the_broker_well(
         async with two_brokers(tmp_path) as (a, b):
             leader = lead(a, 1, [0, 1])
             reader, writer = await asyncio.open_connection("127.0.0.1", a.bound[0][2])
-            client = ClientConnection("gone")
+            client = ClientProtocol("gone")
             for value in (b"1", b"2"):
                 body = {"transactional_id": None, "acks": -1, "timeout_ms": 30_000, "topic_data": [
                     {"name": "r", "partition_data": [{"index": 0, "records": batch(value)}]}]}
