@@ -18,8 +18,8 @@ import pytest
 
 from protocol.connection import ClientProtocol
 from tests.brokers import BrokerProcess
-from tests.members import wait_until
 from tests.rawclient import RawClient
+from tests.waiting import wait_until
 
 API_VERSIONS = 18
 
