@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from kbroker.clock import wall_clock_ms
 from kbroker.cluster.configs import ConfigService
 from kbroker.cluster.controller import ClusterView, MarkerSender
 from kbroker.cluster.producer_ids import ProducerIdManager
@@ -258,7 +259,7 @@ class Broker:
     async def _tick_forever(self) -> None:
         while True:
             await asyncio.sleep(TICK_SECONDS)
-            now_ms = int(time.time() * 1000)
+            now_ms = wall_clock_ms()
             try:
                 self.log_manager.tick(now_ms)
             except Exception:

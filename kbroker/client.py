@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 from construct import ConstructError, Container
 
+from kbroker.clock import wall_clock_ms
 from protocol import record_batch
 from protocol.connection import ClientProtocol
 from protocol.errors import ErrorCode, KafkaError
@@ -790,7 +791,7 @@ def encode_batch(records: list[Record], compression: int = record_batch.NONE) ->
     """
     if not records:
         raise ValueError("a batch holds at least one record")
-    now = int(time.time() * 1000)
+    now = wall_clock_ms()
     return record_batch.encode_batch(
         [record_batch.Record(delta, r.timestamp if r.timestamp >= 0 else now, r.key, r.value, list(r.headers))
          for delta, r in enumerate(records)],

@@ -17,10 +17,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from kbroker.clock import wall_clock_ms
 from kbroker.cluster.broker_client import AsyncBrokerClient, BrokerUnavailable
 from kbroker.metadata.store import (
     BrokerRegistration,
@@ -45,10 +45,6 @@ WRITE_TXN_MARKERS = 27
 # epoch or coordinator (Kafka drops those markers too).
 _MARKER_DONE = frozenset({ErrorCode.NO_ERROR, ErrorCode.INVALID_PRODUCER_EPOCH,
                           ErrorCode.TRANSACTION_COORDINATOR_FENCED})
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def initial_state(replicas: list[int], live: set[int], controller_epoch: int) -> PartitionState:
@@ -229,7 +225,7 @@ class ClusterView:
         was_leader = current is not None and current.is_leader
         if state.leader == self.broker_id:
             self.replicas.become_leader(topic, index, record.topic_id, config, state.leader_epoch, replicas,
-                                        state.isr, now_ms())
+                                        state.isr, wall_clock_ms())
         else:
             self.replicas.become_follower(topic, index, record.topic_id, config, state.leader, state.leader_epoch,
                                           replicas, state.isr)
