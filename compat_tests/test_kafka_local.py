@@ -12,7 +12,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -20,6 +19,7 @@ import pytest
 from compat_tests import kafka_local
 from compat_tests.kafka_local import HOME_ENV, KIND_ENV, LocalKafka, kafka_home, reference_kind, required
 from tests.brokers import PROJECT_ROOT
+from tests.waiting import wait_until
 
 
 def stand_in_home(tmp_path: Path, script: str) -> Path:
@@ -39,16 +39,6 @@ def process_gone(pid: int) -> bool:
     except (FileNotFoundError, ProcessLookupError):
         return True
     return state in ("Z", "X")
-
-
-def wait_until(condition: object, timeout_s: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if condition():  # type: ignore[operator]
-            return True
-        time.sleep(0.05)  # between polls of the condition
-    return False
-
 
 def test_distribution_is_the_shared_one_or_the_named_one(tmp_path: Path) -> None:
     assert PROJECT_ROOT.parent / "shared" / "kafka-3.9.0" == kafka_local.DEFAULT_HOME
@@ -114,7 +104,8 @@ def test_stop_sends_sigterm(tmp_path: Path) -> None:
                                    "while true; do sleep 0.05; done\n")
     kafka = LocalKafka(home, tmp_path / "data")
     kafka.spawn()
-    assert wait_until(trapping.exists) and kafka.alive
+    wait_until(trapping.exists, 10, "the stand-in broker to trap SIGTERM")
+    assert kafka.alive
     assert kafka.stop(timeout=10) == 0
     assert marker.exists() and not kafka.alive
 
@@ -139,7 +130,7 @@ def test_the_broker_ends_when_the_test_run_is_killed(tmp_path: Path) -> None:
         assert not process_gone(child)
         parent.send_signal(signal.SIGKILL)
         parent.wait()
-        assert wait_until(lambda: process_gone(child)), "the broker outlived the killed test run"
+        wait_until(lambda: process_gone(child), 10, "the broker to end with the killed test run")
     finally:
         if not process_gone(child):
             os.kill(child, signal.SIGKILL)

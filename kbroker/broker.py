@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from kbroker.clock import wall_clock_ms
 from kbroker.cluster.configs import ConfigService
 from kbroker.cluster.controller import ClusterView
 from kbroker.cluster.fetch_sessions import FetchSessionCache
@@ -259,7 +260,7 @@ class Broker:
     async def _tick_forever(self) -> None:
         while True:
             await asyncio.sleep(TICK_SECONDS)
-            now_ms = int(time.time() * 1000)
+            now_ms = wall_clock_ms()
             try:
                 self.log_manager.tick(now_ms)
             except Exception:

@@ -1,4 +1,4 @@
-"""A small blocking Kafka client over `protocol.connection.ClientConnection`.
+"""A small blocking Kafka client over `protocol.connection.ClientProtocol`.
 
 Made for the command-line tools and tests: one request at a time per connection, API
 versions negotiated per broker, metadata to find partition leaders. It is not a general
@@ -19,8 +19,9 @@ from typing import Any, TypeVar
 
 from construct import ConstructError, Container
 
+from kbroker.clock import wall_clock_ms
 from protocol import record_batch
-from protocol.connection import ClientConnection
+from protocol.connection import ClientProtocol
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages import BY_KEY, consumer_protocol_assignment, consumer_protocol_subscription
 from protocol.primitives import ProtocolError, parse_all
@@ -114,7 +115,7 @@ class BrokerConnection:
         except OSError as e:
             raise BrokerUnreachable(f"cannot connect to broker {self.address}: {_reason(e)}") from None
         self._sock.settimeout(timeout)
-        self._conn = ClientConnection(client_id)
+        self._conn = ClientProtocol(client_id)
         self.versions: dict[int, int] = self._negotiate()
 
     def _negotiate(self) -> dict[int, int]:
@@ -790,7 +791,7 @@ def encode_batch(records: list[Record], compression: int = record_batch.NONE) ->
     """
     if not records:
         raise ValueError("a batch holds at least one record")
-    now = int(time.time() * 1000)
+    now = wall_clock_ms()
     return record_batch.encode_batch(
         [record_batch.Record(delta, r.timestamp if r.timestamp >= 0 else now, r.key, r.value, list(r.headers))
          for delta, r in enumerate(records)],

@@ -1,8 +1,10 @@
 """Sans-io Kafka connections: bytes in, events out; objects in, bytes out.
 
-`ServerConnection` is what a broker runs per socket; `ClientConnection` is its mirror
-for tools and tests. Neither touches a socket: the caller feeds received bytes with
-`receive_data` and sends what `encode_*` returns.
+`ClientProtocol` is a client's side of one connection (the CLI tools, the inter-broker client
+and tests); `ServerProtocol` is its mirror, a broker's side, for tests (the broker's own
+`kbroker.server.connection.ServedConnection` calls `decode_request`/`encode_response`
+directly). Neither touches a socket: the caller feeds received bytes with `receive_data` and
+sends what `encode_*` returns.
 """
 
 from __future__ import annotations
@@ -107,7 +109,7 @@ class _FrameReader:
         return len(self._buffer)
 
 
-class ServerConnection:
+class ServerProtocol:
     """The broker's side of one connection."""
 
     def __init__(self, max_request_size: int = 104857600) -> None:
@@ -223,7 +225,7 @@ def decode_request(frame: memoryview, max_entries: int | None = None) -> Request
     return Request(header, api, body, len(frame))
 
 
-class ClientConnection:
+class ClientProtocol:
     """A client's side: numbers requests and matches responses to them."""
 
     def __init__(self, client_id: str | None = "kbroker", max_response_size: int = 1 << 30) -> None:
@@ -266,12 +268,12 @@ class ClientConnection:
 
 
 __all__ = [
-    "ClientConnection",
+    "ClientProtocol",
     "FrameTooLarge",
     "MalformedRequest",
     "Request",
     "RequestHeader",
-    "ServerConnection",
+    "ServerProtocol",
     "UnknownFieldError",
     "decode_request",
     "encode_response",

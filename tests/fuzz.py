@@ -18,7 +18,7 @@ from typing import Any
 
 from construct import Construct
 
-from protocol.connection import ClientConnection
+from protocol.connection import ClientProtocol
 from protocol.messages import BY_KEY
 from protocol.primitives import (
     Bool,
@@ -57,7 +57,7 @@ class FrameGenerator:
         self.topic = topic
         self.targets = [(key, version) for key, low, high in apis for version in range(low, high + 1)
                         if version in BY_KEY[key].REQUEST]
-        self.client = ClientConnection("fuzz")
+        self.client = ClientProtocol("fuzz")
 
     def frames(self, count: int) -> Iterator[tuple[int, int, bytes]]:
         """(api key, version, frame with its size prefix), `count` of them, every target in turn."""

@@ -1,4 +1,4 @@
-"""A clock the test moves by hand, for the group coordinator's timers (kbroker.coordinator.clock):
+"""A clock the test moves by hand, for the group coordinator's timers (kbroker.clock.LoopClock):
 minutes of session timeouts and rebalance delays pass in an instant, in a fixed order."""
 
 from __future__ import annotations

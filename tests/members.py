@@ -107,15 +107,6 @@ class MemberProcess:
             self.proc.kill()
             self.proc.wait()
 
-
-def wait_until(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.1)
-
-
 def exclusive_cover(members: list[MemberProcess], partitions: set[tuple[str, int]]) -> bool:
     """Every partition is assigned to exactly one of `members`."""
     owned = [tp for m in members for tp in m.assignment]

@@ -8,14 +8,14 @@ from typing import Any
 
 from construct import Container
 
-from protocol.connection import ClientConnection
+from protocol.connection import ClientProtocol
 
 
 class RawClient:
     def __init__(self, bootstrap: str, timeout: float = 10.0) -> None:
         host, port = bootstrap.rsplit(":", 1)
         self.sock = socket.create_connection((host, int(port)), timeout=timeout)
-        self.conn = ClientConnection("raw-test")
+        self.conn = ClientProtocol("raw-test")
 
     def request(self, api_key: int, version: int, body: dict[str, Any]) -> Container:
         _, data = self.conn.encode_request(api_key, version, body)

@@ -9,6 +9,7 @@ import dataclasses
 from pathlib import Path
 
 from kbroker.broker import Broker
+from kbroker.clock import wall_clock_ms
 from kbroker.cluster.topics import TopicSpec
 from kbroker.config import BrokerConfig
 from kbroker.coordinator.group import GroupState
@@ -16,7 +17,6 @@ from kbroker.coordinator.group_coordinator import (
     NEW_MEMBER_JOIN_TIMEOUT_MS,
     JoinRequest,
     OffsetCommit,
-    now_ms,
 )
 from kbroker.coordinator.offsets_topic import partition_for
 from protocol.errors import ErrorCode
@@ -46,7 +46,7 @@ def test_offsets_of_empty_groups_expire_and_stay_expired_after_restart(tmp_path:
         group = broker.groups.groups["old-readers"]
         group.state_timestamp_ms -= RETENTION_MS  # it has been empty for a week
 
-        assert broker.groups.expire_offsets(now_ms()) == 2
+        assert broker.groups.expire_offsets(wall_clock_ms()) == 2
         assert "old-readers" not in broker.groups.groups
         assert broker.groups.fetch_offsets("new-readers", None)[("events", 0)].offset == 10
         await broker.stop()

@@ -15,11 +15,12 @@ from pathlib import Path
 import pytest
 
 from kbroker.broker import Broker
+from kbroker.clock import wall_clock_ms
 from kbroker.cluster.partition import Partition
 from kbroker.config import BrokerConfig
 from kbroker.handlers.fetch import ZERO_UUID
 from kbroker.storage.log_config import LogConfig
-from protocol.connection import ClientConnection
+from protocol.connection import ClientProtocol
 from protocol.errors import ErrorCode, KafkaError
 from protocol.record_batch import Record, encode_batch
 
@@ -29,12 +30,8 @@ LAG_MS = 30_000
 
 
 def batch(*values: bytes) -> bytes:
-    now = int(time.time() * 1000)
+    now = wall_clock_ms()
     return encode_batch([Record(i, now, None, v) for i, v in enumerate(values)])
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 @asynccontextmanager
@@ -66,7 +63,7 @@ async def until(condition: Callable[[], bool], timeout_s: float = 10.0) -> None:
 
 
 def lead(broker: Broker, epoch: int, isr: list[int]) -> Partition:
-    return broker.replicas.become_leader("r", 0, TOPIC_ID, CONFIG, epoch, [0, 1], isr, now_ms())
+    return broker.replicas.become_leader("r", 0, TOPIC_ID, CONFIG, epoch, [0, 1], isr, wall_clock_ms())
 
 
 def follow(broker: Broker, leader: int, epoch: int) -> Partition:
@@ -81,21 +78,21 @@ def test_acks_all_waits_for_the_follower_and_the_isr_follows_it(tmp_path: Path) 
     async def scenario() -> None:
         async with two_brokers(tmp_path) as (a, b):
             leader, follower = lead(a, 1, [0, 1]), follow(b, 0, 1)
-            info = leader.append_as_leader(batch(b"x", b"y"), now_ms(), required_acks=-1)
+            info = leader.append_as_leader(batch(b"x", b"y"), wall_clock_ms(), required_acks=-1)
             assert await leader.wait_for_replication(info.last_offset + 1, 10) == ErrorCode.NO_ERROR
             assert leader.high_watermark == 2 and follower.log_end_offset == 2
             await until(lambda: follower.high_watermark == 2)  # learnt from the next fetch
             assert log_bytes(follower) == log_bytes(leader)  # offsets and epochs as the leader gave them
 
             await b.replicas.stop()  # the follower stops fetching
-            info = leader.append_as_leader(batch(b"z"), now_ms(), required_acks=-1)
+            info = leader.append_as_leader(batch(b"z"), wall_clock_ms(), required_acks=-1)
             assert await leader.wait_for_replication(info.last_offset + 1, 0.2) == ErrorCode.REQUEST_TIMED_OUT
-            a.replicas.shrink_isrs(now_ms() + LAG_MS + 1, LAG_MS)
+            a.replicas.shrink_isrs(wall_clock_ms() + LAG_MS + 1, LAG_MS)
             assert leader.isr == [0] and leader.high_watermark == 3  # the HW no longer waits for it
             with pytest.raises(KafkaError) as refused:
-                leader.append_as_leader(batch(b"w"), now_ms(), required_acks=-1)
+                leader.append_as_leader(batch(b"w"), wall_clock_ms(), required_acks=-1)
             assert refused.value.code == ErrorCode.NOT_ENOUGH_REPLICAS
-            leader.append_as_leader(batch(b"w"), now_ms(), required_acks=1)
+            leader.append_as_leader(batch(b"w"), wall_clock_ms(), required_acks=1)
 
             follow(b, 0, 1).make_follower(-1, 1, [0, 1], [0])  # reset, as after a restart
             follower = follow(b, 0, 1)
@@ -110,14 +107,14 @@ def test_a_returning_leader_truncates_what_it_wrote_alone(tmp_path: Path) -> Non
         async with two_brokers(tmp_path) as (a, b):
             old_leader = lead(a, 1, [0, 1])
             follow(b, 0, 1)
-            info = old_leader.append_as_leader(batch(b"1", b"2", b"3"), now_ms(), required_acks=-1)
+            info = old_leader.append_as_leader(batch(b"1", b"2", b"3"), wall_clock_ms(), required_acks=-1)
             assert await old_leader.wait_for_replication(info.last_offset + 1, 10) == ErrorCode.NO_ERROR
             await b.replicas.stop()
-            old_leader.append_as_leader(batch(b"lost", b"lost"), now_ms(), required_acks=1)  # never replicated
+            old_leader.append_as_leader(batch(b"lost", b"lost"), wall_clock_ms(), required_acks=1)  # never replicated
             assert old_leader.log_end_offset == 5
 
             new_leader = lead(b, 2, [1])  # the controller elects b; a is cut off
-            new_leader.append_as_leader(batch(b"4"), now_ms(), required_acks=1)
+            new_leader.append_as_leader(batch(b"4"), wall_clock_ms(), required_acks=1)
             returning = follow(a, 1, 2)
             await until(lambda: returning.log_end_offset == 4 and returning.log.latest_epoch == 2)
             assert log_bytes(returning) == log_bytes(new_leader)  # the divergent tail is gone, byte for byte
@@ -132,7 +129,7 @@ def test_followers_refuse_client_reads_and_writes(tmp_path: Path) -> None:
             lead(a, 1, [0, 1])
             follower = follow(b, 0, 1)
             with pytest.raises(KafkaError) as refused:
-                follower.append_as_leader(batch(b"x"), now_ms())
+                follower.append_as_leader(batch(b"x"), wall_clock_ms())
             assert refused.value.code == ErrorCode.NOT_LEADER_OR_FOLLOWER
             with pytest.raises(KafkaError):
                 follower.delete_records(0)
@@ -149,16 +146,16 @@ def test_a_deleted_topic_leaves_the_fetcher_of_a_follower(tmp_path: Path) -> Non
         async with two_brokers(tmp_path) as (a, b):
             b.replicas.fetcher_config = b.replicas.fetcher_config.__class__(max_wait_ms=100, backoff_ms=5000)
             leader, follower = lead(a, 1, [0, 1]), follow(b, 0, 1)
-            a.replicas.become_leader("gone", 0, uuid.uuid4(), CONFIG, 1, [0, 1], [0, 1], now_ms())
+            a.replicas.become_leader("gone", 0, uuid.uuid4(), CONFIG, 1, [0, 1], [0, 1], wall_clock_ms())
             b.replicas.become_follower("gone", 0, uuid.uuid4(), CONFIG, 0, 1, [0, 1], [0, 1])
-            info = leader.append_as_leader(batch(b"x"), now_ms(), required_acks=-1)
+            info = leader.append_as_leader(batch(b"x"), wall_clock_ms(), required_acks=-1)
             assert await leader.wait_for_replication(info.last_offset + 1, 10) == ErrorCode.NO_ERROR
 
             b.replicas.remove_topic("gone")  # DeleteTopics on the follower
             a.replicas.stop_replica("gone", 0, delete=True)  # the leader's watch
             assert all(("gone", 0) not in fetcher.partitions for fetcher in b.replicas._fetchers.values())
             for value in (b"y", b"z"):  # well within the 5 s backoff an error would cost
-                info = leader.append_as_leader(batch(value), now_ms(), required_acks=-1)
+                info = leader.append_as_leader(batch(value), wall_clock_ms(), required_acks=-1)
                 assert await leader.wait_for_replication(info.last_offset + 1, 2) == ErrorCode.NO_ERROR
             assert follower.log_end_offset == 3
 
@@ -169,18 +166,18 @@ def test_followers_fetch_in_a_session_and_start_over_when_the_leader_forgets_it(
     async def scenario() -> None:
         async with two_brokers(tmp_path) as (a, b):
             leader, follower = lead(a, 1, [0, 1]), follow(b, 0, 1)
-            info = leader.append_as_leader(batch(b"1"), now_ms(), required_acks=-1)
+            info = leader.append_as_leader(batch(b"1"), wall_clock_ms(), required_acks=-1)
             assert await leader.wait_for_replication(info.last_offset + 1, 10) == ErrorCode.NO_ERROR
             await until(lambda: len(a.fetch_sessions) == 1)
             [session] = a.fetch_sessions.sessions.values()
             assert session.privileged and list(session.partitions) == [(ZERO_UUID, "r", 0)]
             epoch = session.epoch
-            info = leader.append_as_leader(batch(b"2"), now_ms(), required_acks=-1)
+            info = leader.append_as_leader(batch(b"2"), wall_clock_ms(), required_acks=-1)
             assert await leader.wait_for_replication(info.last_offset + 1, 10) == ErrorCode.NO_ERROR
             assert session.epoch > epoch  # incremental fetches moved it on
 
             a.fetch_sessions.sessions.clear()  # as after the leader's restart: FETCH_SESSION_ID_NOT_FOUND
-            info = leader.append_as_leader(batch(b"3"), now_ms(), required_acks=-1)
+            info = leader.append_as_leader(batch(b"3"), wall_clock_ms(), required_acks=-1)
             assert await leader.wait_for_replication(info.last_offset + 1, 10) == ErrorCode.NO_ERROR
             await until(lambda: follower.high_watermark == 3)
             assert len(a.fetch_sessions) == 1 and log_bytes(follower) == log_bytes(leader)
@@ -197,7 +194,7 @@ def test_a_partition_the_leader_refuses_does_not_hold_back_the_others(tmp_path: 
             # The follower also follows a partition its leader does not host (yet): it is refused.
             b.replicas.become_follower("absent", 0, uuid.uuid4(), CONFIG, 0, 1, [0, 1], [0, 1])
             for value in (b"1", b"2", b"3"):
-                info = leader.append_as_leader(batch(value), now_ms(), required_acks=-1)
+                info = leader.append_as_leader(batch(value), wall_clock_ms(), required_acks=-1)
                 # Far below the backoff: only the refused partition waits it out.
                 assert await leader.wait_for_replication(info.last_offset + 1, 10) == ErrorCode.NO_ERROR
             assert log_bytes(follower) == log_bytes(leader)
@@ -212,7 +209,7 @@ def test_acks_all_produces_of_one_connection_are_appended_while_earlier_ones_wai
         async with two_brokers(tmp_path) as (a, b):
             leader = lead(a, 1, [0, 1])  # b does not follow yet: acks=all must wait
             reader, writer = await asyncio.open_connection("127.0.0.1", a.bound[0][2])
-            client = ClientConnection("pipelining")
+            client = ClientProtocol("pipelining")
             correlations = []
             for value in (b"first", b"second"):
                 body = {"transactional_id": None, "acks": -1, "timeout_ms": 30_000, "topic_data": [
@@ -246,7 +243,7 @@ def test_a_producer_that_hangs_up_while_its_answers_wait_leaves_the_broker_well(
         async with two_brokers(tmp_path) as (a, b):
             leader = lead(a, 1, [0, 1])
             reader, writer = await asyncio.open_connection("127.0.0.1", a.bound[0][2])
-            client = ClientConnection("gone")
+            client = ClientProtocol("gone")
             for value in (b"1", b"2"):
                 body = {"transactional_id": None, "acks": -1, "timeout_ms": 30_000, "topic_data": [
                     {"name": "r", "partition_data": [{"index": 0, "records": batch(value)}]}]}
@@ -255,7 +252,7 @@ def test_a_producer_that_hangs_up_while_its_answers_wait_leaves_the_broker_well(
             writer.close()  # gone before any answer
             follow(b, 0, 1)
             await until(lambda: leader.high_watermark == 2)
-            info = leader.append_as_leader(batch(b"3"), now_ms(), required_acks=-1)
+            info = leader.append_as_leader(batch(b"3"), wall_clock_ms(), required_acks=-1)
             assert await leader.wait_for_replication(info.last_offset + 1, 10) == ErrorCode.NO_ERROR
             # Its connection's tasks have ended: nothing is left waiting on the closed socket.
             await until(lambda: not [t for t in asyncio.all_tasks() if "_send_in_order" in repr(t.get_coro())])

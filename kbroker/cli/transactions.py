@@ -4,10 +4,10 @@
 from __future__ import annotations
 
 import argparse
-import time
 
 from kbroker.cli.common import CommandError, add_bootstrap_argument, connect, describe_error
 from kbroker.client import Client, ProducerState
+from kbroker.clock import wall_clock_ms
 from protocol.errors import KafkaError
 
 MS_PER_MINUTE = 60_000
@@ -63,7 +63,7 @@ def _describe(client: Client, args: argparse.Namespace) -> int:
     open_ = txn.start_time_ms >= 0
     row = [str(txn.coordinator_id), txn.transactional_id, str(txn.producer_id), str(txn.producer_epoch), txn.state,
            str(txn.timeout_ms), str(txn.start_time_ms) if open_ else "None",
-           str(_now_ms() - txn.start_time_ms) if open_ else "None",
+           str(wall_clock_ms() - txn.start_time_ms) if open_ else "None",
            ",".join(f"{t}-{p}" for t, p in txn.partitions)]
     print_table(["CoordinatorId", "TransactionalId", "ProducerId", "ProducerEpoch", "TransactionState",
                  "TransactionTimeoutMs", "CurrentTransactionStartTimeMs", "TransactionDurationMs",
@@ -110,7 +110,7 @@ def _find_hanging(client: Client, args: argparse.Namespace) -> int:
                            "of the search")
     if args.partition is not None and args.topic is None:
         raise CommandError("The --partition argument requires --topic to be provided")
-    now = _now_ms()
+    now = wall_clock_ms()
     candidates = [(tp, p) for tp in _partitions_to_search(client, args)
                   for p in client.describe_producers(*tp, args.broker_id)
                   if p.current_txn_start_offset >= 0
@@ -155,10 +155,6 @@ def print_table(headers: list[str], rows: list[list[str]]) -> None:
     widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
     for row in [headers, *rows]:
         print("".join(cell.ljust(width) + "\t" for cell, width in zip(row, widths, strict=True)))
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 _ACTIONS = {

@@ -13,7 +13,7 @@ from typing import Any
 
 from construct import ConstructError, Container
 
-from protocol.connection import ClientConnection
+from protocol.connection import ClientProtocol
 from protocol.primitives import ProtocolError
 
 READ_CHUNK = 1 << 20
@@ -27,7 +27,7 @@ class AsyncBrokerClient:
     def __init__(self, host: str, port: int, client_id: str, timeout_s: float = 30.0) -> None:
         self.host, self.port = host, port
         self.timeout_s = timeout_s
-        self._conn = ClientConnection(client_id)
+        self._conn = ClientProtocol(client_id)
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
 
@@ -49,7 +49,7 @@ class AsyncBrokerClient:
     async def _exchange(self, api_key: int, version: int, body: Any) -> Container:
         if self._writer is None:
             self._reader, self._writer = await asyncio.open_connection(self.host, self.port)
-            self._conn = ClientConnection(self._conn.client_id)
+            self._conn = ClientProtocol(self._conn.client_id)
         assert self._reader is not None
         _, data = self._conn.encode_request(api_key, version, body)
         self._writer.write(data)

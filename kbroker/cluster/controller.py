@@ -17,10 +17,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from kbroker.clock import wall_clock_ms
 from kbroker.metadata.store import (
     BrokerRegistration,
     MetadataConflict,
@@ -39,10 +39,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("kbroker.controller")
 
 NO_LEADER = -1
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def initial_state(replicas: list[int], live: set[int], controller_epoch: int) -> PartitionState:
@@ -223,7 +219,7 @@ class ClusterView:
         was_leader = current is not None and current.is_leader
         if state.leader == self.broker_id:
             self.replicas.become_leader(topic, index, record.topic_id, config, state.leader_epoch, replicas,
-                                        state.isr, now_ms())
+                                        state.isr, wall_clock_ms())
         else:
             self.replicas.become_follower(topic, index, record.topic_id, config, state.leader, state.leader_epoch,
                                           replicas, state.isr)

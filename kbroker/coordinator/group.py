@@ -21,7 +21,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from kbroker.coordinator.clock import Timer
+from kbroker.clock import Timer
 from protocol.coordinator_records import GroupValue, MemberValue
 
 

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kbroker.coordinator.clock import Clock
+from kbroker.clock import LoopClock, wall_clock_ms
 from kbroker.coordinator.group import Group, GroupState, JoinResult, Member, SyncResult
 from kbroker.coordinator.offsets_topic import Marker, OffsetsTopic
 from protocol.coordinator_records import GroupKey, GroupValue, OffsetKey, OffsetValue
@@ -64,13 +63,9 @@ class OffsetCommit:
     metadata: str | None
 
 
-def now_ms() -> int:
-    return int(time.time() * 1000)
-
-
 class GroupCoordinator:
     def __init__(
-        self, offsets_topic: OffsetsTopic, config: GroupConfig, partition_exists: Any, clock: Clock | None = None
+        self, offsets_topic: OffsetsTopic, config: GroupConfig, partition_exists: Any, clock: LoopClock | None = None
     ) -> None:
         self.topic = offsets_topic
         self.config = config
@@ -86,7 +81,7 @@ class GroupCoordinator:
         return asyncio.get_running_loop()
 
     @property
-    def _clock(self) -> Clock:
+    def _clock(self) -> LoopClock:
         return self.clock if self.clock is not None else asyncio.get_running_loop()
 
     # -- startup ---------------------------------------------------------------------------------
@@ -192,7 +187,7 @@ class GroupCoordinator:
         if group is None or group.is_in(GroupState.DEAD):
             if request.member_id != UNKNOWN_MEMBER_ID:
                 return JoinResult(E.UNKNOWN_MEMBER_ID, request.member_id)
-            group = self.groups[request.group_id] = Group(request.group_id, state_timestamp_ms=now_ms())
+            group = self.groups[request.group_id] = Group(request.group_id, state_timestamp_ms=wall_clock_ms())
         if not group.supports(request.protocol_type, request.protocols):
             return JoinResult(E.INCONSISTENT_GROUP_PROTOCOL, request.member_id)
         if request.member_id == UNKNOWN_MEMBER_ID:
@@ -341,7 +336,7 @@ class GroupCoordinator:
         if group.is_in(GroupState.COMPLETING_REBALANCE):
             self._reset_assignments(group, E.REBALANCE_IN_PROGRESS)
         initial = group.is_in(GroupState.EMPTY)
-        group.transition(GroupState.PREPARING_REBALANCE, now_ms())
+        group.transition(GroupState.PREPARING_REBALANCE, wall_clock_ms())
         log.info("group %s rebalancing (generation %d): %s", group.group_id, group.generation_id, reason)
         if group.join_timer is not None:
             group.join_timer.cancel()
@@ -385,12 +380,12 @@ class GroupCoordinator:
         group.generation_id += 1
         if group.is_empty:
             group.protocol_name = None
-            group.transition(GroupState.EMPTY, now_ms())
+            group.transition(GroupState.EMPTY, wall_clock_ms())
             self._store_group(group)
             log.info("group %s is empty at generation %d", group.group_id, group.generation_id)
             return
         group.protocol_name = group.select_protocol()
-        group.transition(GroupState.COMPLETING_REBALANCE, now_ms())
+        group.transition(GroupState.COMPLETING_REBALANCE, wall_clock_ms())
         log.info("group %s generation %d: %d members, protocol %s", group.group_id, group.generation_id,
                  len(group.members), group.protocol_name)
         for member in group.members.values():
@@ -444,7 +439,7 @@ class GroupCoordinator:
             self._reset_assignments(group, e.code)
             self._prepare_rebalance(group, f"storing the assignment failed: {e}")
             return
-        group.transition(GroupState.STABLE, now_ms())
+        group.transition(GroupState.STABLE, wall_clock_ms())
         for member in group.members.values():
             if member.awaiting_sync is not None and not member.awaiting_sync.done():
                 member.awaiting_sync.set_result(
@@ -618,7 +613,7 @@ class GroupCoordinator:
                 raise KafkaError(E.ILLEGAL_GENERATION)  # from a generation of a group that is gone
             # Offsets only (assign + commit), or a producer's offsets: a group the coordinator
             # does not manage, Empty.
-            group = self.groups[group_id] = Group(group_id, state_timestamp_ms=now_ms())
+            group = self.groups[group_id] = Group(group_id, state_timestamp_ms=wall_clock_ms())
         self._validate_commit(group, generation_id, member_id, instance_id, transactional)
         if not transactional and group.is_in(GroupState.STABLE, GroupState.PREPARING_REBALANCE):
             # During PreparingRebalance a member may still commit: its heartbeat tells it of the
@@ -666,7 +661,7 @@ class GroupCoordinator:
         return E.NO_ERROR
 
     def _store_offsets(self, group_id: str, commits: list[OffsetCommit]) -> None:
-        timestamp = now_ms()
+        timestamp = wall_clock_ms()
         values = {
             (c.topic, c.partition): OffsetValue(c.offset, c.leader_epoch, c.metadata or "", timestamp) for c in commits
         }
@@ -684,7 +679,7 @@ class GroupCoordinator:
         errors = self._commit_errors(group_id, generation_id, member_id, instance_id, commits, transactional=True)
         accepted = [c for c, error in zip(commits, errors, strict=True) if error == E.NO_ERROR]
         if accepted:
-            timestamp = now_ms()
+            timestamp = wall_clock_ms()
             values = {(c.topic, c.partition): OffsetValue(c.offset, c.leader_epoch, c.metadata or "", timestamp)
                       for c in accepted}
             entries = [self.topic.offset_entry(group_id, t, p, v) for (t, p), v in values.items()]
@@ -759,9 +754,9 @@ class GroupCoordinator:
         offsets = self.offsets.get(group_id, {})
         entries = [self.topic.offset_entry(group_id, t, p, None) for t, p in offsets]
         entries.append(self.topic.group_entry(group_id, None))
-        self.topic.write(group_id, entries, now_ms())
+        self.topic.write(group_id, entries, wall_clock_ms())
         self.offsets.pop(group_id, None)
-        group.transition(GroupState.DEAD, now_ms())
+        group.transition(GroupState.DEAD, wall_clock_ms())
         del self.groups[group_id]
         log.info("deleted group %s", group_id)
 
@@ -787,7 +782,7 @@ class GroupCoordinator:
         committed = self.offsets.get(group_id, {})
         present = [tp for tp in deletable if tp in committed]
         if present:
-            self.topic.write(group_id, [self.topic.offset_entry(group_id, t, p, None) for t, p in present], now_ms())
+            self.topic.write(group_id, [self.topic.offset_entry(group_id, t, p, None) for t, p in present], wall_clock_ms())
             for tp in present:
                 del committed[tp]
         return E.NO_ERROR, results
@@ -795,7 +790,7 @@ class GroupCoordinator:
     # -- persistence and expiry ------------------------------------------------------------------
 
     def _store_group(self, group: Group) -> None:
-        self.topic.write(group.group_id, [self.topic.group_entry(group.group_id, group.to_record(now_ms()))], now_ms())
+        self.topic.write(group.group_id, [self.topic.group_entry(group.group_id, group.to_record(wall_clock_ms()))], wall_clock_ms())
 
     def expire_offsets(self, now: int) -> int:
         """offsets.retention.minutes: drop old offsets of empty groups (and of topics a stable

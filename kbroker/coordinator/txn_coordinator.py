@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from kbroker.coordinator.group_coordinator import now_ms
+from kbroker.clock import wall_clock_ms
 from kbroker.coordinator.offsets_topic import TOPIC as OFFSETS_TOPIC
 from kbroker.coordinator.offsets_topic import InternalTopic
 from kbroker.storage.producer_state import AppendOrigin
@@ -241,7 +241,7 @@ class TransactionCoordinator:
         for topic, partition in partitions:
             txn.partitions.setdefault(topic, set()).add(partition)
         if fresh:
-            txn.start_ms = now_ms()
+            txn.start_ms = wall_clock_ms()
         self._persist(txn, TxnState.ONGOING)
 
     def _txn_for(self, transactional_id: str, producer_id: int, producer_epoch: int) -> TxnMetadata:
@@ -279,7 +279,7 @@ class TransactionCoordinator:
         theirs at once; those led by other brokers get WriteTxnMarkers from a background task, and
         the transaction stays in Prepare* (CONCURRENT_TRANSACTIONS to its producer) until then."""
         committed = txn.state == TxnState.PREPARE_COMMIT
-        now = now_ms()
+        now = wall_clock_ms()
         remote = []
         for topic, index in txn.partition_list():
             partition = self.replicas.find(topic, index)
@@ -348,7 +348,7 @@ class TransactionCoordinator:
         """Write the new state first; only then does it take effect (and get acknowledged)."""
         previous = txn.state
         txn.state = state
-        txn.last_update_ms = now_ms()
+        txn.last_update_ms = wall_clock_ms()
         entry = (encode_transaction_key(txn.transactional_id), encode_transaction_value(txn.record()))
         try:
             self.topic.write(txn.transactional_id, [entry], txn.last_update_ms)

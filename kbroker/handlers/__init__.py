@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import importlib
 import logging
-import time
 from collections.abc import Awaitable
 from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+from kbroker.clock import wall_clock_ms
 from kbroker.log_limiter import RateLimitedLog
 from kbroker.pacing import ENTRIES_PER_TURN, Pacer, each  # noqa: F401 - the handlers' toolkit
 from protocol.connection import Request, RequestHeader
@@ -37,7 +37,7 @@ class RequestContext:
 
     @staticmethod
     def now_ms() -> int:
-        return int(time.time() * 1000)
+        return wall_clock_ms()
 
     def fenced_code(self, code: int, known_since: int) -> int:
         """PRODUCER_FENCED as this request's version knows it: older versions of the

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kbroker.coordinator.group_coordinator import now_ms
+from kbroker.clock import wall_clock_ms
 from kbroker.coordinator.txn_coordinator import TxnState
 from kbroker.handlers import RequestContext
 from protocol.errors import ErrorCode
@@ -20,7 +20,7 @@ async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
     states = set(request.state_filters)
     unknown = sorted(states - STATE_NAMES)
     longer_than = request.duration_filter if ctx.version >= 1 else -1
-    now = now_ms()
+    now = wall_clock_ms()
     listed = [
         {"transactional_id": t.transactional_id, "producer_id": t.producer_id, "transaction_state": t.state.display}
         for t in ctx.broker.transactions.list(states & STATE_NAMES if states else set(), set(request.producer_id_filters))

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import time
 import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
+from kbroker.clock import wall_clock_ms
 from kbroker.config import new_cluster_id
 from kbroker.fsutil import write_atomically
 from kbroker.metadata.store import (
@@ -319,7 +319,7 @@ def _with_version(state: PartitionState, version: int) -> PartitionState:
 
 
 def _stamped(registration: BrokerRegistration) -> BrokerRegistration:
-    return dataclasses.replace(registration, timestamp_ms=int(time.time() * 1000))
+    return dataclasses.replace(registration, timestamp_ms=wall_clock_ms())
 
 
 def _entity(broker_id: int | None) -> str:

@@ -30,7 +30,6 @@ import json
 import logging
 import re
 import threading
-import time
 import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -47,6 +46,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import ZnodeStat
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
+from kbroker.clock import wall_clock_ms
 from kbroker.config import new_cluster_id
 from kbroker.metadata.store import (
     BrokerEndpoint,
@@ -228,7 +228,7 @@ class ZooKeeperMetadataStore(MetadataStore):
 
     def _purge_config_changes(self) -> None:
         """Delete notifications older than Kafka's 15 minutes, which every broker has seen."""
-        horizon = int(time.time() * 1000) - CONFIG_CHANGE_EXPIRATION_MS
+        horizon = wall_clock_ms() - CONFIG_CHANGE_EXPIRATION_MS
         children = self._client.get_children(CONFIG_CHANGES_PATH)
         stats = [self._client.exists_async(f"{CONFIG_CHANGES_PATH}/{c}") for c in children]
         for child, request in zip(children, stats, strict=True):
@@ -437,7 +437,7 @@ class ZooKeeperMetadataStore(MetadataStore):
     def register_broker(self, registration: BrokerRegistration) -> None:
         if not registration.timestamp_ms:
             registration = BrokerRegistration(
-                registration.broker_id, registration.endpoints, registration.rack, int(time.time() * 1000)
+                registration.broker_id, registration.endpoints, registration.rack, wall_clock_ms()
             )
         self._create_registration(registration)
         self._registration = registration
@@ -491,7 +491,7 @@ class ZooKeeperMetadataStore(MetadataStore):
         """Kafka's election: create the ephemeral /controller and bump /controller_epoch in one
         transaction, the epoch compared by version, so two winners (or two equal epochs) are
         impossible even if ZooKeeper sessions race."""
-        controller_data = _encode({"version": 2, "brokerid": broker_id, "timestamp": str(int(time.time() * 1000)),
+        controller_data = _encode({"version": 2, "brokerid": broker_id, "timestamp": str(wall_clock_ms()),
                                    "kraftControllerEpoch": -1})
         for _ in range(_CAS_ATTEMPTS):
             epoch, epoch_version = self._read_controller_epoch()

@@ -69,7 +69,9 @@ class _Frame:
     reserved: int  # bytes taken from the memory pool, given back when answered
 
 
-class ClientConnection(asyncio.BufferedProtocol):
+class ServedConnection(asyncio.BufferedProtocol):
+    """The broker's handling of one accepted client connection (see the module docstring)."""
+
     def __init__(self, server: Server, ip: str) -> None:
         self.server = server
         self.broker = server.broker

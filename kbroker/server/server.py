@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from kbroker.config import parse_ip_overrides
 from kbroker.log_limiter import RateLimitedLog
-from kbroker.server.connection import ClientConnection, ConnectionLimits
+from kbroker.server.connection import ConnectionLimits, ServedConnection
 from kbroker.server.memory_pool import MemoryPool
 
 if TYPE_CHECKING:
@@ -59,7 +59,7 @@ class Server:
         self.per_ip_overrides = parse_ip_overrides(config.get("max.connections.per.ip.overrides"))
         self.memory = MemoryPool(config.get("queued.max.request.bytes"))
         self._listeners: list[_Listener] = []
-        self._connections: set[ClientConnection] = set()
+        self._connections: set[ServedConnection] = set()
         self._per_ip: Counter[str] = Counter()
         self._accept_paused_until = 0.0
         self._sweeper: asyncio.Task[None] | None = None
@@ -140,12 +140,12 @@ class Server:
         conn.setblocking(False)
         with contextlib.suppress(OSError):
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        connection = ClientConnection(self, ip)
+        connection = ServedConnection(self, ip)
         self._connections.add(connection)
         self._per_ip[ip] += 1
         asyncio.get_running_loop().create_task(self._attach(conn, connection))
 
-    async def _attach(self, conn: socket.socket, connection: ClientConnection) -> None:
+    async def _attach(self, conn: socket.socket, connection: ServedConnection) -> None:
         try:
             await asyncio.get_running_loop().connect_accepted_socket(lambda: connection, sock=conn)
         except OSError as e:
@@ -153,7 +153,7 @@ class Server:
             conn.close()
             self.connection_closed(connection)
 
-    def connection_closed(self, connection: ClientConnection) -> None:
+    def connection_closed(self, connection: ServedConnection) -> None:
         if connection not in self._connections:
             return
         self._connections.discard(connection)

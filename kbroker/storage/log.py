@@ -11,11 +11,11 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from kbroker.clock import WallClock, wall_clock_ms
 from kbroker.storage.dir_names import FUTURE_DIR_SUFFIX, parse_future_dir_name, parse_log_dir_name
 from kbroker.storage.index import segment_file_name
 from kbroker.storage.leader_epoch import LeaderEpochCache
@@ -42,12 +42,7 @@ from protocol.records import NO_TIMESTAMP, BatchHeader
 
 log = logging.getLogger("kbroker.storage")
 
-Clock = Callable[[], int]
 HIGH_WATERMARK = -1  # DeleteRecords' "up to the high watermark"
-
-
-def wall_clock_ms() -> int:
-    return int(time.time() * 1000)
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +66,7 @@ class Log:
         recovery_point: int = 0,
         high_watermark: int = 0,
         had_clean_shutdown: bool = False,
-        clock: Clock = wall_clock_ms,
+        clock: WallClock = wall_clock_ms,
         health: LogDirHealth | None = None,
     ) -> None:
         parsed = parse_log_dir_name(directory.name) or parse_future_dir_name(directory.name)

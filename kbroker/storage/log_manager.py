@@ -26,11 +26,12 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
+from kbroker.clock import WallClock, wall_clock_ms
 from kbroker.fsutil import fsync_dir
 from kbroker.storage import checkpoint
 from kbroker.storage.cleaner import compact
 from kbroker.storage.dir_names import FUTURE_DIR_SUFFIX, parse_future_dir_name, parse_log_dir_name
-from kbroker.storage.log import Clock, Log, wall_clock_ms
+from kbroker.storage.log import Log
 from kbroker.storage.log_config import LogConfig
 from kbroker.storage.log_dir_health import KafkaStorageError, LogDirHealth
 from kbroker.storage.log_mover import finish_interrupted_swaps
@@ -76,7 +77,7 @@ class LogManager:
         cleaner_backoff_ms: int = 15_000,
         checkpoint_interval_ms: int = 60_000,
         initial_task_delay_ms: int = DEFAULT_INITIAL_TASK_DELAY_MS,
-        clock: Clock = wall_clock_ms,
+        clock: WallClock = wall_clock_ms,
     ) -> None:
         if not log_dirs:
             raise ValueError("at least one log dir is needed")

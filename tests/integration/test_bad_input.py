@@ -12,7 +12,7 @@ from confluent_kafka import KafkaError as CKError
 from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from protocol.connection import ClientConnection, decode_request
+from protocol.connection import ClientProtocol, decode_request
 from protocol.errors import ErrorCode
 from protocol.records import HEADER_SIZE
 from tests.rawclient import RawClient
@@ -24,7 +24,7 @@ SILENCE_S = 1.0
 
 def seed_frames(topic: str) -> list[bytes]:
     """Valid request frames (without size prefix) of many APIs, to mutate."""
-    client = ClientConnection("fuzz")
+    client = ClientProtocol("fuzz")
     bodies = [
         (18, 3, {"client_software_name": "fuzz", "client_software_version": "1"}),
         (18, 0, {}),

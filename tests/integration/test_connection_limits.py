@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from protocol.connection import ClientConnection
+from protocol.connection import ClientProtocol
 from tests.brokers import BrokerProcess
-from tests.members import wait_until
 from tests.rawclient import RawClient
+from tests.waiting import wait_until
 
 API_VERSIONS = 18
 
@@ -38,7 +38,7 @@ def is_closed(sock: socket.socket) -> bool:
 
 
 def api_versions_works(sock: socket.socket, timeout_s: float = 5.0) -> bool:
-    client = ClientConnection("limits")
+    client = ClientProtocol("limits")
     sock.settimeout(timeout_s)
     sock.sendall(client.encode_request(API_VERSIONS, 3, {})[1])
     try:

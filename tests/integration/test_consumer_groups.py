@@ -10,7 +10,8 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from tests.brokers import BrokerProcess
 from tests.conftest import create_topic
-from tests.members import MemberProcess, exclusive_cover, wait_until
+from tests.members import MemberProcess, exclusive_cover
+from tests.waiting import wait_until
 
 GROUP_SETTINGS = {"group.initial.rebalance.delay.ms": "300"}
 

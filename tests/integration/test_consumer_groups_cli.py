@@ -17,7 +17,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from kbroker.client import Client
 from tests.brokers import BrokerProcess, free_port
 from tests.conftest import create_topic
-from tests.members import wait_until
+from tests.waiting import wait_until
 
 KBROKER = str(Path(sys.executable).parent / "kbroker")
 GROUP_SETTINGS = {"group.initial.rebalance.delay.ms": "300"}

@@ -25,6 +25,7 @@ from protocol.record_batch import Record, encode_batch
 from tests.brokers import BrokerProcess
 from tests.conftest import create_topic
 from tests.rawclient import RawClient
+from tests.waiting import wait_until
 
 SMALL_DISK_MB = 24
 RECORD = b"x" * 1000
@@ -88,10 +89,8 @@ def fetch_count(client: RawClient, topic: str, partition: int = 0) -> tuple[int,
 
 
 def wait_until_writable(client: RawClient, topic: str, partition: int = 0, timeout_s: float = 15) -> None:
-    deadline = time.monotonic() + timeout_s
-    while produce(client, topic, partition)[0] != 0:
-        assert time.monotonic() < deadline, "the log dir did not become writable again"
-        time.sleep(0.2)
+    wait_until(lambda: produce(client, topic, partition)[0] == 0, timeout_s, "the log dir to become writable again",
+               interval_s=0.2)
 
 
 def test_a_full_log_dir_refuses_writes_serves_reads_and_recovers(small_disk: Path, tmp_path: Path) -> None:

@@ -6,8 +6,6 @@ layout and the change reaching every broker, and DescribeConfigs against Apache 
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +19,7 @@ from protocol.errors import ErrorCode
 from tests.brokers import BrokerProcess
 from tests.conftest import create_topic
 from tests.rawclient import RawClient
+from tests.waiting import wait_until
 
 DESCRIBE_CONFIGS, ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS = 32, 33, 44
 TOPIC, BROKER = 2, 4
@@ -61,14 +60,6 @@ def value_and_source(entry: Any) -> tuple[str | None, int]:
 
 def synonyms(entry: Any) -> list[tuple[str, str | None, int]]:
     return [(s.name, s.value, s.source) for s in entry.synonyms]
-
-
-def wait_until(condition: Callable[[], bool], what: str, timeout_s: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"{what} not reached in {timeout_s} s"
-        time.sleep(0.1)  # polling another process's state: nothing pushes it to the test
-
 
 def produce_one(bootstrap: str, topic: str, size: int) -> str | None:
     """Produce one record of `size` bytes; the error name, or None when it was written."""
@@ -268,7 +259,7 @@ def test_zookeeper_layout_and_every_broker_follows_the_default(tmp_path: Path, z
             entry = describe(brokers[1].bootstrap, topic, ["retention.ms"], TOPIC)["retention.ms"]
             return value_and_source(entry) == ("7200000", DYNAMIC_DEFAULT)
 
-        wait_until(follows, "broker 1 following the cluster default")
+        wait_until(follows, 20, "broker 1 following the cluster default")
         assert value_and_source(describe(brokers[1].bootstrap, "1")["log.cleaner.threads"]) == ("2", DYNAMIC_DEFAULT)
         # Broker 0's own value stays with broker 0.
         assert value_and_source(describe(brokers[1].bootstrap, "1")["message.max.bytes"]) == ("1048588", DEFAULT)
@@ -281,7 +272,7 @@ def test_zookeeper_layout_and_every_broker_follows_the_default(tmp_path: Path, z
             {"name": "max.message.bytes", "config_operation": SET, "value": "1000"}]}], "validate_only": False}
         with RawClient(other.bootstrap) as client:
             assert client.request(INCREMENTAL_ALTER_CONFIGS, 1, body).responses[0].error_code == ErrorCode.NO_ERROR
-        wait_until(lambda: produce_one(brokers[leader].bootstrap, topic, 5000) == "MSG_SIZE_TOO_LARGE",
+        wait_until(lambda: produce_one(brokers[leader].bootstrap, topic, 5000) == "MSG_SIZE_TOO_LARGE", 20,
                    "the leader following the topic's new max.message.bytes")
 
         host, _, chroot = zk_connect.partition("/")

@@ -8,15 +8,14 @@ import json
 import shutil
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from protocol.errors import ErrorCode
 from protocol.record_batch import Record, decode_batches, encode_batch
 from tests.brokers import BrokerProcess
 from tests.conftest import create_topic
 from tests.rawclient import RawClient
+from tests.waiting import wait_until
 
 ALTER_REPLICA_LOG_DIRS = 34
 DESCRIBE_LOG_DIRS = 35
@@ -27,17 +26,6 @@ def start_broker(tmp_path: Path, dirs: int = 2, **overrides: str) -> tuple[Broke
     log_dirs = [tmp_path / f"dir{i}" for i in range(dirs)]
     settings = {"log.dirs": ",".join(str(d) for d in log_dirs), **overrides}
     return BrokerProcess(tmp_path / "broker", overrides=settings).start(), log_dirs
-
-
-def wait_until(condition: Callable[[], Any], timeout_s: float = 30, what: str = "the condition") -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = condition()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
-
 
 def alter(client: RawClient, path: str, topic: str, partitions: list[int], version: int = 2) -> dict[int, int]:
     answer = client.request(ALTER_REPLICA_LOG_DIRS, version, {"dirs": [

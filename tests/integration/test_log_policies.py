@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from tests.conftest import create_topic
+from tests.waiting import wait_until
 
 DAY_MS = 86_400_000
 
@@ -22,15 +22,6 @@ def fast_broker(make_broker):
     """A broker that checks retention and compaction every 200 ms, retention from the start
     (not after Kafka's default 30 s log.initial.task.delay.ms)."""
     return make_broker(**FAST_UPKEEP, **{"log.initial.task.delay.ms": "0"})
-
-
-def wait_until(condition: Callable[[], bool], timeout_s: float = 30, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.1)
-
 
 def watermarks(bootstrap: str, topic: str, partition: int = 0) -> tuple[int, int]:
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "wm"})

@@ -10,7 +10,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,6 +21,7 @@ from kbroker.client import TRANSACTION_KEY, Client
 from protocol.errors import ErrorCode, KafkaError
 from protocol.record_batch import Record, encode_batch
 from tests.brokers import BrokerProcess
+from tests.waiting import wait_until
 
 LAG_SETTINGS = {"replica.lag.time.max.ms": "3000", "replica.fetch.wait.max.ms": "100",
                 "replica.fetch.backoff.ms": "100", "zookeeper.session.timeout.ms": "4000",
@@ -41,14 +42,6 @@ def cluster(tmp_path: Path, zk_connect: str, request: pytest.FixtureRequest) -> 
 
 def bootstrap(brokers: list[BrokerProcess]) -> str:
     return ",".join(b.bootstrap for b in brokers if b.alive)
-
-
-def wait_until(condition: Callable[[], bool], timeout_s: float = 30.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"{what} not reached in {timeout_s} s"
-        time.sleep(0.1)  # polling the cluster's state: nothing pushes it to the test
-
 
 def partition_info(brokers: list[BrokerProcess], topic: str) -> dict[int, tuple[int, list[int], list[int]]]:
     """partition -> (leader, replicas, isr) as a live broker's Metadata says."""

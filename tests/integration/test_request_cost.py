@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from protocol.connection import ClientConnection
+from protocol.connection import ClientProtocol
 from tests.brokers import BrokerProcess
 from tests.conftest import create_topic
 
@@ -49,7 +49,7 @@ class Probe:
 
     def __init__(self, broker: BrokerProcess) -> None:
         self.sock = socket.create_connection(("127.0.0.1", broker.port), timeout=30)
-        self.client = ClientConnection("probe")
+        self.client = ClientProtocol("probe")
         self.worst = 0.0
         self.rounds = 0
         self._stop = threading.Event()
@@ -108,7 +108,7 @@ def fill(build: Callable[[int], dict[str, Any]], key: int, version: int, max_n: 
 
     Frame sizes grow linearly with n, so two small samples give n; a few steps back absorb
     varint widths."""
-    client = ClientConnection("cost")
+    client = ClientProtocol("cost")
 
     def size(n: int) -> int:
         return len(client.encode_request(key, version, build(n))[1])

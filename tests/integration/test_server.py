@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import socket
 
-from protocol.connection import ClientConnection
+from protocol.connection import ClientProtocol
 from tests.rawclient import RawClient
 
 API_VERSIONS, METADATA = 18, 3
@@ -12,7 +12,7 @@ API_VERSIONS, METADATA = 18, 3
 
 def test_pipelined_requests_are_answered_in_order(broker, new_topic) -> None:
     topic = new_topic()
-    client = ClientConnection("pipeline")
+    client = ClientProtocol("pipeline")
     frames, expected = [], []
     for i in range(500):  # far more than the broker queues per connection
         if i % 2:
@@ -34,7 +34,7 @@ def test_pipelined_requests_are_answered_in_order(broker, new_topic) -> None:
 
 
 def test_a_client_that_vanishes_mid_pipeline_does_not_hurt_others(broker) -> None:
-    client = ClientConnection("vanish")
+    client = ClientProtocol("vanish")
     burst = b"".join(client.encode_request(API_VERSIONS, 3, {})[1] for _ in range(2000))
     for _ in range(5):
         with socket.create_connection(("127.0.0.1", broker.port), timeout=30) as sock:

@@ -9,10 +9,10 @@ import pytest
 from construct import ConstructError, Container
 
 from protocol.connection import (
-    ClientConnection,
+    ClientProtocol,
     FrameTooLarge,
     MalformedRequest,
-    ServerConnection,
+    ServerProtocol,
     request_header_version,
     response_header_version,
 )
@@ -51,14 +51,14 @@ class Slice:
 
 
 def test_pipelined_requests_come_out_in_order() -> None:
-    client = ClientConnection(client_id="pipeline")
+    client = ClientProtocol(client_id="pipeline")
     frames = [
         client.encode_request(API_VERSIONS, 3, {"client_software_name": "t", "client_software_version": "1"}),
         client.encode_request(METADATA, 12, {"topics": None}),
         client.encode_request(METADATA, 1, {"topics": [{"name": "a"}]}),
         client.encode_request(PRODUCE, 9, {"acks": 1, "timeout_ms": 5, "topic_data": []}),
     ]
-    server = ServerConnection()
+    server = ServerProtocol()
     server.receive_data(b"".join(data for _, data in frames))
     seen = []
     while (request := server.next_request()) is not None:
@@ -70,9 +70,9 @@ def test_pipelined_requests_come_out_in_order() -> None:
 
 
 def test_partial_frames_wait_for_more_bytes() -> None:
-    _, first = ClientConnection().encode_request(METADATA, 9, {"topics": [{"name": "orders"}]})
-    _, second = ClientConnection().encode_request(API_VERSIONS, 0, {})
-    server = ServerConnection()
+    _, first = ClientProtocol().encode_request(METADATA, 9, {"topics": [{"name": "orders"}]})
+    _, second = ClientProtocol().encode_request(API_VERSIONS, 0, {})
+    server = ServerProtocol()
     stream = first + second
     decoded = []
     for i in range(len(stream)):
@@ -85,8 +85,8 @@ def test_partial_frames_wait_for_more_bytes() -> None:
 
 
 def test_request_size_is_the_frame_size() -> None:
-    _, data = ClientConnection().encode_request(METADATA, 12, {"topics": []})
-    server = ServerConnection()
+    _, data = ClientProtocol().encode_request(METADATA, 12, {"topics": []})
+    server = ServerProtocol()
     server.receive_data(data)
     request = server.next_request()
     assert request is not None and request.size == len(data) - 4
@@ -94,15 +94,15 @@ def test_request_size_is_the_frame_size() -> None:
 
 @pytest.mark.parametrize("size", [65, 1 << 30, 0x7FFFFFFF, -1, -(1 << 31)])
 def test_oversized_or_negative_frame_is_rejected_from_its_prefix(size: int) -> None:
-    server = ServerConnection(max_request_size=64)
+    server = ServerProtocol(max_request_size=64)
     server.receive_data(struct.pack(">i", size))  # no payload needed to decide
     with pytest.raises(FrameTooLarge):
         server.next_request()
 
 
 def test_frame_of_exactly_max_size_is_accepted() -> None:
-    _, data = ClientConnection(client_id="x" * 10).encode_request(API_VERSIONS, 0, {})
-    server = ServerConnection(max_request_size=len(data) - 4)
+    _, data = ClientProtocol(client_id="x" * 10).encode_request(API_VERSIONS, 0, {})
+    server = ServerProtocol(max_request_size=len(data) - 4)
     server.receive_data(data)
     assert server.next_request() is not None
     assert issubclass(FrameTooLarge, ConstructError) and issubclass(MalformedRequest, ConstructError)
@@ -110,7 +110,7 @@ def test_frame_of_exactly_max_size_is_accepted() -> None:
 
 def test_garbage_body_raises_malformed_request_with_header() -> None:
     header = struct.pack(">hhih", METADATA, 12, 4242, 3) + b"cli" + b"\x00"
-    server = ServerConnection()
+    server = ServerProtocol()
     server.receive_data(frame(header + b"\xff" * 6))
     with pytest.raises(MalformedRequest) as info:
         server.next_request()
@@ -118,13 +118,13 @@ def test_garbage_body_raises_malformed_request_with_header() -> None:
     assert h is not None
     assert (h.api_key, h.api_version, h.correlation_id, h.client_id) == (METADATA, 12, 4242, "cli")
     # The bad frame was consumed; the connection can answer and carry on.
-    _, good = ClientConnection().encode_request(METADATA, 12, {"topics": []})
+    _, good = ClientProtocol().encode_request(METADATA, 12, {"topics": []})
     server.receive_data(good)
     assert server.next_request() is not None
 
 
 def test_truncated_header_raises_malformed_request() -> None:
-    server = ServerConnection()
+    server = ServerProtocol()
     server.receive_data(frame(struct.pack(">hh", METADATA, 1)))
     with pytest.raises(MalformedRequest) as info:
         server.next_request()
@@ -136,7 +136,7 @@ def test_truncated_header_raises_malformed_request() -> None:
 
 
 def test_unknown_api_or_version_yields_header_without_body() -> None:
-    server = ServerConnection()
+    server = ServerProtocol()
     server.receive_data(frame(struct.pack(">hhih", 999, 0, 1, -1)))
     server.receive_data(frame(struct.pack(">hhih", API_VERSIONS, 99, 2, 1) + b"k\x00"))
     unknown_api, unknown_version = server.next_request(), server.next_request()
@@ -152,7 +152,7 @@ def test_unknown_api_or_version_yields_header_without_body() -> None:
 
 def test_request_header_v2_keeps_client_id_a_classic_nullable_string() -> None:
     body = {"client_software_name": "kb", "client_software_version": "1"}
-    _, data = ClientConnection(client_id="abc").encode_request(API_VERSIONS, 3, body)
+    _, data = ClientProtocol(client_id="abc").encode_request(API_VERSIONS, 3, body)
     payload = (
         b"\x00\x12\x00\x03"  # api key 18, version 3
         b"\x00\x00\x00\x00"  # correlation id
@@ -162,9 +162,9 @@ def test_request_header_v2_keeps_client_id_a_classic_nullable_string() -> None:
         b"\x00"  # body tagged fields
     )
     assert data == frame(payload)
-    _, null_id = ClientConnection(client_id=None).encode_request(API_VERSIONS, 3, body)
+    _, null_id = ClientProtocol(client_id=None).encode_request(API_VERSIONS, 3, body)
     assert null_id[12:15] == b"\xff\xff\x00"
-    server = ServerConnection()
+    server = ServerProtocol()
     server.receive_data(data + null_id)
     first, second = server.next_request(), server.next_request()
     assert first is not None and second is not None
@@ -173,16 +173,16 @@ def test_request_header_v2_keeps_client_id_a_classic_nullable_string() -> None:
 
 
 def test_request_header_v1_for_classic_versions() -> None:
-    _, data = ClientConnection(client_id="c").encode_request(METADATA, 0, {"topics": [{"name": "t"}]})
+    _, data = ClientProtocol(client_id="c").encode_request(METADATA, 0, {"topics": [{"name": "t"}]})
     assert data == frame(b"\x00\x03\x00\x00" + b"\x00\x00\x00\x00" + b"\x00\x01c" + b"\x00\x00\x00\x01" + b"\x00\x01t")
 
 
 def test_controlled_shutdown_v0_uses_request_header_v0() -> None:
     api = BY_KEY[CONTROLLED_SHUTDOWN]
     assert request_header_version(api, 0) == 0 and request_header_version(api, 1) == 1
-    _, data = ClientConnection(client_id="ignored").encode_request(CONTROLLED_SHUTDOWN, 0, {"broker_id": 5})
+    _, data = ClientProtocol(client_id="ignored").encode_request(CONTROLLED_SHUTDOWN, 0, {"broker_id": 5})
     assert data == frame(b"\x00\x07\x00\x00" + b"\x00\x00\x00\x00" + b"\x00\x00\x00\x05")
-    server = ServerConnection()
+    server = ServerProtocol()
     server.receive_data(data)
     request = server.next_request()
     assert request is not None and request.body is not None and request.body.broker_id == 5
@@ -197,10 +197,10 @@ def test_header_versions_follow_flexible_versions() -> None:
             assert response_header_version(api, version) == (1 if flexible and key != API_VERSIONS else 0)
 
 
-def _serve(api_key: int, version: int, request_body: dict, response_body: dict) -> tuple[ServerConnection, list]:
-    client = ClientConnection()
+def _serve(api_key: int, version: int, request_body: dict, response_body: dict) -> tuple[ServerProtocol, list]:
+    client = ClientProtocol()
     correlation_id, data = client.encode_request(api_key, version, request_body)
-    server = ServerConnection()
+    server = ServerProtocol()
     server.receive_data(data)
     request = server.next_request()
     assert request is not None and request.header.correlation_id == correlation_id
@@ -236,7 +236,7 @@ def test_api_versions_response_uses_header_v0_and_omits_default_tags(version: in
     body = {"error_code": 0, "api_keys": [{"api_key": 18, "min_version": 0, "max_version": 4}]}
     explicit_defaults = {**body, "supported_features": [], "finalized_features_epoch": -1,
                          "finalized_features": [], "zk_migration_ready": False}
-    server = ServerConnection()
+    server = ServerProtocol()
     header = _header(API_VERSIONS, version, 7)
     assert joined(server.encode_response(header, body)) == API_VERSIONS_V3_RESPONSE
     assert joined(server.encode_response(header, explicit_defaults)) == API_VERSIONS_V3_RESPONSE
@@ -244,7 +244,7 @@ def test_api_versions_response_uses_header_v0_and_omits_default_tags(version: in
 
 def test_api_versions_answer_to_unknown_version_is_v0() -> None:
     header = _header(API_VERSIONS, 99, 3)
-    parts = ServerConnection().encode_response(header, {"error_code": 35, "api_keys": []}, version=0)
+    parts = ServerProtocol().encode_response(header, {"error_code": 35, "api_keys": []}, version=0)
     assert joined(parts) == frame(b"\x00\x00\x00\x03" + b"\x00\x23" + b"\x00\x00\x00\x00")
 
 
@@ -282,7 +282,7 @@ def test_unknown_tagged_fields_are_skipped() -> None:
     assert normalise(parsed) == normalise({**con.defaults(), "zk_migration_ready": True})
     # ...also in a request header and body, through the connection.
     payload = struct.pack(">hhih", API_VERSIONS, 3, 11, 1) + b"c" + b"\x01\x05\x02hi" + b"\x02a\x02b" + b"\x01\x00\x00"
-    server = ServerConnection()
+    server = ServerProtocol()
     server.receive_data(frame(payload))
     request = server.next_request()
     assert request is not None and request.header.correlation_id == 11
@@ -358,9 +358,9 @@ def test_fetch_response_sends_external_records_as_a_separate_part() -> None:
     topic_id = uuid.UUID("11111111-2222-3333-4444-555555555555")
     partition = {"partition_index": 0, "high_watermark": 10, "records": records}
     body = {"session_id": 1, "responses": [{"topic_id": topic_id, "partitions": [partition]}]}
-    client = ClientConnection()
+    client = ClientProtocol()
     correlation_id, data = client.encode_request(FETCH, 13, {"max_wait_ms": 10, "topics": []})
-    server = ServerConnection()
+    server = ServerProtocol()
     server.receive_data(data)
     request = server.next_request()
     assert request is not None
@@ -395,8 +395,8 @@ def test_produce_request_with_external_records_round_trips() -> None:
     body = {"transactional_id": None, "acks": -1, "timeout_ms": 1000,
             "topic_data": [{"name": "t", "partition_data": [{"index": 3, "records": records}]}]}
     for version in (3, 9, 11):
-        _, data = ClientConnection().encode_request(PRODUCE, version, body)
-        server = ServerConnection()
+        _, data = ClientProtocol().encode_request(PRODUCE, version, body)
+        server = ServerProtocol()
         server.receive_data(data)
         request = server.next_request()
         assert request is not None and request.body is not None
@@ -421,7 +421,7 @@ def test_produce_request_with_external_records_round_trips() -> None:
 )
 def test_client_server_round_trip(api_key: int, version: int, request_body: dict, response_body: dict) -> None:
     api = BY_KEY[api_key]
-    client, server = ClientConnection(client_id="rt"), ServerConnection()
+    client, server = ClientProtocol(client_id="rt"), ServerProtocol()
     correlation_id, data = client.encode_request(api_key, version, request_body)
     server.receive_data(data)
     request = server.next_request()

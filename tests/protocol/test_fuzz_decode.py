@@ -1,4 +1,4 @@
-"""Hostile input into ServerConnection: only ConstructError subclasses may escape.
+"""Hostile input into ServerProtocol: only ConstructError subclasses may escape.
 
 Random frames, and valid requests of every API and version mutated (bit flips,
 truncation, insertions, length fields set to huge or negative values), are fed in random
@@ -17,7 +17,7 @@ from construct import ConstructError
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from protocol.connection import ClientConnection, FrameTooLarge, MalformedRequest, Request, ServerConnection
+from protocol.connection import ClientProtocol, FrameTooLarge, MalformedRequest, Request, ServerProtocol
 from protocol.messages import BY_KEY
 from tests.protocol.strategies import build, normalise, parse_exact, value_strategy
 
@@ -40,7 +40,7 @@ def frame(payload: bytes) -> bytes:
     return struct.pack(">i", len(payload)) + payload
 
 
-def drain(server: ServerConnection) -> list[Request]:
+def drain(server: ServerProtocol) -> list[Request]:
     """Everything the server decodes; stops where a real connection would close."""
     decoded: list[Request] = []
     while True:
@@ -58,7 +58,7 @@ def drain(server: ServerConnection) -> list[Request]:
 
 
 def feed(data: bytes, cuts: list[int]) -> list[Request]:
-    server = ServerConnection(max_request_size=MAX_REQUEST)
+    server = ServerProtocol(max_request_size=MAX_REQUEST)
     decoded: list[Request] = []
     start = 0
     for cut in sorted({min(c, len(data)) for c in cuts} | {len(data)}):
@@ -87,7 +87,7 @@ def valid_request(draw: st.DrawFn) -> bytes:
     key, version = draw(st.sampled_from(REQUESTS))
     body = draw(value_strategy(BY_KEY[key].REQUEST[version]))
     client_id = draw(st.none() | st.text(max_size=8))
-    return ClientConnection(client_id=client_id).encode_request(key, version, body)[1]
+    return ClientProtocol(client_id=client_id).encode_request(key, version, body)[1]
 
 
 @st.composite
@@ -187,7 +187,7 @@ def _sweep(payload: bytes) -> list[bytes]:
 
 @pytest.mark.parametrize(("api_key", "version", "body"), SWEEP, ids=[f"{BY_KEY[k].NAME}-v{v}" for k, v, _ in SWEEP])
 def test_every_length_field_set_huge_fails_fast(api_key: int, version: int, body: dict[str, Any]) -> None:
-    _, data = ClientConnection(client_id="sweep").encode_request(api_key, version, body)
+    _, data = ClientProtocol(client_id="sweep").encode_request(api_key, version, body)
     variants = _sweep(data[4:])
     assert len(variants) > 300
     tracemalloc.start()
@@ -201,7 +201,7 @@ def test_every_length_field_set_huge_fails_fast(api_key: int, version: int, body
 
 
 def test_two_gigabyte_frame_is_refused_from_its_prefix() -> None:
-    server = ServerConnection()  # default 100 MiB limit
+    server = ServerProtocol()  # default 100 MiB limit
     server.receive_data(b"\x7f\xff\xff\xff" + b"\x00" * 16)
     with pytest.raises(FrameTooLarge):
         server.next_request()
@@ -222,7 +222,7 @@ def test_huge_inner_lengths_are_malformed(body: bytes) -> None:
     payload = struct.pack(">hhih", 0, 3, 1, 1) + b"c" + body
     tracemalloc.start()
     try:
-        server = ServerConnection()
+        server = ServerProtocol()
         server.receive_data(frame(payload))
         with pytest.raises(MalformedRequest) as info:
             server.next_request()

@@ -48,7 +48,7 @@ from kafka.protocol.schemas.fields.codecs import BitField
 from kafka.protocol.schemas.fields.struct import StructField
 from kafka.protocol.schemas.fields.struct_array import StructArrayField
 
-from protocol.connection import ClientConnection, ServerConnection, decode_request
+from protocol.connection import ClientProtocol, ServerProtocol, decode_request
 from protocol.messages import BY_KEY
 from protocol.primitives import (
     ZERO_UUID,
@@ -479,7 +479,7 @@ def test_request_encodes_like_kafka_python(api_key: int, version: int) -> None:
     assert build(api.REQUEST[version], ours) == theirs.encode(version=version)
 
     # Whole frames, header included, and the broker's decoder reads kafka-python's frame.
-    correlation_id, frame = ClientConnection(client_id="kbroker-test").encode_request(api_key, version, ours)
+    correlation_id, frame = ClientProtocol(client_id="kbroker-test").encode_request(api_key, version, ours)
     theirs.with_header(correlation_id=correlation_id, client_id="kbroker-test")
     kp_frame = theirs.encode(version=version, header=True, framed=True)
     assert frame == kp_frame
@@ -595,9 +595,9 @@ def test_response_agrees_with_kafka_python(api_key: int, version: int) -> None:
 
     assert normalise(parse_exact(con, kp_body)) == expected_parse(con, ours)
 
-    # Whole frames: our ServerConnection's header choice (v0 for ApiVersions) matches theirs.
-    server = ServerConnection()
-    client = ClientConnection()
+    # Whole frames: our ServerProtocol's header choice (v0 for ApiVersions) matches theirs.
+    server = ServerProtocol()
+    client = ClientProtocol()
     correlation_id, request_frame = client.encode_request(api_key, version, {})
     server.receive_data(request_frame)
     request = server.next_request()

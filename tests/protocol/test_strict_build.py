@@ -16,7 +16,7 @@ import pytest
 from construct import ConstructError
 
 from kbroker.handlers import produce as produce_handler
-from protocol.connection import ClientConnection, RequestHeader, UnknownFieldError, encode_response
+from protocol.connection import ClientProtocol, RequestHeader, UnknownFieldError, encode_response
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages import (
     BY_KEY,
@@ -89,7 +89,7 @@ def test_a_misspelt_key_in_a_tagged_struct_is_refused() -> None:
 
 def test_a_misspelt_request_key_is_refused_by_the_client_encoder() -> None:
     with pytest.raises(UnknownFieldError, match=r"MetadataRequest v12: unknown key\(s\) 'allow_auto_topic_creaton'"):
-        ClientConnection().encode_request(METADATA, 12, {"topics": None, "allow_auto_topic_creaton": False})
+        ClientProtocol().encode_request(METADATA, 12, {"topics": None, "allow_auto_topic_creaton": False})
 
 
 @pytest.mark.parametrize("version", range(produce_handler.MIN_VERSION, produce_handler.MAX_VERSION + 1))
@@ -109,7 +109,7 @@ def test_a_handler_built_answer_encodes_and_a_misspelt_copy_does_not(version: in
 
 
 def parse_answer(api_key: int, version: int, data: bytes):
-    client = ClientConnection()
+    client = ClientProtocol()
     client._pending[7] = (BY_KEY[api_key], version)
     client.receive_data(data)
     response = client.next_response()
