@@ -24,34 +24,35 @@ ALLOWED: dict[str, frozenset[str]] = {
     "protocol": frozenset(),
     # Utilities, on nothing but the protocol.
     "kbroker": frozenset(),
+    "kbroker.clock": frozenset(),
     "kbroker.fsutil": frozenset({"protocol"}),
     "kbroker.kafka_configs": frozenset({"protocol"}),
     "kbroker.log_limiter": frozenset({"protocol"}),
     "kbroker.pacing": frozenset({"protocol"}),
     "kbroker.partitioner": frozenset({"protocol"}),
     # The log, then configuration (topic defaults come from the log's LogConfig) and metadata.
-    "kbroker.storage": frozenset({"kbroker.fsutil", "protocol"}),
+    "kbroker.storage": frozenset({"kbroker.clock", "kbroker.fsutil", "protocol"}),
     "kbroker.config": frozenset({"kbroker.fsutil", "kbroker.kafka_configs", "kbroker.storage", "protocol"}),
     "kbroker.dynamic_config": frozenset({"kbroker.config", "kbroker.kafka_configs", "protocol"}),
-    "kbroker.metadata": frozenset({"kbroker.config", "kbroker.fsutil", "protocol"}),
+    "kbroker.metadata": frozenset({"kbroker.clock", "kbroker.config", "kbroker.fsutil", "protocol"}),
     # Replica manager, partitions, fetch sessions, replication, topics, the cluster view.
-    "kbroker.cluster": frozenset({"kbroker.config", "kbroker.dynamic_config", "kbroker.fsutil",
+    "kbroker.cluster": frozenset({"kbroker.clock", "kbroker.config", "kbroker.dynamic_config", "kbroker.fsutil",
                                   "kbroker.metadata", "kbroker.pacing", "kbroker.storage", "protocol"}),
     # Group and transaction coordinators, over the replica manager.
-    "kbroker.coordinator": frozenset({"kbroker.cluster", "kbroker.storage", "protocol"}),
+    "kbroker.coordinator": frozenset({"kbroker.clock", "kbroker.cluster", "kbroker.storage", "protocol"}),
     # One module per API, over the services.
-    "kbroker.handlers": frozenset({"kbroker.cluster", "kbroker.config", "kbroker.coordinator",
+    "kbroker.handlers": frozenset({"kbroker.clock", "kbroker.cluster", "kbroker.config", "kbroker.coordinator",
                                    "kbroker.dynamic_config", "kbroker.kafka_configs", "kbroker.log_limiter",
                                    "kbroker.pacing", "kbroker.storage", "protocol"}),
     # The network server dispatches to the handlers (one way: handlers never import it).
     "kbroker.server": frozenset({"kbroker.config", "kbroker.handlers", "kbroker.log_limiter", "protocol"}),
     # The wiring of one broker.
-    "kbroker.broker": frozenset({"kbroker.cluster", "kbroker.config", "kbroker.coordinator",
+    "kbroker.broker": frozenset({"kbroker.clock", "kbroker.cluster", "kbroker.config", "kbroker.coordinator",
                                  "kbroker.metadata", "kbroker.server", "kbroker.storage"}),
     # Clients, tools and benchmarks, outside the broker.
-    "kbroker.client": frozenset({"protocol"}),
+    "kbroker.client": frozenset({"kbroker.clock", "protocol"}),
     "kbroker.bench": frozenset({"kbroker.client", "kbroker.config", "kbroker.metadata", "protocol"}),
-    "kbroker.cli": frozenset({"kbroker.bench", "kbroker.broker", "kbroker.client", "kbroker.config",
+    "kbroker.cli": frozenset({"kbroker.clock", "kbroker.bench", "kbroker.broker", "kbroker.client", "kbroker.config",
                               "kbroker.metadata", "kbroker.partitioner", "protocol"}),
 }
 
