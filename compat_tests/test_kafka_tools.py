@@ -13,7 +13,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -25,6 +24,7 @@ from typing import Any
 
 import pytest
 
+from compat_tests.conftest import kbroker_meta
 from compat_tests.kafka_docker import coordinators_missing
 from compat_tests.kafka_local import LocalKafka, kafka_home_or_skip
 from compat_tests.kafka_tools import (
@@ -38,7 +38,8 @@ from compat_tests.kafka_tools import (
     rows,
 )
 from kbroker.client import Client
-from tests.brokers import PROJECT_ROOT, BrokerProcess, free_port
+from tests.brokers import PROJECT_ROOT, BrokerProcess
+from tests.waiting import wait_until
 
 BS = ["--bootstrap-server", BOOTSTRAP]
 COORDINATOR_WAIT_S = 30.0
@@ -46,33 +47,6 @@ GROUP_WAIT_S = 30.0
 
 
 # -- the two brokers ----------------------------------------------------------------------------
-
-
-def wait_for_coordinators(bootstrap: str) -> None:
-    """FindCoordinator until both coordinators answer: kbroker creates __consumer_offsets and
-    __transaction_state on first use, Kafka's fixture waits the same way, so both list them."""
-    deadline = time.monotonic() + COORDINATOR_WAIT_S
-    while coordinators_missing(bootstrap):
-        assert time.monotonic() < deadline, f"no coordinators at {bootstrap}"
-        time.sleep(0.1)  # polling the broker: nothing pushes its state to us
-
-
-def meta_properties(directory: Path) -> dict[str, str]:
-    text = (directory / "meta.properties").read_text()
-    return dict(line.split("=", 1) for line in text.split() if "=" in line)
-
-
-def free_port_pair() -> int:
-    """A port whose successor is free too: run-single-node.sh puts its controller on PORT+1."""
-    for _ in range(100):
-        port = free_port()
-        with socket.socket() as probe:
-            try:
-                probe.bind(("127.0.0.1", port + 1))
-            except OSError:
-                continue
-        return port
-    raise RuntimeError("no two consecutive free ports")
 
 
 @pytest.fixture(scope="module")
@@ -85,15 +59,18 @@ def pair(kafka_home: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator
     # The reference sets group.initial.rebalance.delay.ms=0 (run-single-node.sh); kbroker the same.
     kbroker = BrokerProcess(tmp_path_factory.mktemp("tools-kbroker"),
                             overrides={"group.initial.rebalance.delay.ms": "0"})
-    kafka = LocalKafka(kafka_home, tmp_path_factory.mktemp("tools-kafka"), port=free_port_pair())
+    kafka = LocalKafka(kafka_home, tmp_path_factory.mktemp("tools-kafka"))  # its port and PORT+1 free
     with ThreadPoolExecutor(2) as pool:
         started = [pool.submit(kbroker.start), pool.submit(kafka.start)]
         errors = [f.exception() for f in started]
     try:
         assert errors == [None, None], errors
-        wait_for_coordinators(kbroker.bootstrap)
+        # kbroker creates __consumer_offsets and __transaction_state on first use; Kafka's start
+        # waits the same way, so both brokers list them.
+        wait_until(lambda: not coordinators_missing(kbroker.bootstrap), COORDINATOR_WAIT_S,
+                   f"the coordinators of {kbroker.bootstrap}")
         tools = ToolPair(
-            ToolTarget("kbroker", kafka_home, kbroker.bootstrap, meta_properties(kbroker.log_dir)["cluster.id"],
+            ToolTarget("kbroker", kafka_home, kbroker.bootstrap, kbroker_meta(kbroker)["cluster.id"],
                        str(kbroker.log_dir)),
             ToolTarget("kafka", kafka_home, kafka.bootstrap, kafka.cluster_id, str(kafka.data_dir / "log")))
         yield tools
@@ -123,14 +100,12 @@ def produce(pair: ToolPair, topic: str, lines: list[str], *properties: str) -> N
 
 
 def wait_for_group(target: ToolTarget, group: str, members: int) -> None:
-    deadline = time.monotonic() + GROUP_WAIT_S
     with Client(target.bootstrap) as client:
-        while True:
+        def stable() -> bool:
             described = client.describe_group(group)
-            if described.state == "Stable" and len(described.members) == members:
-                return
-            assert time.monotonic() < deadline, f"{target.name}: group {group} is {described}"
-            time.sleep(0.1)  # polling the coordinator: a rebalance has no event we can wait on
+            return described.state == "Stable" and len(described.members) == members
+
+        wait_until(stable, GROUP_WAIT_S, f"{target.name}: group {group} Stable with {members} members")
 
 
 # -- kafka-topics.sh ----------------------------------------------------------------------------

@@ -234,8 +234,10 @@ class KbrokerServer(Server):
         settings = {
             "listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
             "log.dirs": str(self.log_dir),
-            # Deleted benchmark topics go at once, so a long run does not fill the disk.
+            # Deleted benchmark topics go at once, so a long run does not fill the disk (and the
+            # removal of their directories does not wait for the start-up delay of the log tasks).
             "log.segment.delete.delay.ms": "0",
+            "log.initial.task.delay.ms": "0",
             "log.retention.check.interval.ms": "5000",
             **self.overrides,
         }
