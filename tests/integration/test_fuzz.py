@@ -1,7 +1,7 @@
 """Fuzzing a real broker: hostile frames of every advertised API and version.
 
 KBROKER_FUZZ_FRAMES frames (20,000 by default, in CI; the long run is 1,000,000:
-`KBROKER_FUZZ_FRAMES=1000000 .venv/bin/python -m pytest tests/integration/test_fuzz.py`) from
+`KBROKER_FUZZ_FRAMES=1000000 .venv/bin/python -m pytest tests/integration/test_fuzz.py --timeout 1200`) from
 tests/fuzz.py, seeded (KBROKER_FUZZ_SEED), sent over several connections at once. Asserted:
 the broker never dies; every frame is answered or its connection closed within 1 s beyond the
 time the request itself asks to wait (a Fetch's max wait, a JoinGroup's rebalance timeout), a
