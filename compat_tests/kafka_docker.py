@@ -186,33 +186,35 @@ class KafkaContainer:
         return (result.stdout + result.stderr).strip()
 
     def _wait_ready(self, timeout_s: float) -> None:
-        """Until the broker answers Metadata listing itself (each attempt waits up to 2 s for it),
-        then finds its group and transaction coordinators."""
+        """Until `reference_ready` holds (each Metadata attempt waits up to 2 s for an answer)."""
         deadline = time.monotonic() + timeout_s
-        last_error = "no answer yet"
-        while time.monotonic() < deadline:
+        while True:
             if not self.running():
                 raise RuntimeError(f"the Kafka container {self.name} stopped while starting:\n{self.logs()}")
-            ready, last_error = broker_listed(self.bootstrap, self.node_id)
+            ready, why = reference_ready(self.bootstrap, self.node_id)
             if ready:
-                break
-        else:
-            raise RuntimeError(f"Kafka in {self.name} not ready after {timeout_s:.0f}s ({last_error}):\n{self.logs()}")
-        # Kafka creates __consumer_offsets and __transaction_state on the first FindCoordinator and
-        # answers COORDINATOR_NOT_AVAILABLE meanwhile; create them now, so the first group or
-        # transactional scenario does not spend its max.block.ms waiting for them.
-        while time.monotonic() < deadline:
-            missing = coordinators_missing(self.bootstrap)
-            if not missing:
                 return
-            last_error = f"no coordinator yet for {missing}"
+            if time.monotonic() >= deadline:
+                raise RuntimeError(f"Kafka in {self.name} not ready after {timeout_s:.0f}s ({why}):\n{self.logs()}")
             time.sleep(0.2)  # between polls of the condition
-        raise RuntimeError(f"Kafka in {self.name} not ready after {timeout_s:.0f}s ({last_error}):\n{self.logs()}")
 
     def remove(self) -> None:
         if self.started:
             self._docker("rm", "--force", "--volumes", self.name)
             self.started = False
+
+
+def reference_ready(bootstrap: str, node_id: int) -> tuple[bool, str]:
+    """Is the reference broker ready for the scenarios, and if not why: it answers Metadata
+    listing itself, and finds its group and transaction coordinators. Kafka creates
+    __consumer_offsets and __transaction_state on the first FindCoordinator and answers
+    COORDINATOR_NOT_AVAILABLE meanwhile: asking now creates them, so the first group or
+    transactional scenario does not spend its max.block.ms waiting for them."""
+    listed, why = broker_listed(bootstrap, node_id)
+    if not listed:
+        return False, why
+    missing = coordinators_missing(bootstrap)
+    return (False, f"no coordinator yet for {missing}") if missing else (True, "")
 
 
 def broker_listed(bootstrap: str, node_id: int, timeout_s: float = 2.0) -> tuple[bool, str]:

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from compat_tests.kafka_docker import REQUIRE_ENV, broker_listed, coordinators_missing
+from compat_tests.kafka_docker import REQUIRE_ENV, reference_ready
 from kbroker.bench.kafka_reference import (
     DEFAULT_HOME,
     HOME_ENV,
@@ -93,14 +93,7 @@ class LocalKafka(KafkaProcess):
         return self
 
     def _ready(self) -> tuple[bool, str]:
-        listed, why = broker_listed(self.bootstrap, self.node_id)
-        if not listed:
-            return False, why
-        # Kafka creates __consumer_offsets and __transaction_state on the first FindCoordinator
-        # and answers COORDINATOR_NOT_AVAILABLE meanwhile: create them now, so the first group
-        # or transactional scenario does not spend its max.block.ms waiting for them.
-        missing = coordinators_missing(self.bootstrap)
-        return not missing, f"no coordinator yet for {missing}"
+        return reference_ready(self.bootstrap, self.node_id)
 
     def stop(self, timeout: float = 60.0) -> int | None:  # type: ignore[override]
         return super().stop(timeout)

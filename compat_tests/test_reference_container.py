@@ -24,6 +24,7 @@ from compat_tests.kafka_docker import (
     engine_status,
     ensure_image,
     kafka_env,
+    reference_ready,
     skip_unless_available,
 )
 from tests.brokers import free_port
@@ -184,6 +185,8 @@ def test_readiness_probes_against_a_running_broker(kbroker_target: Target) -> No
     listed, why = broker_listed(kbroker_target.bootstrap, kbroker_target.node_id + 1)
     assert not listed and why == f"metadata lists brokers [{kbroker_target.node_id}], not {kbroker_target.node_id + 1}"
     assert coordinators_missing(kbroker_target.bootstrap) == []
+    assert reference_ready(kbroker_target.bootstrap, kbroker_target.node_id) == (True, "")
+    assert not reference_ready(kbroker_target.bootstrap, kbroker_target.node_id + 1)[0]
 
 
 def test_readiness_probe_without_a_broker() -> None:
