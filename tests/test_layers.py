@@ -53,7 +53,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     "kbroker.client": frozenset({"kbroker.clock", "protocol"}),
     "kbroker.bench": frozenset({"kbroker.client", "kbroker.config", "kbroker.metadata", "protocol"}),
     "kbroker.cli": frozenset({"kbroker.clock", "kbroker.bench", "kbroker.broker", "kbroker.client", "kbroker.config",
-                              "kbroker.metadata", "kbroker.partitioner", "protocol"}),
+                              "kbroker.fsutil", "kbroker.metadata", "kbroker.partitioner", "protocol"}),
 }
 
 # unit -> the units it may name in type hints only (under `if TYPE_CHECKING:`), against the layers.

@@ -31,6 +31,7 @@ from kazoo.client import KazooClient
 from kazoo.recipe.watchers import ChildrenWatch
 
 from kbroker.cli.common import CommandError
+from kbroker.fsutil import write_atomically
 from kbroker.metadata.zk_store import BROKER_IDS_PATH
 from kbroker.metadata.zookeeper_process import ZooKeeperNotFound, ZooKeeperServer, free_port
 
@@ -94,9 +95,8 @@ class ClusterState:
     def save(self, path: Path) -> None:
         document = {"zookeeper_connect": self.zookeeper_connect, "bootstrap_servers": self.bootstrap,
                     "zookeeper": asdict(self.zookeeper), "brokers": [asdict(b) for b in self.brokers]}
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(document, indent=1) + "\n")
-        os.replace(tmp, path)
+        # A development cluster's state: replaced whole, but not worth an fsync.
+        write_atomically(path, json.dumps(document, indent=1) + "\n", durable=False)
 
     @classmethod
     def load(cls, path: Path) -> ClusterState:
