@@ -304,6 +304,20 @@ public final class KafkaHarness {
         return out;
     }
 
+    /** Describes resource until key has value (or 15 s pass; the caller's assertions then fail). */
+    static Config describeUntil(Function<ConfigResource, Config> describe, ConfigResource resource,
+                                String key, String value) throws InterruptedException {
+        long deadline = System.nanoTime() + 15_000_000_000L;
+        while (true) {
+            Config config = describe.apply(resource);
+            ConfigEntry entry = config == null ? null : config.get(key);
+            if ((entry != null && value.equals(entry.value())) || System.nanoTime() > deadline) {
+                return config;
+            }
+            Thread.sleep(50);
+        }
+    }
+
     static Map<String, Object> configs(Args args) throws Exception {
         String topic = args.get("topic");
         ConfigResource resource = new ConfigResource(ConfigResource.Type.TOPIC, topic);
@@ -321,12 +335,14 @@ public final class KafkaHarness {
             out.put("alter_1", errorOf(admin.incrementalAlterConfigs(Map.of(resource, List.of(
                 new AlterConfigOp(new ConfigEntry("retention.ms", "60000"), AlterConfigOp.OpType.SET),
                 new AlterConfigOp(new ConfigEntry("cleanup.policy", "compact"), AlterConfigOp.OpType.APPEND)))).all()));
-            out.put("after_1", configEntries(describe.apply(resource), keys));
+            // A KRaft broker applies the controller's config records after the alter returns:
+            // wait until this broker shows the change rather than reading a stale image.
+            out.put("after_1", configEntries(describeUntil(describe, resource, "cleanup.policy", "delete,compact"), keys));
 
             out.put("alter_2", errorOf(admin.incrementalAlterConfigs(Map.of(resource, List.of(
                 new AlterConfigOp(new ConfigEntry("retention.ms", null), AlterConfigOp.OpType.DELETE),
                 new AlterConfigOp(new ConfigEntry("cleanup.policy", "delete"), AlterConfigOp.OpType.SUBTRACT)))).all()));
-            out.put("after_2", configEntries(describe.apply(resource), keys));
+            out.put("after_2", configEntries(describeUntil(describe, resource, "cleanup.policy", "compact"), keys));
 
             out.put("validate_only", errorOf(admin.incrementalAlterConfigs(Map.of(resource, List.of(
                 new AlterConfigOp(new ConfigEntry("segment.ms", "1000"), AlterConfigOp.OpType.SET))),
