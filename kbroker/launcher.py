@@ -166,6 +166,7 @@ class BrokerProcess:
                     self._close_output_file()
                     break
         if not self._ready and self.proc.poll() is not None:
+            self._close_output()
             raise LaunchError(f"{self.name} exited with {self.proc.returncode}:\n{self.log_tail()}")
         return self._ready
 

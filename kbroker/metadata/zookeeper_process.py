@@ -1,4 +1,4 @@
-"""Run a real standalone ZooKeeper server: for `kbroker cluster start` and for the tests.
+"""Run a real standalone ZooKeeper server: for kbroker/launcher.py's clusters and for the tests.
 
 Debian's `zookeeper` package is what this looks for: its `/usr/share/java/zookeeper.jar`
 names every jar it needs in its manifest, so `java -cp zookeeper.jar QuorumPeerMain zoo.cfg`
