@@ -30,11 +30,12 @@ ALLOWED: dict[str, frozenset[str]] = {
     "kbroker.log_limiter": frozenset({"protocol"}),
     "kbroker.pacing": frozenset({"protocol"}),
     "kbroker.partitioner": frozenset({"protocol"}),
+    "kbroker.ports": frozenset(),
     # The log, then configuration (topic defaults come from the log's LogConfig) and metadata.
     "kbroker.storage": frozenset({"kbroker.clock", "kbroker.fsutil", "protocol"}),
     "kbroker.config": frozenset({"kbroker.fsutil", "kbroker.kafka_configs", "kbroker.storage", "protocol"}),
     "kbroker.dynamic_config": frozenset({"kbroker.config", "kbroker.kafka_configs", "protocol"}),
-    "kbroker.metadata": frozenset({"kbroker.clock", "kbroker.config", "kbroker.fsutil", "protocol"}),
+    "kbroker.metadata": frozenset({"kbroker.clock", "kbroker.config", "kbroker.fsutil", "kbroker.ports", "protocol"}),
     # Replica manager, partitions, fetch sessions, replication, topics, the cluster view.
     "kbroker.cluster": frozenset({"kbroker.clock", "kbroker.config", "kbroker.dynamic_config", "kbroker.fsutil",
                                   "kbroker.metadata", "kbroker.pacing", "kbroker.storage", "protocol"}),
@@ -51,9 +52,13 @@ ALLOWED: dict[str, frozenset[str]] = {
                                  "kbroker.metadata", "kbroker.server", "kbroker.storage"}),
     # Clients, tools and benchmarks, outside the broker.
     "kbroker.client": frozenset({"kbroker.clock", "protocol"}),
-    "kbroker.bench": frozenset({"kbroker.client", "kbroker.config", "kbroker.metadata", "protocol"}),
+    # Local broker processes (and their ZooKeeper), for the tests, benchmarks and `kbroker cluster`.
+    "kbroker.launcher": frozenset({"kbroker.metadata", "kbroker.ports"}),
+    "kbroker.bench": frozenset({"kbroker.client", "kbroker.config", "kbroker.launcher", "kbroker.metadata",
+                                "kbroker.ports", "protocol"}),
     "kbroker.cli": frozenset({"kbroker.clock", "kbroker.bench", "kbroker.broker", "kbroker.client", "kbroker.config",
-                              "kbroker.fsutil", "kbroker.metadata", "kbroker.partitioner", "protocol"}),
+                              "kbroker.fsutil", "kbroker.launcher", "kbroker.metadata", "kbroker.partitioner",
+                              "kbroker.ports", "protocol"}),
 }
 
 # unit -> the units it may name in type hints only (under `if TYPE_CHECKING:`), against the layers.

@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from kbroker.bench import profiling
-from kbroker.bench.servers import KbrokerServer, MockServer, Server, new_data_dir
+from kbroker.bench.references import MockServer
+from kbroker.bench.servers import KbrokerServer, Server, new_data_dir
 from kbroker.bench.ui import UI, Step
 from kbroker.bench.workers import run_workers
 

@@ -12,15 +12,13 @@ from typing import Any
 
 from kbroker.bench import benchmarks, report
 from kbroker.bench.benchmarks import MIB, BenchError, Env
+from kbroker.bench.references import KafkaServer, MockServer, kafka_reference_status
 from kbroker.bench.servers import (
     ExternalServer,
-    KafkaServer,
     KbrokerClusterServer,
     KbrokerServer,
-    MockServer,
     Server,
     ServerError,
-    kafka_reference_status,
     new_data_dir,
 )
 from kbroker.bench.ui import UI, make_ui

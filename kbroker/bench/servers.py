@@ -1,5 +1,5 @@
-"""The brokers a benchmark runs against: kbroker (started here or given), the mock cluster, and
-Apache Kafka from a local distribution.
+"""The brokers a benchmark runs against: kbroker, started here (kbroker/launcher.py runs its
+processes) or given with --bootstrap; references.py has the references it is compared with.
 
 Each is a `Server`: a bootstrap address, topic creation/deletion, and where possible the pid of
 the process doing the broker's work so that its CPU time and memory can be read from /proc.
@@ -10,28 +10,20 @@ with N brokers) creates its topics replicated on all of them.
 from __future__ import annotations
 
 import os
-import select
-import shutil
-import signal
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import IO
 
-from kbroker.bench.kafka_reference import HOME_ENV, KafkaProcess, kafka_home
 from kbroker.client import Client
-from kbroker.metadata.zookeeper_process import ZooKeeperNotFound, ZooKeeperServer
+from kbroker.launcher import BrokerCluster, BrokerProcess, LaunchError
+from kbroker.metadata.zookeeper_process import ZooKeeperNotFound
+from kbroker.ports import free_port
 from protocol.errors import KafkaError
 
-READY_MARKER = "started"
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 # As `kbroker cluster stop`: a broker of a cluster that takes longer is killed (and reported).
 CLUSTER_STOP_TIMEOUT_S = 30.0
 OFFSETS_TOPIC = "__consumer_offsets"
-# What kafka-server-start.sh gives a broker when KAFKA_HEAP_OPTS is not set.
-KAFKA_HEAP_OPTS = "-Xmx1G -Xms1G"
 
 
 class ServerError(RuntimeError):
@@ -119,7 +111,7 @@ class Server:
         return f"{self.name} (pid {self.pid})"
 
 
-class _AdminTopics:
+class AdminTopics:
     """Topic creation through the Kafka admin API (kbroker, Kafka, any --bootstrap broker)."""
 
     def __init__(self) -> None:
@@ -198,100 +190,64 @@ def _full_isr_leaders(clients: list[Client], addresses: list[str], topic: str,
     return leaders, ""
 
 
+# Deleted benchmark topics go at once, so a long run does not fill the disk (and the removal of
+# their directories does not wait for the start-up delay of the log tasks).
+BENCH_BROKER_SETTINGS = {
+    "log.segment.delete.delay.ms": "0",
+    "log.initial.task.delay.ms": "0",
+    "log.retention.check.interval.ms": "5000",
+}
+
+
 class KbrokerServer(Server):
-    """A `kbroker start` child process with its own data directory, like tests/brokers.py."""
+    """A `kbroker start` child process with its own data directory (kbroker/launcher.py)."""
 
     name = "kbroker"
     can_restart = True
 
     def __init__(self, data_dir: Path, port: int | None = None, config_file: str | None = None,
                  overrides: dict[str, str] | None = None, start_timeout_s: float = 600) -> None:
-        self.data_dir = data_dir
-        self.port = port or free_port()
-        self.config_file = config_file
-        self.overrides = overrides or {}
-        self.start_timeout_s = start_timeout_s
-        self.proc: subprocess.Popen[str] | None = None
+        self.process = BrokerProcess(data_dir, port=port or free_port(), config_file=config_file,
+                                     overrides={**BENCH_BROKER_SETTINGS, **(overrides or {})},
+                                     start_timeout_s=start_timeout_s, name="kbroker")
         self.start_seconds: list[float] = []
-        self._spawned_at = 0.0
-        self._stop_sent = False
-        self._topics = _AdminTopics()
+        self._topics = AdminTopics()
         self.description = f"kbroker (python -m kbroker.cli.main start{' ' + config_file if config_file else ''})"
 
     @property
     def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return self.process.bootstrap
 
     @property
     def log_dir(self) -> Path:
-        return self.data_dir / "logs"
+        return self.process.log_dir
 
     @property
     def pid(self) -> int | None:
-        return self.proc.pid if self.proc is not None and self.proc.poll() is None else None
-
-    def command(self) -> list[str]:
-        settings = {
-            "listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
-            "log.dirs": str(self.log_dir),
-            # Deleted benchmark topics go at once, so a long run does not fill the disk (and the
-            # removal of their directories does not wait for the start-up delay of the log tasks).
-            "log.segment.delete.delay.ms": "0",
-            "log.initial.task.delay.ms": "0",
-            "log.retention.check.interval.ms": "5000",
-            **self.overrides,
-        }
-        args = [sys.executable, "-m", "kbroker.cli.main", "start"]
-        if self.config_file:
-            args.append(self.config_file)
-        for key, value in settings.items():
-            args += ["--override", f"{key}={value}"]
-        return args
+        return self.process.pid if self.process.alive else None
 
     def start(self) -> float:
         """Start and wait for the ready line; returns the seconds that took."""
-        self.spawn()
-        return self.wait_ready()
-
-    def spawn(self) -> None:
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        self._spawned_at = time.monotonic()
-        self._stop_sent = False
-        with open(self.data_dir / "broker.log", "a") as stderr:
-            self.proc = subprocess.Popen(self.command(), stdout=subprocess.PIPE, stderr=stderr, text=True,
-                                         env={**os.environ, "PYTHONUNBUFFERED": "1"})
-
-    def wait_ready(self) -> float:
-        """Wait for the ready line of the spawned process; returns the seconds since it was spawned."""
-        assert self.proc is not None
-        _wait_for_line(self.proc, READY_MARKER, self.start_timeout_s, self.data_dir / "broker.log")
-        seconds = time.monotonic() - self._spawned_at
+        try:
+            self.process.spawn()
+            seconds = self.process.wait_ready()
+        except LaunchError as e:
+            raise ServerError(str(e)) from None
         self.start_seconds.append(seconds)
         self._topics.reset()
         return seconds
-
-    def signal_stop(self) -> None:
-        """SIGTERM without waiting (brokers of a cluster stop together), once: a second one arriving
-        after the broker's event loop has closed would end it with the default action."""
-        self._topics.reset()
-        if self.proc is not None and self.proc.poll() is None and not self._stop_sent:
-            self.proc.send_signal(signal.SIGTERM)
-            self._stop_sent = True
 
     def stop(self, timeout_s: float = 300) -> float:
         """Clean shutdown (SIGTERM: flush and checkpoints); returns the seconds it took."""
         # The admin client goes first: left connected, it would log the broker's going away.
         self._topics.reset()
-        if self.proc is None or self.proc.poll() is not None:
+        if not self.process.alive:
             return 0.0
         started = time.monotonic()
-        self.signal_stop()
         try:
-            self.proc.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-            raise ServerError(f"kbroker did not stop within {timeout_s}s") from None
+            self.process.stop(timeout_s)
+        except LaunchError as e:
+            raise ServerError(str(e)) from None
         return time.monotonic() - started
 
     def restart(self, drop_page_cache: bool = False) -> float:
@@ -310,27 +266,19 @@ class KbrokerServer(Server):
         self._topics.delete(self.bootstrap, topic)
 
     def close(self, timeout_s: float = 300) -> None:
-        try:
-            self.stop(timeout_s)
-        finally:
-            if self.proc is not None and self.proc.stdout is not None:
-                self.proc.stdout.close()
+        self.stop(timeout_s)
 
     def log_tail(self, lines: int = 20) -> str:
-        path = self.data_dir / "broker.log"
-        return "\n".join(path.read_text().splitlines()[-lines:]) if path.exists() else ""
+        return self.process.log_tail(lines)
 
 
 class KbrokerClusterServer(Server):
-    """A ZooKeeper and `brokers` kbroker processes (ids 1..N), as `kbroker cluster start` runs them.
-
-    Built from the same parts rather than by calling `kbroker cluster start`: that command
-    detaches its processes to outlive it, while a benchmark's brokers are its children (they go
-    when it goes) and are started and stopped like its single broker (`KbrokerServer`, one per
-    broker id, each with its own data directory). Topics are created with replication factor
-    `brokers` and `min_insync_replicas`, and `create_topic` returns once every broker sees a full
-    ISR. `pid` is the leader of the last created topic's partition 0 (what --profile samples);
-    CPU time is the whole cluster's, split into leader and followers by `cpu_parts`.
+    """A ZooKeeper and `brokers` kbroker processes (ids 1..N): launcher.BrokerCluster, the parts
+    `kbroker cluster start` runs, but as this process's children (they go when it goes) rather
+    than detached. Topics are created with replication factor `brokers` and
+    `min_insync_replicas`, and `create_topic` returns once every broker sees a full ISR. `pid` is
+    the leader of the last created topic's partition 0 (what --profile samples); CPU time is the
+    whole cluster's, split into leader and followers by `cpu_parts`.
     """
 
     name = "kbroker"
@@ -340,54 +288,40 @@ class KbrokerClusterServer(Server):
                  start_timeout_s: float = 600) -> None:
         if brokers < 2:
             raise ServerError("a cluster needs at least 2 brokers")
-        self.data_dir = data_dir
         self.brokers = brokers
         self.min_insync_replicas = max(1, min(min_insync_replicas, brokers))
-        self.config_file = config_file
-        self.overrides = overrides or {}
-        self.start_timeout_s = start_timeout_s
-        self.zookeeper = ZooKeeperServer(data_dir / "zookeeper")
-        self.nodes: dict[int, KbrokerServer] = {}
+        self.cluster = BrokerCluster(data_dir, brokers, config_file=config_file,
+                                     overrides={**BENCH_BROKER_SETTINGS, **(overrides or {})},
+                                     start_timeout_s=start_timeout_s)
         self.leader_id: int | None = None
-        self._topics = _AdminTopics()
+        self._topics = AdminTopics()
         self.description = (f"kbroker cluster: {brokers} × python -m kbroker.cli.main start"
                             f"{' ' + config_file if config_file else ''} on one ZooKeeper, topics with "
                             f"replication factor {brokers}, min.insync.replicas={self.min_insync_replicas}")
 
     @property
     def bootstrap(self) -> str:
-        return ",".join(node.bootstrap for node in self.nodes.values())
+        return self.cluster.bootstrap
 
     @property
     def pid(self) -> int | None:
-        node = self.nodes.get(self.leader_id) if self.leader_id is not None else None
-        return node.pid if node is not None else None
+        node = self.cluster.nodes.get(self.leader_id) if self.leader_id is not None else None
+        return node.pid if node is not None and node.alive else None
 
     def describe_pid(self) -> str:
         return f"leader broker {self.leader_id} (pid {self.pid})"
 
     def start(self) -> float:
-        """ZooKeeper, then the brokers together (each waits for its ready line: it has registered)."""
+        """ZooKeeper, then the brokers together (each ready once it has registered), then
+        __consumer_offsets; returns the seconds that took."""
         started = time.monotonic()
-        self.data_dir.mkdir(parents=True, exist_ok=True)
         try:
-            self.zookeeper.start()
+            self.cluster.start()
         except ZooKeeperNotFound as e:
             raise ServerError(f"the kbroker cluster needs ZooKeeper: {e}") from None
-        except RuntimeError as e:
-            raise ServerError(f"ZooKeeper did not start: {e}") from None
+        except LaunchError as e:
+            raise ServerError(str(e)) from None
         try:
-            for broker_id in range(1, self.brokers + 1):
-                self.nodes[broker_id] = KbrokerServer(
-                    self.data_dir / f"broker-{broker_id}", config_file=self.config_file,
-                    overrides={"broker.id": str(broker_id), "zookeeper.connect": self.zookeeper.connect,
-                               **self.overrides},
-                    start_timeout_s=self.start_timeout_s)
-            # All spawned before any is awaited, so that they start side by side.
-            for node in self.nodes.values():
-                node.spawn()
-            for node in self.nodes.values():
-                node.wait_ready()
             self._create_offsets_topic()
         except BaseException:
             self.close()
@@ -404,7 +338,7 @@ class KbrokerClusterServer(Server):
         it follows from that leader, a third of the 50 here. Created up front, every case runs
         against the same cluster, the one any cluster with a consumer group is.
         """
-        addresses = [node.bootstrap for node in self.nodes.values()]
+        addresses = self.cluster.addresses
         with Client(addresses[0], client_id="kbroker-bench", timeout=60) as client:
             client.find_coordinator("kbroker-bench")  # creates the topic; retried while it is set up
         wait_full_isr(addresses, OFFSETS_TOPIC)
@@ -412,40 +346,35 @@ class KbrokerClusterServer(Server):
     def create_topic(self, topic: str, partitions: int) -> None:
         self._topics.create(self.bootstrap, {topic: partitions}, replication_factor=self.brokers,
                             min_insync_replicas=self.min_insync_replicas)
-        leaders = wait_full_isr([node.bootstrap for node in self.nodes.values()], topic, partitions)
+        leaders = wait_full_isr(self.cluster.addresses, topic, partitions)
         self.leader_id = leaders[0]
 
     def delete_topic(self, topic: str) -> None:
         self._topics.delete(self.bootstrap, topic)
 
+    def _cpu_by_broker(self) -> dict[int, float | None]:
+        return {broker_id: proc_cpu_seconds(node.pid) if node.pid is not None and node.alive else None
+                for broker_id, node in self.cluster.nodes.items()}
+
     def cpu_seconds(self) -> float | None:
-        times = [node.cpu_seconds() for node in self.nodes.values()]
+        times = list(self._cpu_by_broker().values())
         return None if None in times else sum(t for t in times if t is not None)
 
     def cpu_parts(self) -> dict[str, float] | None:
         """Leader (of the last topic's partition 0) and followers: the leader appends and answers
         the producer and the followers' fetches, a follower fetches and appends."""
-        times = {broker_id: node.cpu_seconds() for broker_id, node in self.nodes.items()}
+        times = self._cpu_by_broker()
         if self.leader_id is None or None in times.values():
             return None
         return {"leader": times[self.leader_id] or 0.0,
                 "followers": sum(t or 0.0 for broker_id, t in times.items() if broker_id != self.leader_id)}
 
     def close(self) -> None:
-        """SIGTERM to every broker at once (each hands off its partitions and closes its session,
-        which needs ZooKeeper), then ZooKeeper."""
+        """Every broker stopped at once, then ZooKeeper (launcher.BrokerCluster.stop)."""
         self._topics.reset()
-        errors = []
-        for node in self.nodes.values():
-            node.signal_stop()
-        for broker_id, node in self.nodes.items():
-            try:
-                node.close(CLUSTER_STOP_TIMEOUT_S)
-            except ServerError as e:
-                errors.append(f"broker {broker_id}: {e}")
-        self.zookeeper.stop()
-        if errors:
-            raise ServerError("; ".join(errors))
+        killed = self.cluster.stop(CLUSTER_STOP_TIMEOUT_S)
+        if killed:
+            raise ServerError(f"broker(s) {killed} did not stop within {CLUSTER_STOP_TIMEOUT_S:g} s and were killed")
 
 
 class ExternalServer(Server):
@@ -458,7 +387,7 @@ class ExternalServer(Server):
         self._pid = pid
         self.brokers = brokers
         self.min_insync_replicas = min_insync_replicas
-        self._topics = _AdminTopics()
+        self._topics = AdminTopics()
         self.description = (f"{'cluster of ' + str(brokers) + ' brokers' if brokers > 1 else 'broker'} at "
                             f"{bootstrap} (given with --bootstrap)")
 
@@ -479,151 +408,6 @@ class ExternalServer(Server):
 
     def delete_topic(self, topic: str) -> None:
         self._topics.delete(self._bootstrap, topic)
-
-
-class MockServer(Server):
-    """librdkafka's mock cluster, hosted by `python -m kbroker.bench.mock_host` in its own process."""
-
-    name = "mock"
-
-    def __init__(self, brokers: int = 1) -> None:
-        import confluent_kafka
-
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "kbroker.bench.mock_host", str(brokers)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-        )
-        line = _wait_for_line(self.proc, "bootstrap ", 60, None)
-        self._bootstrap = line.split()[1]
-        self.brokers = brokers
-        self.description = (f"librdkafka {confluent_kafka.libversion()[0]} mock cluster "
-                            f"({brokers} broker{'s' if brokers > 1 else ''}, in-memory, C)")
-
-    @property
-    def bootstrap(self) -> str:
-        return self._bootstrap
-
-    @property
-    def pid(self) -> int | None:
-        return self.proc.pid if self.proc.poll() is None else None
-
-    def _command(self, line: str) -> None:
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.proc.stdin.write(line + "\n")
-        self.proc.stdin.flush()
-        answer = self.proc.stdout.readline().strip()
-        if answer != "ok":
-            raise ServerError(f"mock cluster: {line}: {answer or 'no answer'}")
-
-    def create_topic(self, topic: str, partitions: int) -> None:
-        self._command(f"create {topic} {partitions} {self.replication_factor}")
-
-    def delete_topic(self, topic: str) -> None:
-        self._command(f"delete {topic}")
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            assert self.proc.stdin is not None
-            self.proc.stdin.close()
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
-
-
-class KafkaServer(Server):
-    """Apache Kafka from a local distribution, the second reference: one KRaft node started by
-    the distribution's `run-single-node.sh` (kafka_reference.py) with Kafka's defaults but for
-    what one node needs (internal topics with one replica, no initial rebalance delay), and
-    the JVM heap Kafka's own start script gives a broker (KAFKA_HEAP_OPTS, else 1 GiB).
-
-    The script execs the JVM, so `pid` is the broker: its CPU time and RSS are read like kbroker's.
-    It can be restarted (the cold-start consume benchmark): a clean stop, its log files evicted
-    from the page cache, and a start with the same data directory and port.
-    """
-
-    name = "kafka"
-    can_restart = True
-
-    def __init__(self, home: Path, data_dir: Path, start_timeout_s: float = 180) -> None:
-        self.process = KafkaProcess(home, data_dir, heap_opts=os.environ.get("KAFKA_HEAP_OPTS", KAFKA_HEAP_OPTS))
-        self.start_timeout_s = start_timeout_s
-        self.start_seconds: list[float] = []
-        self._topics = _AdminTopics()
-        self.description = (f"Apache Kafka {kafka_version(home)} ({home / 'run-single-node.sh'}: one KRaft node, "
-                            f"JVM heap {self.process.heap_opts})")
-
-    @property
-    def bootstrap(self) -> str:
-        return self.process.bootstrap
-
-    @property
-    def pid(self) -> int | None:
-        return self.process.pid
-
-    def start(self) -> float:
-        """Start and wait until it serves metadata and coordinates groups; returns the seconds."""
-        seconds = self.process.start(self._ready, self.start_timeout_s)
-        self.start_seconds.append(seconds)
-        self._topics.reset()
-        return seconds
-
-    def _ready(self) -> tuple[bool, str]:
-        # FindCoordinator also makes Kafka create __consumer_offsets, which the latency
-        # benchmark's consumer group would otherwise create inside its first timed run.
-        try:
-            with Client(self.bootstrap, client_id="kbroker-bench", timeout=10) as client:
-                client.find_coordinator("kbroker-bench")
-        except (OSError, KafkaError) as e:
-            return False, str(e)
-        return True, ""
-
-    def restart(self, drop_page_cache: bool = False) -> float:
-        self.stop()
-        if drop_page_cache:
-            evict_from_page_cache(self.process.log_dir)
-        return self.start()
-
-    def stop(self) -> None:
-        self._topics.reset()
-        code = self.process.stop()
-        if code not in (None, 0, 143, -signal.SIGTERM):  # the JVM ends a SIGTERM shutdown with 143
-            raise ServerError(f"Kafka exited with {code} when stopped:\n{self.process.log_tail(20)}")
-
-    def create_topic(self, topic: str, partitions: int) -> None:
-        self._topics.create(self.bootstrap, {topic: partitions})
-        # Kafka answers CreateTopics once its controller has the topic; the broker serves it
-        # a moment later.
-        wait_full_isr([self.bootstrap], topic, partitions)
-
-    def delete_topic(self, topic: str) -> None:
-        self._topics.delete(self.bootstrap, topic)
-
-    def close(self) -> None:
-        self.stop()
-
-    def log_tail(self, lines: int = 20) -> str:
-        return self.process.log_tail(lines)
-
-
-def kafka_version(home: Path) -> str:
-    """The distribution's version, from its kafka-clients jar's name ("?" when not found)."""
-    jars = sorted(home.glob("libs/kafka-clients-*.jar"))
-    return jars[0].name.removeprefix("kafka-clients-").removesuffix(".jar") if jars else "?"
-
-
-def kafka_reference_status(home_dir: str | None = None) -> tuple[Path | None, str]:
-    """The Kafka distribution to measure (from `home_dir`, KBROKER_KAFKA_HOME or
-    ../shared/kafka-3.9.0) and a JVM to run it, or None and why the reference is skipped."""
-    home, reason = kafka_home({HOME_ENV: home_dir} if home_dir else None)
-    if home is None:
-        return None, f"{reason}: the Apache Kafka reference is skipped"
-    if shutil.which("java") is None:
-        return None, "no java on PATH (Kafka needs Java 17+): the Apache Kafka reference is skipped"
-    return home, ""
 
 
 def evict_from_page_cache(directory: Path) -> int:
@@ -649,32 +433,5 @@ def evict_from_page_cache(directory: Path) -> int:
     return advised
 
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def new_data_dir(parent: str | None, prefix: str) -> Path:
     return Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
-
-
-def _wait_for_line(proc: subprocess.Popen[str], marker: str, timeout_s: float, log_path: Path | None) -> str:
-    assert proc.stdout is not None
-    stdout: IO[str] = proc.stdout
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        ready, _, _ = select.select([stdout], [], [], 0.2)
-        if ready:
-            line = stdout.readline()
-            if marker in line:
-                return line
-        if proc.poll() is not None:
-            log = log_path.read_text()[-3000:] if log_path and log_path.exists() else ""
-            raise ServerError(f"{proc.args[2] if len(proc.args) > 2 else proc.args} exited with "
-                              f"{proc.returncode}:\n{log}")
-    proc.kill()
-    proc.wait()
-    raise ServerError(f"no {marker!r} line within {timeout_s}s")

@@ -2,8 +2,9 @@
 
 `start` runs a ZooKeeper server and N `kbroker start` processes (broker ids 1..N, each with
 its own log dir and port, `zookeeper.connect` set), detached so they outlive the command, and
-records them in DIR/cluster.json; it returns once every broker has registered in ZooKeeper.
-`stop` SIGTERMs the brokers (they flush and close their sessions), then ZooKeeper.
+records them in DIR/cluster.json; it returns once every broker has registered in ZooKeeper (the
+line `kbroker start` prints then). kbroker/launcher.py runs them. `stop` SIGTERMs the brokers
+(they flush and close their sessions), then ZooKeeper, by the pids in cluster.json.
 
 Layout of DIR: cluster.json, zookeeper/ (zoo.cfg, data/, zookeeper.log),
 broker-<id>/ (logs/, broker.log = stderr, broker.out = stdout).
@@ -12,28 +13,18 @@ broker-<id>/ (logs/, broker.log = stderr, broker.out = stdout).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-import os
-import select
 import signal
-import socket
-import subprocess
-import sys
 import tempfile
-import threading
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from kazoo.client import KazooClient
-from kazoo.recipe.watchers import ChildrenWatch
-
 from kbroker.cli.common import CommandError
 from kbroker.fsutil import write_atomically
-from kbroker.metadata.zk_store import BROKER_IDS_PATH
-from kbroker.metadata.zookeeper_process import ZooKeeperNotFound, ZooKeeperServer, free_port
+from kbroker.launcher import BrokerCluster, LaunchError, pid_runs, signal_pid, wait_pid_exit
+from kbroker.metadata.zookeeper_process import ZooKeeperNotFound
+from kbroker.ports import free_port, port_free
 
 STATE_FILE = "cluster.json"
 DEFAULT_DATA_DIR = Path(tempfile.gettempdir()) / "kbroker-cluster"
@@ -72,7 +63,7 @@ class ProcessRecord:
     marker: str  # a string its command line contains: its config or log dir
 
     def alive(self) -> bool:
-        return _alive(self.pid, self.marker)
+        return pid_runs(self.pid, self.marker)
 
 
 @dataclass
@@ -99,6 +90,16 @@ class ClusterState:
         write_atomically(path, json.dumps(document, indent=1) + "\n", durable=False)
 
     @classmethod
+    def of(cls, cluster: BrokerCluster) -> ClusterState:
+        zookeeper = cluster.zookeeper
+        assert zookeeper.pid is not None
+        brokers = []
+        for broker_id, node in cluster.nodes.items():
+            assert node.pid is not None
+            brokers.append(BrokerRecord(node.pid, str(node.log_dir), broker_id, node.port, str(node.data_dir)))
+        return cls(zookeeper.connect, ProcessRecord(zookeeper.pid, str(zookeeper.config_path)), brokers)
+
+    @classmethod
     def load(cls, path: Path) -> ClusterState:
         document: dict[str, Any] = json.loads(path.read_text())
         return cls(document["zookeeper_connect"], ProcessRecord(**document["zookeeper"]),
@@ -118,105 +119,43 @@ def start(data_dir: Path, count: int, base_port: int, zookeeper_port: int, overr
             raise CommandError(f"a cluster from {data_dir} is running (pids {running}): "
                                f"stop it first with `kbroker cluster stop --data-dir {data_dir}`")
     ports = [free_port() for _ in range(count)] if base_port == 0 else list(range(base_port, base_port + count))
-    taken = [port for port in ports if not _port_free(port)]
+    taken = [port for port in ports if not port_free(port)]
     if taken:
         raise CommandError(f"port(s) {taken} are in use: choose another --base-port (0 picks free ones)")
-    data_dir.mkdir(parents=True, exist_ok=True)
 
-    zookeeper = ZooKeeperServer(data_dir / "zookeeper", port=zookeeper_port)
+    cluster = BrokerCluster(data_dir, count, ports, zookeeper_port, _settings(overrides),
+                            start_timeout_s=READY_TIMEOUT_S, detach=True)
     try:
-        zookeeper.start(detach=True)
+        # Recorded as soon as all run, so that `stop` finds whatever was started.
+        cluster.start(spawned=lambda started: ClusterState.of(started).save(state_path))
     except ZooKeeperNotFound as e:
         raise CommandError(str(e)) from None
-    except RuntimeError as e:
-        raise CommandError(f"ZooKeeper did not start: {e}") from None
-    assert zookeeper.proc is not None
-    state = ClusterState(zookeeper.connect, ProcessRecord(zookeeper.proc.pid, str(zookeeper.config_path)), [])
-    children: list[subprocess.Popen[bytes]] = [zookeeper.proc]
-    try:
-        for broker_id, port in enumerate(ports, start=1):
-            directory = data_dir / f"broker-{broker_id}"
-            proc = _spawn_broker(broker_id, port, directory, zookeeper.connect, overrides)
-            children.append(proc)
-            state.brokers.append(BrokerRecord(proc.pid, str(directory / "logs"), broker_id, port, str(directory)))
-            state.save(state_path)  # at once, so `stop` finds whatever was started
-        _wait_registered(zookeeper.connect, state.brokers, children[1:])
+    except LaunchError as e:
+        state_path.unlink(missing_ok=True)
+        raise CommandError(str(e)) from None
     except BaseException:
-        for proc in reversed(children):
-            _terminate_child(proc)
         state_path.unlink(missing_ok=True)
         raise
-    state.save(state_path)
+    state = ClusterState.of(cluster)
 
-    print(f"ZooKeeper  {zookeeper.connect} (pid {zookeeper.proc.pid})")
+    print(f"ZooKeeper  {cluster.zookeeper.connect} (pid {cluster.zookeeper.pid})")
     for broker in state.brokers:
         print(f"broker {broker.broker_id}   127.0.0.1:{broker.port} (pid {broker.pid}), logs in {broker.directory}")
     print(f"bootstrap servers: {state.bootstrap}")
-    print(f"zookeeper.connect: {zookeeper.connect}")
+    print(f"zookeeper.connect: {cluster.zookeeper.connect}")
     print(f"stop with: kbroker cluster stop --data-dir {data_dir}")
     return 0
 
 
-def _spawn_broker(broker_id: int, port: int, directory: Path, zookeeper_connect: str,
-                  overrides: list[str]) -> subprocess.Popen[bytes]:
-    directory.mkdir(parents=True, exist_ok=True)
-    settings = [f"broker.id={broker_id}", f"listeners=PLAINTEXT://127.0.0.1:{port}",
-                f"log.dirs={directory / 'logs'}", f"zookeeper.connect={zookeeper_connect}", *overrides]
-    command = [sys.executable, "-m", "kbroker.cli.main", "start"]
-    for setting in settings:
-        command += ["--override", setting]
-    with open(directory / "broker.out", "ab") as out, open(directory / "broker.log", "ab") as err:
-        return subprocess.Popen(
-            command, stdin=subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )
-
-
-def _wait_registered(connect: str, brokers: list[BrokerRecord], procs: list[subprocess.Popen[bytes]]) -> None:
-    """Until every broker's ephemeral znode exists: a broker registers once it listens."""
-    expected = {str(b.broker_id) for b in brokers}
-    all_registered = threading.Event()
-
-    def on_brokers(ids: list[str]) -> None:
-        if expected <= set(ids):
-            all_registered.set()
-
-    client = KazooClient(connect)
-    client.start(timeout=15)
-    try:
-        client.ensure_path(BROKER_IDS_PATH)  # a watch on a path that does not exist yet would stop
-        ChildrenWatch(client, BROKER_IDS_PATH, on_brokers)
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        # Wakes up now and then only to notice a broker that exited (bad override, port taken).
-        while not all_registered.wait(0.25):
-            for broker, proc in zip(brokers, procs, strict=True):
-                if proc.poll() is not None:
-                    raise CommandError(f"broker {broker.broker_id} exited with {proc.returncode}:\n"
-                                       f"{_tail(Path(broker.directory) / 'broker.log')}")
-            if time.monotonic() > deadline:
-                raise CommandError(f"brokers not registered after {READY_TIMEOUT_S:g} s; see {brokers[0].directory}/..")
-    finally:
-        client.stop()
-        client.close()
-
-
-def _port_free(port: int) -> bool:
-    with socket.socket() as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
-def _terminate_child(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+def _settings(overrides: list[str]) -> dict[str, str]:
+    """--override KEY=VALUE arguments; a later one for the same key wins, as with `kbroker start`."""
+    settings = {}
+    for override in overrides:
+        key, equals, value = override.partition("=")
+        if not equals or not key.strip():
+            raise CommandError(f"--override {override!r} is not key=value")
+        settings[key.strip()] = value.strip()
+    return settings
 
 
 # -- stop -------------------------------------------------------------------------------------------
@@ -231,11 +170,11 @@ def stop(data_dir: Path) -> int:
     # needs ZooKeeper still up.
     running = [b for b in state.brokers if b.alive()]
     for broker in running:
-        _signal(broker.pid, signal.SIGTERM)
-    killed = [b.broker_id for b in running if not _wait_exit(b.pid, STOP_TIMEOUT_S, kill=True)]
+        signal_pid(broker.pid, signal.SIGTERM)
+    killed = [b.broker_id for b in running if not wait_pid_exit(b.pid, STOP_TIMEOUT_S, kill=True)]
     if state.zookeeper.alive():
-        _signal(state.zookeeper.pid, signal.SIGTERM)
-        _wait_exit(state.zookeeper.pid, STOP_TIMEOUT_S, kill=True)
+        signal_pid(state.zookeeper.pid, signal.SIGTERM)
+        wait_pid_exit(state.zookeeper.pid, STOP_TIMEOUT_S, kill=True)
     state_path.unlink()
     print(f"stopped {len(running)} broker(s) and ZooKeeper"
           + (f"; broker(s) {killed} did not stop within {STOP_TIMEOUT_S:g} s and were killed" if killed else ""))
@@ -244,44 +183,3 @@ def stop(data_dir: Path) -> int:
 
 def _processes(state: ClusterState) -> list[ProcessRecord]:
     return [state.zookeeper, *state.brokers]
-
-
-def _signal(pid: int, signum: int) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signum)
-
-
-def _wait_exit(pid: int, timeout_s: float, kill: bool) -> bool:
-    """Wait for a process that is not our child to end (a pidfd becomes readable when it does);
-    SIGKILL it after `timeout_s` if `kill`. Returns whether it ended by itself."""
-    try:
-        fd = os.pidfd_open(pid)
-    except ProcessLookupError:
-        return True
-    try:
-        poller = select.poll()
-        poller.register(fd, select.POLLIN)
-        if poller.poll(timeout_s * 1000):
-            return True
-        if kill:
-            _signal(pid, signal.SIGKILL)
-            poller.poll(STOP_TIMEOUT_S * 1000)
-        return False
-    finally:
-        os.close(fd)
-
-
-def _alive(pid: int, marker: str) -> bool:
-    """Whether `pid` runs and is still the process we started (its command line names `marker`);
-    a zombie has ended."""
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        status = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    state = status.rsplit(")", 1)[-1].split()[0] if ")" in status else ""
-    return state != "Z" and marker in cmdline
-
-
-def _tail(path: Path, lines: int = 20) -> str:
-    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else ""

@@ -1,4 +1,4 @@
-"""Run a real standalone ZooKeeper server: for `kbroker cluster start` and for the tests.
+"""Run a real standalone ZooKeeper server: for kbroker/launcher.py's clusters and for the tests.
 
 Debian's `zookeeper` package is what this looks for: its `/usr/share/java/zookeeper.jar`
 names every jar it needs in its manifest, so `java -cp zookeeper.jar QuorumPeerMain zoo.cfg`
@@ -14,13 +14,14 @@ import logging
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from kazoo.client import KazooClient
+
+from kbroker.ports import free_port
 
 DEBIAN_JAR = Path("/usr/share/java/zookeeper.jar")
 # Debian's jar has no logging backend in its class path: without one ZooKeeper logs nothing.
@@ -70,12 +71,6 @@ def find_zookeeper() -> ZooKeeperInstall:
     if java is None:
         raise ZooKeeperNotFound("ZooKeeper needs Java: `apt-get install default-jre-headless`, or set JAVA_HOME")
     return ZooKeeperInstall(java, classpath)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @dataclass

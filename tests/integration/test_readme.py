@@ -30,7 +30,7 @@ def test_start_command_and_tour(tmp_path: Path) -> None:
     port = free_port()
     command = [str(PROJECT / part) if part.startswith("scripts/") else part for part in readme_start_command()]
     # The start script installs into .venv first: allow it the time pip needs.
-    broker = BrokerProcess(tmp_path, port=port, launcher=command, start_timeout_s=300).start()
+    broker = BrokerProcess(tmp_path, port=port, start_command=command, start_timeout_s=300).start()
     try:
         env = {**os.environ, "PATH": f"{PROJECT / '.venv' / 'bin'}:{os.environ['PATH']}"}
         shell = tour_block("sh").replace("127.0.0.1:9092", f"127.0.0.1:{port}")
