@@ -16,7 +16,12 @@ import re
 from collections.abc import Callable, Mapping
 
 from kbroker import kafka_configs as kafka
-from kbroker.config import BROKER_CONFIG_DEFS, is_unhonoured_security_setting, parse_ip_overrides, tls_setting_name
+from kbroker.config import (
+    BROKER_CONFIG_DEFS,
+    is_unhonoured_security_setting,
+    parse_ip_overrides,
+    tls_setting_name,
+)
 from protocol.errors import ErrorCode, KafkaError
 
 LISTENER_CONFIG = re.compile(r"listener\.name\.[^.]*\.(.*)")

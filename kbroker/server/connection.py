@@ -172,7 +172,9 @@ class ServedConnection(asyncio.BufferedProtocol):
     def eof_received(self) -> bool:
         self._eof = True
         self._wakeup.set()
-        return True  # keep the write side open: answers still owed go out
+        # Keep the write side open: answers still owed go out. TLS has no half-close (the
+        # client's close_notify ends the session), so there the transport closes.
+        return not self.tls
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closing = True
