@@ -119,7 +119,7 @@ class TlsMaterial:
         return cls(directory, ca, server)
 
     def client(self, common_name: str = "client", *, organizational_unit: str | None = "eng",
-               expired: bool = False, other_ca: bool = False) -> Identity:
+               expired: bool = False, other_ca: bool = False, password: str | None = None) -> Identity:
         """A client certificate for `CN=<common_name>,OU=<unit>,O=kbroker tests`; `other_ca`
         signs it with a CA the broker does not trust."""
         ca = CertificateAuthority(self.directory, "untrusted CA") if other_ca else self.ca
@@ -127,7 +127,7 @@ class TlsMaterial:
         if organizational_unit:
             attributes["OU"] = organizational_unit
         stem = f"client-{common_name}{'-expired' if expired else ''}{'-untrusted' if other_ca else ''}"
-        return ca.issue(stem, _name(**attributes), server=False, expired=expired)
+        return ca.issue(stem, _name(**attributes), server=False, expired=expired, password=password)
 
     def server_properties(self, client_auth: str = "none", prefix: str = "") -> dict[str, str]:
         """Broker settings for an SSL listener with the server certificate (`prefix`:
