@@ -135,7 +135,7 @@ class ServedConnection(asyncio.BufferedProtocol):
         try:
             der = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
             self.principal = certificate_principal(der, self._principal_mapper)
-        except ValueError as e:
+        except Exception as e:  # no rule maps the name, or a certificate its parser refuses
             limited_log.info("principal", "closing %s: authentication failed: %s", self.peer, e)
             self._closing = True
             transport.abort()
