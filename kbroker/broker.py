@@ -7,6 +7,7 @@ import contextlib
 import gc
 import logging
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,13 @@ from kbroker.storage.log_manager import LogManager
 from kbroker.storage.log_mover import LogDirMover
 
 log = logging.getLogger("kbroker")
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerNode:
+    broker_id: int
+    host: str
+    port: int
 
 TICK_SECONDS = 1.0
 GC_YOUNG_THRESHOLD = 20_000
@@ -78,7 +86,9 @@ class Broker:
         )
         self.cluster: ClusterView | None = None
         if config.zookeeper_connect:
-            self.cluster = ClusterView(self.store, config.broker_id, self.replicas, self.topics)
+            tls = config.inter_broker_tls()
+            self.cluster = ClusterView(self.store, config.broker_id, self.replicas, self.topics,
+                                       config.inter_broker_listener, tls.client_context() if tls else None)
             self.cluster.unclean_election = config.get("unclean.leader.election.enable")
             self.topics.cluster = self.cluster
         # In a cluster, ids carry the broker id in their high bits, so brokers never hand out the same one.
@@ -150,7 +160,8 @@ class Broker:
         self.transactions.load()
         self.configs.start(asyncio.get_running_loop())
         for listener in self.config.listeners_parsed():
-            port = await self.server.start(listener.host, listener.port)
+            port = await self.server.start(listener.host, listener.port, listener.name,
+                                           self.config.listener_tls.get(listener.name))
             self.bound.append((listener.name, listener.host, port))
         # Once it can be reached: the other brokers (and the controller) learn of it now.
         await self._register()
@@ -243,19 +254,30 @@ class Broker:
         bound = {name: port for name, _, port in self.bound}
         return BrokerRegistration(
             self.config.broker_id,
-            tuple(BrokerEndpoint(a.name, a.host, a.port or bound.get(a.name, 0))
+            tuple(BrokerEndpoint(a.name, a.host, a.port or bound.get(a.name, 0),
+                                 self.config.security_protocols.get(a.name, a.name))
                   for a in self.config.advertised_listeners_parsed()),
             rack=self.config.get("broker.rack"),
         )
 
-    def broker_endpoints(self) -> list[dict[str, Any]]:
-        """The live brokers as Metadata describes them: each one's first advertised listener."""
+    def broker_endpoints(self, listener: str) -> list[dict[str, Any]]:
+        """The live brokers as Metadata describes them to a client of `listener`: each one's
+        address on that listener; a broker without it is left out (Kafka's
+        MetadataCache.getAliveBrokerNodes(listenerName))."""
         if self.cluster is not None and self.cluster.brokers:
-            return [{"node_id": b.broker_id, "host": b.endpoints[0].host, "port": b.endpoints[0].port,
-                     "rack": b.rack} for _, b in sorted(self.cluster.brokers.items()) if b.endpoints]
-        advertised = self.config.advertised_listeners_parsed()[0]
-        port = advertised.port or self.bound[0][2]
-        return [{"node_id": self.config.broker_id, "host": advertised.host, "port": port, "rack": None}]
+            found = ((b, self.cluster.endpoint_of(b.broker_id, listener)) for _, b in sorted(self.cluster.brokers.items()))
+            return [{"node_id": b.broker_id, "host": address[0], "port": address[1], "rack": b.rack}
+                    for b, address in found if address is not None]
+        return [{"node_id": e.broker_id, "host": e.host, "port": e.port, "rack": None}
+                for e in [self.local_endpoint(listener)] if e is not None]
+
+    def local_endpoint(self, listener: str) -> BrokerNode | None:
+        """This broker's advertised address on `listener` (the bound port where it is 0)."""
+        bound = {name: port for name, _, port in self.bound}
+        for advertised in self.config.advertised_listeners_parsed():
+            if advertised.name == listener:
+                return BrokerNode(self.config.broker_id, advertised.host, advertised.port or bound.get(listener, 0))
+        return None
 
     async def _tick_forever(self) -> None:
         while True:

@@ -20,6 +20,8 @@ from typing import Any
 
 from kbroker.fsutil import write_atomically
 from kbroker.kafka_configs import DYNAMIC_BROKER_CONFIGS, DYNAMIC_DEFAULTS
+from kbroker.security import tls
+from kbroker.security.tls import TlsConfigError, TlsSettings
 from kbroker.storage.log_config import TOPIC_CONFIG_DEFAULTS, LogConfig
 from protocol.errors import KafkaError
 
@@ -74,7 +76,11 @@ _DEFS = [
     ConfigDef("listeners", _str, "PLAINTEXT://127.0.0.1:9092", "Addresses to listen on."),
     ConfigDef("advertised.listeners", _str, None, "Addresses clients are told to use (default: listeners)."),
     ConfigDef("listener.security.protocol.map", _str, "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL",
-              "Listener name -> security protocol; only PLAINTEXT is served yet."),
+              "Listener name -> security protocol; PLAINTEXT and SSL are served."),
+    ConfigDef("inter.broker.listener.name", _str, None,
+              "The listener other brokers reach this one on (replication, transaction markers)."),
+    ConfigDef("security.inter.broker.protocol", _str, "PLAINTEXT",
+              "Instead of inter.broker.listener.name: the listener named after this protocol."),
     ConfigDef("log.dirs", _str, None, "Directories holding partition logs (comma separated)."),
     ConfigDef("log.dir", _str, os.path.join(tempfile.gettempdir(), "kbroker-logs"), "Used when log.dirs is unset."),
     ConfigDef("cluster.id", _str, None, "Cluster id to use when log dirs are new (default: random)."),
@@ -230,33 +236,49 @@ TOPIC_CONFIG_SYNONYMS: dict[str, list[tuple[str, int]]] = {
 # not be ignored: the broker refuses to start instead of serving with less protection than asked
 # for. Names as Kafka's KafkaConfig; the list shrinks as each feature is implemented.
 UNHONOURED_SECURITY_PREFIXES = (
-    "ssl.", "sasl.", "quota.", "delegation.token.", "password.encoder.", "listener.name.",
+    "sasl.", "quota.", "delegation.token.", "password.encoder.", "listener.name.",
     "replication.quota.", "leader.replication.throttled.", "follower.replication.throttled.",
+    "zookeeper.ssl.",  # TLS to ZooKeeper: kbroker's ZooKeeper session is plaintext
 )
 UNHONOURED_SECURITY_NAMES = frozenset({
     "authorizer.class.name", "super.users", "allow.everyone.if.no.acl.found", "principal.builder.class",
     "connections.max.reauth.ms", "security.providers", "client.quota.callback.class",
-    "security.inter.broker.protocol", "max.connection.creation.rate", "sasl.mechanism.inter.broker.protocol",
-    "ssl.client.auth", "control.plane.listener.name", "producer.id.quota.window.num",
+    "max.connection.creation.rate", "sasl.mechanism.inter.broker.protocol",
+    "control.plane.listener.name", "producer.id.quota.window.num", "zookeeper.set.acl", "zookeeper.clientCnxnSocket",
 })
-# Values that ask for nothing beyond what kbroker does: an empty authorizer, plaintext between brokers.
+# Values that ask for nothing beyond what kbroker does: an empty authorizer, no SASL between brokers.
 _HARMLESS_VALUES = {
     "authorizer.class.name": {""},
-    "security.inter.broker.protocol": {"PLAINTEXT"},
+    "security.inter.broker.protocol": {"PLAINTEXT", "SSL"},
     "connections.max.reauth.ms": {"0"},
+    "zookeeper.ssl.client.enable": {"false"},
+    "zookeeper.set.acl": {"false"},
     "allow.everyone.if.no.acl.found": {"true", "false"},  # only read by an authorizer, which is refused
 }
 # Kafka's default mapping of listener names to security protocols.
 DEFAULT_SECURITY_PROTOCOL_MAP = {name: name for name in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")}
-SUPPORTED_SECURITY_PROTOCOLS = frozenset({"PLAINTEXT"})
+SUPPORTED_SECURITY_PROTOCOLS = frozenset({"PLAINTEXT", "SSL"})
+_LISTENER_PREFIX = re.compile(r"listener\.name\.([^.]+)\.(.*)", re.DOTALL)
+
+
+def tls_setting_name(name: str) -> str | None:
+    """The `ssl.*` name a setting sets, for a listener or for all (`listener.name.<l>.ssl.x` and
+    `ssl.x` both give `ssl.x`); None for any other setting."""
+    match = _LISTENER_PREFIX.fullmatch(name)
+    base = match.group(2) if match else name
+    return base if base.startswith("ssl.") else None
 
 
 def is_unhonoured_security_setting(name: str, value: str | None = None) -> bool:
-    """Whether setting `name` (to `value`) asks for protection kbroker does not provide yet."""
-    if name not in UNHONOURED_SECURITY_NAMES and not name.startswith(UNHONOURED_SECURITY_PREFIXES):
+    """Whether setting `name` (to `value`) at start asks for protection kbroker does not provide yet."""
+    tls_name = tls_setting_name(name)
+    if tls_name is not None:
+        return tls_name not in tls.HONOURED
+    if name not in UNHONOURED_SECURITY_NAMES and not name.startswith(UNHONOURED_SECURITY_PREFIXES) \
+            and name != "security.inter.broker.protocol":
         return False
     harmless = _HARMLESS_VALUES.get(name)
-    return harmless is None or value is None or value.strip() not in harmless
+    return harmless is None or value is None or value.strip().upper() not in {h.upper() for h in harmless}
 
 
 def unhonoured_security_settings(props: Mapping[str, str]) -> list[str]:
@@ -274,6 +296,18 @@ def security_protocol_map(props: Mapping[str, str]) -> dict[str, str]:
             raise ConfigError(f"listener.security.protocol.map: {item!r} is not NAME:PROTOCOL")
         mapping[name.strip().upper()] = protocol.strip().upper()
     return mapping
+
+
+def tls_properties(props: Mapping[str, str], listener: str | None) -> dict[str, str]:
+    """The `ssl.*` settings of one listener: `listener.name.<name>.ssl.x` (the name in any case)
+    overrides `ssl.x`, as Kafka's valuesWithPrefixOverride does."""
+    result = {name: value for name, value in props.items() if name.startswith("ssl.")}
+    if listener is not None:
+        for name, value in props.items():
+            match = _LISTENER_PREFIX.fullmatch(name)
+            if match and match.group(1).upper() == listener.upper() and match.group(2).startswith("ssl."):
+                result[match.group(2)] = value
+    return result
 
 
 def parse_ip_overrides(text: str | None) -> dict[str, int]:
@@ -381,10 +415,12 @@ class BrokerConfig:
             raise ConfigError(
                 f"refusing to start: {', '.join(refused)} "
                 f"{'asks' if len(refused) == 1 else 'ask'} for security kbroker does not implement yet "
-                "(TLS, SASL, ACLs, quotas); remove the setting to run without it"
+                "(SASL, ACLs, quotas, TLS settings other than those in docs/security.md); remove the setting "
+                "to run without it"
             )
         for name in sorted(set(props) - set(BROKER_CONFIG_DEFS)):
-            log.warning("ignoring unknown property %s", name)
+            if tls_setting_name(name) is None:  # the TLS settings are read per listener
+                log.warning("ignoring unknown property %s", name)
         self.values: dict[str, Any] = {}
         for definition in _DEFS:
             text = props.get(definition.name, definition.default)
@@ -420,6 +456,8 @@ class BrokerConfig:
         advertised = self.values["advertised.listeners"]
         self._advertised = parse_listeners(advertised, "advertised.listeners") if advertised else None
         self.security_protocols = self._check_security_protocols(props)
+        self.listener_tls = self._tls_of_listeners(props)
+        self.inter_broker_listener = self._inter_broker_listener(props)
         if self.num_partitions < 1:
             raise ConfigError("num.partitions must be at least 1")
         self._check_connection_settings()
@@ -495,6 +533,48 @@ class BrokerConfig:
                     "does not implement yet; it would be served as unencrypted, unauthenticated PLAINTEXT")
             protocols[listener.name] = protocol
         return protocols
+
+    def _tls_of_listeners(self, props: Mapping[str, str]) -> dict[str, TlsSettings]:
+        """The TLS settings of each SSL listener (`listener.name.<name>.ssl.*` over `ssl.*`), with
+        their key material loaded now: a setting that cannot be applied stops the start. The
+        shared `ssl.*` values are checked even without an SSL listener, so none is ignored."""
+        result = {}
+        try:
+            TlsSettings.from_properties(tls_properties(props, None))
+            for name, protocol in self.security_protocols.items():
+                if protocol == "SSL":
+                    settings = TlsSettings.from_properties(tls_properties(props, name))
+                    settings.server_context()  # loads the key store: a bad key or password fails here
+                    result[name] = settings
+        except TlsConfigError as e:
+            raise ConfigError(f"refusing to start: {e}") from None
+        return result
+
+    def _inter_broker_listener(self, props: Mapping[str, str]) -> str:
+        """Kafka's rule: `inter.broker.listener.name`, or else the listener named after
+        `security.inter.broker.protocol` (PLAINTEXT by default); not both."""
+        name = self.values["inter.broker.listener.name"]
+        if name and "security.inter.broker.protocol" in props:
+            raise ConfigError("Only one of inter.broker.listener.name and security.inter.broker.protocol should be set.")
+        if name:
+            name = name.upper()
+            if name not in security_protocol_map(props):
+                raise ConfigError(f"Listener with name {name} defined in inter.broker.listener.name not found in "
+                                  "listener.security.protocol.map.")
+        else:
+            name = self.values["security.inter.broker.protocol"].upper()
+            if name not in SUPPORTED_SECURITY_PROTOCOLS:
+                raise ConfigError(f"refusing to start: security.inter.broker.protocol={name} is not implemented")
+        advertised = [listener.name for listener in self._advertised or self._listeners]
+        if self.zookeeper_connect and name not in advertised:
+            # Other brokers could not reach this one (Kafka refuses this too).
+            raise ConfigError(f"inter.broker.listener.name must be a listener name defined in advertised.listeners. "
+                              f"The valid options based on currently configured listeners are {','.join(advertised)}")
+        return name
+
+    def inter_broker_tls(self) -> TlsSettings | None:
+        """TLS settings for connecting to other brokers: those of the inter-broker listener, if it is SSL."""
+        return self.listener_tls.get(self.inter_broker_listener)
 
     @classmethod
     def load(cls, path: str | os.PathLike[str] | None, overrides: Iterable[str] = ()) -> BrokerConfig:

@@ -16,7 +16,12 @@ import re
 from collections.abc import Callable, Mapping
 
 from kbroker import kafka_configs as kafka
-from kbroker.config import BROKER_CONFIG_DEFS, is_unhonoured_security_setting, parse_ip_overrides
+from kbroker.config import (
+    BROKER_CONFIG_DEFS,
+    is_unhonoured_security_setting,
+    parse_ip_overrides,
+    tls_setting_name,
+)
 from protocol.errors import ErrorCode, KafkaError
 
 LISTENER_CONFIG = re.compile(r"listener\.name\.[^.]*\.(.*)")
@@ -236,6 +241,14 @@ def _refuse_unhonoured(props: Mapping[str, str]) -> None:
             f"{', '.join(security)}: security kbroker does not implement yet (TLS, SASL, ACLs, quotas); "
             "refused rather than stored, since it would not be honoured",
         )
+    tls = sorted(n for n in props if tls_setting_name(n) is not None)
+    if tls:
+        # Kafka reloads key stores at run time; kbroker loads its TLS contexts at start only.
+        raise KafkaError(
+            ErrorCode.INVALID_CONFIG,
+            f"{', '.join(tls)}: kbroker reads TLS settings at start only; set "
+            f"{'it' if len(tls) == 1 else 'them'} in server.properties and restart",
+        )
     restart_only = sorted(n for n in props if n in RESTART_ONLY)
     if restart_only:
         raise KafkaError(
@@ -246,14 +259,17 @@ def _refuse_unhonoured(props: Mapping[str, str]) -> None:
 
 
 def unhonoured_stored(configs: Mapping[str, str]) -> list[str]:
-    """Stored dynamic configs (written by another tool) that ask for security kbroker lacks."""
-    return sorted(n for n, v in configs.items() if is_unhonoured_security_setting(n, v))
+    """Stored dynamic configs (written by another tool) that ask for security kbroker lacks: TLS
+    settings too, which kbroker reads from server.properties only and so would not apply."""
+    return sorted(n for n, v in configs.items()
+                  if is_unhonoured_security_setting(n, v) or tls_setting_name(n) is not None)
 
 
 def reportable_broker_configs() -> list[str]:
     """The broker configs DescribeConfigs lists for a broker: kbroker's, and every dynamic config
     of Kafka's that kbroker accepts (those it refuses would only show settings it lacks)."""
     accepted = {
-        n for n in kafka.DYNAMIC_BROKER_CONFIGS if not is_unhonoured_security_setting(n) and n not in RESTART_ONLY
+        n for n in kafka.DYNAMIC_BROKER_CONFIGS
+        if not is_unhonoured_security_setting(n) and n not in RESTART_ONLY and tls_setting_name(n) is None
     }
     return sorted(set(BROKER_CONFIG_DEFS) | accepted)

@@ -16,20 +16,40 @@ from tests.brokers import BrokerProcess, free_port
 PROJECT = Path(__file__).resolve().parent.parent
 
 REFUSED = [
+    # TLS asked for but not configured completely: an SSL listener needs a key store.
     {"listeners": "SSL://127.0.0.1:9093"},
+    {"listeners": "PLAINTEXT://127.0.0.1:9092,SSL://127.0.0.1:9093"},
+    {"advertised.listeners": "SSL://example.com:9093"},
+    # SASL is not implemented.
     {"listeners": "SASL_SSL://127.0.0.1:9093"},
     {"listeners": "SASL_PLAINTEXT://127.0.0.1:9093"},
-    {"listeners": "PLAINTEXT://127.0.0.1:9092,SSL://127.0.0.1:9093"},
     {"listeners": "CLIENT://127.0.0.1:9093", "listener.security.protocol.map": "CLIENT:SASL_SSL"},
-    {"advertised.listeners": "SSL://example.com:9093"},
-    {"ssl.keystore.location": "/etc/kafka/keystore.pem"},
-    {"ssl.client.auth": "required"},
+    {"security.inter.broker.protocol": "SASL_SSL"},
     {"sasl.enabled.mechanisms": "SCRAM-SHA-512"},
+    {"listener.name.internal.plain.sasl.jaas.config": "x"},
+    # Key and trust stores kbroker does not read (Kafka's default type is JKS).
+    {"ssl.keystore.location": "/etc/kafka/keystore.pem"},
+    {"ssl.keystore.type": "JKS", "ssl.keystore.location": "/etc/kafka/keystore.jks"},
+    {"ssl.keystore.type": "PKCS12", "ssl.keystore.location": "/etc/kafka/keystore.p12"},
+    {"ssl.truststore.location": "/etc/kafka/truststore.jks"},
+    {"listener.name.ssl.ssl.truststore.type": "PKCS12", "listener.name.ssl.ssl.truststore.location": "/t.p12",
+     "listeners": "SSL://127.0.0.1:9093"},
+    # TLS settings kbroker cannot apply.
+    {"ssl.provider": "SunJSSE"},
+    {"ssl.engine.factory.class": "com.example.Factory"},
+    {"ssl.keymanager.algorithm": "NewSunX509"},
+    {"ssl.enabled.protocols": "TLSv1.1,TLSv1.3"},
+    {"ssl.enabled.protocols": "SSLv3"},
+    {"ssl.cipher.suites": "TLS_AES_256_GCM_SHA384"},
+    {"ssl.cipher.suites": "TLS_NO_SUCH_SUITE"},
+    {"ssl.client.auth": "sometimes"},
+    {"ssl.principal.mapping.rules": "RULE:^CN=(.*)$/$1/L,garbage"},
+    {"zookeeper.ssl.client.enable": "true"},
+    {"zookeeper.set.acl": "true"},
+    # Neither TLS nor SASL.
     {"authorizer.class.name": "kafka.security.authorizer.AclAuthorizer"},
     {"super.users": "User:admin"},
     {"principal.builder.class": "com.example.Builder"},
-    {"security.inter.broker.protocol": "SSL"},
-    {"listener.name.internal.plain.sasl.jaas.config": "x"},
     {"quota.window.num": "11"},
     {"connections.max.reauth.ms": "3600000"},
     {"delegation.token.secret.key": "s"},
@@ -50,6 +70,11 @@ def test_unhonoured_security_settings_are_config_errors(props: dict[str, str]) -
     {"authorizer.class.name": ""},
     {"security.inter.broker.protocol": "PLAINTEXT"},
     {"connections.max.reauth.ms": "0"},
+    # TLS settings that every SSL listener honours (there is none here, as Kafka allows).
+    {"ssl.client.auth": "required", "ssl.enabled.protocols": "TLSv1.2", "ssl.protocol": "TLSv1.2",
+     "ssl.principal.mapping.rules": "RULE:^CN=(.*?),OU=(.*)$/$1/L,DEFAULT", "ssl.keymanager.algorithm": "SunX509",
+     "ssl.endpoint.identification.algorithm": ""},
+    {"zookeeper.ssl.client.enable": "false"},
 ])
 def test_settings_that_ask_for_nothing_more_are_accepted(props: dict[str, str]) -> None:
     BrokerConfig(props)
@@ -61,7 +86,10 @@ def test_unknown_listener_names_need_a_protocol() -> None:
 
 
 def test_the_check_is_reusable_for_runtime_changes() -> None:
-    assert is_unhonoured_security_setting("ssl.truststore.location", "/x")
+    assert is_unhonoured_security_setting("ssl.provider", "SunJSSE")
+    assert is_unhonoured_security_setting("listener.name.ssl.ssl.engine.factory.class", "x")
+    assert not is_unhonoured_security_setting("ssl.truststore.location", "/x")
+    assert not is_unhonoured_security_setting("listener.name.ssl.ssl.client.auth", "required")
     assert is_unhonoured_security_setting("sasl.kerberos.min.time.before.relogin", "60000")
     assert not is_unhonoured_security_setting("log.retention.ms", "1")
     assert not is_unhonoured_security_setting("authorizer.class.name", "")
@@ -81,8 +109,8 @@ def test_kbroker_start_exits_with_the_reason(tmp_path: Path, override: str) -> N
 def test_the_cli_reads_refusals_from_a_properties_file(tmp_path: Path) -> None:
     props = tmp_path / "server.properties"
     props.write_text(f"listeners=PLAINTEXT://127.0.0.1:{free_port()}\nlog.dirs={tmp_path / 'logs'}\n"
-                     "ssl.keystore.type=PEM\n")
+                     "ssl.keystore.type=PKCS12\nssl.keystore.location=/etc/kafka/broker.p12\n")
     result = subprocess.run([sys.executable, "-m", "kbroker.cli.main", "start", str(props)], cwd=PROJECT,
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 1
-    assert "ssl.keystore.type" in result.stderr
+    assert "ssl.keystore.type=PKCS12" in result.stderr and "PEM" in result.stderr

@@ -33,7 +33,10 @@ ALLOWED: dict[str, frozenset[str]] = {
     "kbroker.ports": frozenset(),
     # The log, then configuration (topic defaults come from the log's LogConfig) and metadata.
     "kbroker.storage": frozenset({"kbroker.clock", "kbroker.fsutil", "protocol"}),
-    "kbroker.config": frozenset({"kbroker.fsutil", "kbroker.kafka_configs", "kbroker.storage", "protocol"}),
+    # TLS contexts and principals (stdlib ssl and cryptography only).
+    "kbroker.security": frozenset(),
+    "kbroker.config": frozenset({"kbroker.fsutil", "kbroker.kafka_configs", "kbroker.security", "kbroker.storage",
+                                 "protocol"}),
     "kbroker.dynamic_config": frozenset({"kbroker.config", "kbroker.kafka_configs", "protocol"}),
     "kbroker.metadata": frozenset({"kbroker.clock", "kbroker.config", "kbroker.fsutil", "kbroker.ports", "protocol"}),
     # Replica manager, partitions, fetch sessions, replication, topics, the cluster view.
@@ -46,7 +49,8 @@ ALLOWED: dict[str, frozenset[str]] = {
                                    "kbroker.dynamic_config", "kbroker.kafka_configs", "kbroker.log_limiter",
                                    "kbroker.pacing", "kbroker.storage", "protocol"}),
     # The network server dispatches to the handlers (one way: handlers never import it).
-    "kbroker.server": frozenset({"kbroker.config", "kbroker.handlers", "kbroker.log_limiter", "protocol"}),
+    "kbroker.server": frozenset({"kbroker.config", "kbroker.handlers", "kbroker.log_limiter", "kbroker.security",
+                                 "protocol"}),
     # The wiring of one broker.
     "kbroker.broker": frozenset({"kbroker.clock", "kbroker.cluster", "kbroker.config", "kbroker.coordinator",
                                  "kbroker.metadata", "kbroker.server", "kbroker.storage"}),

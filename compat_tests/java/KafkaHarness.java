@@ -978,12 +978,23 @@ public final class KafkaHarness {
         Properties props = new Properties();
         props.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, args.get("bootstrap"));
         props.put(AdminClientConfig.DEFAULT_API_TIMEOUT_MS_CONFIG, Long.toString(WAIT_MS));
+        props.putAll(clientSettings(args));
         return Admin.create(props);
+    }
+
+    /** Client settings passed as client.NAME=VALUE (security.protocol, ssl.*), for every client a scenario makes. */
+    static Map<String, String> clientSettings(Args args) {
+        Map<String, String> settings = new HashMap<>();
+        args.values.forEach((k, v) -> {
+            if (k.startsWith("client.")) settings.put(k.substring("client.".length()), v);
+        });
+        return settings;
     }
 
     static KafkaProducer<byte[], byte[]> producer(Args args, Map<String, Object> overrides) {
         Properties props = new Properties();
         props.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, args.get("bootstrap"));
+        props.putAll(clientSettings(args));
         props.putAll(overrides);
         return new KafkaProducer<>(props, new ByteArraySerializer(), new ByteArraySerializer());
     }
@@ -991,6 +1002,7 @@ public final class KafkaHarness {
     static KafkaConsumer<byte[], byte[]> consumer(Args args, Map<String, Object> overrides) {
         Properties props = new Properties();
         props.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, args.get("bootstrap"));
+        props.putAll(clientSettings(args));
         props.putAll(overrides);
         return new KafkaConsumer<>(props, new ByteArrayDeserializer(), new ByteArrayDeserializer());
     }

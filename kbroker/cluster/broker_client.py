@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ssl
 from typing import Any
 
 from construct import ConstructError, Container
@@ -24,9 +25,11 @@ class BrokerUnavailable(ConnectionError):
 
 
 class AsyncBrokerClient:
-    def __init__(self, host: str, port: int, client_id: str, timeout_s: float = 30.0) -> None:
+    def __init__(self, host: str, port: int, client_id: str, timeout_s: float = 30.0,
+                 ssl_context: ssl.SSLContext | None = None) -> None:
         self.host, self.port = host, port
         self.timeout_s = timeout_s
+        self.ssl_context = ssl_context  # TLS when the inter-broker listener is SSL
         self._conn = ClientProtocol(client_id)
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
@@ -48,7 +51,11 @@ class AsyncBrokerClient:
 
     async def _exchange(self, api_key: int, version: int, body: Any) -> Container:
         if self._writer is None:
-            self._reader, self._writer = await asyncio.open_connection(self.host, self.port)
+            if self.ssl_context is None:
+                self._reader, self._writer = await asyncio.open_connection(self.host, self.port)
+            else:  # the handshake counts against the request's timeout
+                self._reader, self._writer = await asyncio.open_connection(
+                    self.host, self.port, ssl=self.ssl_context, server_hostname=self.host)
             self._conn = ClientProtocol(self._conn.client_id)
         assert self._reader is not None
         _, data = self._conn.encode_request(api_key, version, body)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -64,8 +65,12 @@ def elect_leader(replicas: list[int], state: PartitionState, live: set[int]) -> 
 
 
 class ClusterView:
-    def __init__(self, store: MetadataStore, broker_id: int, replicas: ReplicaManager, topics: TopicManager) -> None:
+    def __init__(self, store: MetadataStore, broker_id: int, replicas: ReplicaManager, topics: TopicManager,
+                 inter_broker_listener: str = "PLAINTEXT", inter_broker_ssl: ssl.SSLContext | None = None) -> None:
         self.store = store
+        # Brokers reach each other on this listener, with TLS when it is SSL.
+        self.inter_broker_listener = inter_broker_listener
+        self.inter_broker_ssl = inter_broker_ssl
         self.broker_id = broker_id
         self.replicas = replicas
         self.topics = topics
@@ -89,6 +94,7 @@ class ClusterView:
         self._loop = asyncio.get_running_loop()
         self.replicas.isr_writer = self._write_isr
         self.replicas.endpoint_of = self.endpoint_of
+        self.replicas.inter_broker_ssl = self.inter_broker_ssl
         self._unwatch.append(self.store.watch_brokers(self._hop(self._on_brokers)))
         self._unwatch.append(self.store.watch_topics(self._hop(self._on_topics)))
         self._unwatch.append(self.store.watch_controller(self._hop(self._on_controller)))
@@ -127,12 +133,15 @@ class ClusterView:
         rack-alternated list); without, by id."""
         return rack_alternated({b: r.rack for b, r in self.brokers.items()})
 
-    def endpoint_of(self, broker_id: int) -> tuple[str, int] | None:
+    def endpoint_of(self, broker_id: int, listener: str | None = None) -> tuple[str, int] | None:
+        """A live broker's address on `listener` (by default the inter-broker listener, which
+        replication and coordinator traffic use); None when it is not alive or has no such listener."""
         registration = self.brokers.get(broker_id)
-        if registration is None or not registration.endpoints:
+        if registration is None:
             return None
-        endpoint = registration.endpoints[0]
-        return endpoint.host, endpoint.port
+        wanted = listener or self.inter_broker_listener
+        endpoint = next((e for e in registration.endpoints if e.listener == wanted), None)
+        return (endpoint.host, endpoint.port) if endpoint is not None else None
 
     def state_of(self, topic: str, index: int) -> PartitionState | None:
         return self.states.get((topic, index))

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 import struct
 import time
 from dataclasses import dataclass
@@ -88,11 +89,13 @@ class _Session:
 
 
 class ReplicaFetcher:
-    def __init__(self, local_id: int, leader_id: int, host: str, port: int, config: FetcherConfig) -> None:
+    def __init__(self, local_id: int, leader_id: int, host: str, port: int, config: FetcherConfig,
+                 ssl_context: ssl.SSLContext | None = None) -> None:
         self.local_id = local_id
         self.leader_id = leader_id
         self.config = config
-        self.client = AsyncBrokerClient(host, port, f"replica-fetcher-{local_id}-{leader_id}")
+        self.client = AsyncBrokerClient(host, port, f"replica-fetcher-{local_id}-{leader_id}",
+                                        ssl_context=ssl_context)
         self.partitions: dict[tuple[str, int], Partition] = {}
         self._needs_truncation: set[tuple[str, int]] = set()
         self._changed = asyncio.Event()

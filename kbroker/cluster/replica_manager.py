@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 
@@ -31,7 +32,8 @@ class ReplicaManager:
     ) -> None:
         self.broker_id = broker_id
         self.log_manager = log_manager
-        self.endpoint_of = endpoint_of
+        self.endpoint_of = endpoint_of  # the leader's address on the inter-broker listener
+        self.inter_broker_ssl: ssl.SSLContext | None = None  # TLS when that listener is SSL
         self.isr_writer = isr_writer
         self.fetcher_config = fetcher_config or FetcherConfig()
         self._partitions: dict[tuple[str, int], Partition] = {}
@@ -113,7 +115,7 @@ class ReplicaManager:
             endpoint = self.endpoint_of(leader_id) if self.endpoint_of is not None else None
             if endpoint is None:
                 raise KafkaError(ErrorCode.BROKER_NOT_AVAILABLE, f"no address for broker {leader_id}")
-            fetcher = ReplicaFetcher(self.broker_id, leader_id, *endpoint, self.fetcher_config)
+            fetcher = ReplicaFetcher(self.broker_id, leader_id, *endpoint, self.fetcher_config, self.inter_broker_ssl)
             self._fetchers[leader_id] = fetcher
         return fetcher
 

@@ -30,6 +30,8 @@ class RequestContext:
     broker: Broker
     header: RequestHeader
     peer: str
+    listener: str = "PLAINTEXT"  # the listener the request came in on: answers give its addresses
+    principal: str = "User:ANONYMOUS"  # who sent it (a TLS client's certificate subject)
 
     @property
     def version(self) -> int:

@@ -26,7 +26,7 @@ async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
         "controller_id": broker.config.broker_id,
         "brokers": [
             {"broker_id": b["node_id"], "host": b["host"], "port": b["port"], "rack": b["rack"]}
-            for b in broker.broker_endpoints()
+            for b in broker.broker_endpoints(ctx.listener)
         ],
         "cluster_authorized_operations": cluster_operations(request.include_cluster_authorized_operations),
     }

@@ -45,11 +45,13 @@ def _coordinator(ctx: RequestContext, key: str, key_type: int) -> Coordinator:
     if cluster is not None:
         # The coordinator is whichever broker leads the key's partition of the internal topic.
         state = cluster.state_of(topic.name, topic.partition_of(key))
-        address = cluster.endpoint_of(state.leader) if state is not None and state.leader >= 0 else None
+        address = cluster.endpoint_of(state.leader, ctx.listener) if state is not None and state.leader >= 0 else None
         if state is None or address is None:
             raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE)
         return {"node_id": state.leader, "host": address[0], "port": address[1]}
     if topic.hosted(key) is None:
         raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE)
-    endpoint = ctx.broker.broker_endpoints()[0]
-    return {"node_id": endpoint["node_id"], "host": endpoint["host"], "port": endpoint["port"]}
+    endpoint = ctx.broker.local_endpoint(ctx.listener)
+    if endpoint is None:
+        raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+    return {"node_id": endpoint.broker_id, "host": endpoint.host, "port": endpoint.port}

@@ -36,7 +36,7 @@ async def handle(ctx: RequestContext, request: Any) -> MetadataResponse:
             topics = await _describe_all(ctx, names, auto_create, operations, pacer)
     return {
         "throttle_time_ms": 0,
-        "brokers": broker.broker_endpoints(),
+        "brokers": broker.broker_endpoints(ctx.listener),
         "cluster_id": broker.cluster_id,
         "controller_id": _controller(ctx),
         "topics": topics,
@@ -129,7 +129,7 @@ def _controller(ctx: RequestContext) -> int:
 def describe_partition(ctx: RequestContext, topic: str, index: int, replicas: list[int]) -> MetadataResponsePartition:
     cluster = ctx.broker.cluster
     if cluster is not None:
-        return _cluster_partition(cluster, topic, index, replicas)
+        return _cluster_partition(cluster, topic, index, replicas, ctx)
     partition = ctx.broker.replicas.find(topic, index)
     if partition is None:
         return {
@@ -152,8 +152,8 @@ def describe_partition(ctx: RequestContext, topic: str, index: int, replicas: li
     }
 
 
-def _cluster_partition(cluster: ClusterView, topic: str, index: int,
-                       replicas: list[int]) -> MetadataResponsePartition:
+def _cluster_partition(cluster: ClusterView, topic: str, index: int, replicas: list[int],
+                       ctx: RequestContext) -> MetadataResponsePartition:
     """Leadership as the cluster's partition state says, with the replicas that are not alive."""
     state = cluster.state_of(topic, index)
     live = set(cluster.brokers)
@@ -162,6 +162,12 @@ def _cluster_partition(cluster: ClusterView, topic: str, index: int,
         return {"error_code": ErrorCode.LEADER_NOT_AVAILABLE, "partition_index": index, "leader_id": -1,
                 "leader_epoch": state.leader_epoch if state else -1, "replica_nodes": replicas,
                 "isr_nodes": state.isr if state else [], "offline_replicas": offline}
+    if cluster.endpoint_of(state.leader, ctx.listener) is None:
+        # As Kafka's MetadataCache: a live leader without the client's listener cannot be
+        # reached by it; LISTENER_NOT_FOUND from v6, LEADER_NOT_AVAILABLE before.
+        code = ErrorCode.LISTENER_NOT_FOUND if ctx.version >= 6 else ErrorCode.LEADER_NOT_AVAILABLE
+        return {"error_code": code, "partition_index": index, "leader_id": -1, "leader_epoch": -1,
+                "replica_nodes": replicas, "isr_nodes": [], "offline_replicas": offline}
     return {"error_code": ErrorCode.NO_ERROR, "partition_index": index, "leader_id": state.leader,
             "leader_epoch": state.leader_epoch, "replica_nodes": replicas, "isr_nodes": state.isr,
             "offline_replicas": offline}

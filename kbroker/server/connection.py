@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 
 from kbroker.handlers import HandlerResult, RequestContext, dispatch, failed, handlers
 from kbroker.log_limiter import RateLimitedLog
+from kbroker.security.principal import ANONYMOUS, SslPrincipalMapper, certificate_principal
 from protocol.connection import MalformedRequest, Request, decode_request, encode_response
 from protocol.errors import ErrorCode
 
@@ -72,12 +73,19 @@ class _Frame:
 class ServedConnection(asyncio.BufferedProtocol):
     """The broker's handling of one accepted client connection (see the module docstring)."""
 
-    def __init__(self, server: Server, ip: str) -> None:
+    def __init__(self, server: Server, ip: str, listener: str = "PLAINTEXT",
+                 principal_mapper: SslPrincipalMapper | None = None) -> None:
         self.server = server
         self.broker = server.broker
         self.limits = server.limits
         self.ip = ip
         self.peer = ip
+        self.listener = listener  # the name of the listener it came in on
+        # Who the client is: its TLS certificate's subject, mapped by ssl.principal.mapping.rules,
+        # or User:ANONYMOUS (plaintext, or no client certificate). Kept for authorization.
+        self.principal = ANONYMOUS
+        self._principal_mapper = principal_mapper
+        self.tls = principal_mapper is not None
         self.transport: asyncio.Transport | None = None
         now = time.monotonic()
         self.last_activity = now
@@ -115,7 +123,31 @@ class ServedConnection(asyncio.BufferedProtocol):
         peer = transport.get_extra_info("peername")
         if peer:
             self.peer = f"{peer[0]}:{peer[1]}"
+        if self.tls and not self._authenticate(transport):
+            return
         self._processor = asyncio.get_running_loop().create_task(self._process())
+
+    def _authenticate(self, transport: asyncio.Transport) -> bool:
+        """The principal of a TLS client from its certificate; a name no mapping rule applies
+        to fails authentication and closes the connection, as in Kafka."""
+        ssl_object = transport.get_extra_info("ssl_object")
+        assert self._principal_mapper is not None
+        try:
+            der = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
+            self.principal = certificate_principal(der, self._principal_mapper)
+        except Exception as e:  # no rule maps the name, or a certificate its parser refuses
+            limited_log.info("principal", "closing %s: authentication failed: %s", self.peer, e)
+            self._closing = True
+            transport.abort()
+            return False
+        log.debug("%s authenticated as %s on listener %s", self.peer, self.principal, self.listener)
+        return True
+
+    def never_started(self) -> None:
+        """The connection closed before it was set up (a failed TLS handshake)."""
+        self._closing = True
+        if not self._done.done():
+            self._done.set_result(None)
 
     def get_buffer(self, sizehint: int) -> memoryview:
         if self._big is not None:
@@ -140,7 +172,9 @@ class ServedConnection(asyncio.BufferedProtocol):
     def eof_received(self) -> bool:
         self._eof = True
         self._wakeup.set()
-        return True  # keep the write side open: answers still owed go out
+        # Keep the write side open: answers still owed go out. TLS has no half-close (the
+        # client's close_notify ends the session), so there the transport closes.
+        return not self.tls
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closing = True
@@ -351,7 +385,7 @@ class ServedConnection(asyncio.BufferedProtocol):
 
     async def _handle(self, request: Request, large: bool = False) -> bool:
         """Answer one request; False when the connection must close."""
-        context = RequestContext(self.broker, request.header, self.peer)
+        context = RequestContext(self.broker, request.header, self.peer, self.listener, self.principal)
         self.current_api = (request.header.api_key, request.header.api_version)
         try:
             result = await dispatch(context, request)
@@ -463,10 +497,13 @@ class ServedConnection(asyncio.BufferedProtocol):
         for part in parts:
             if isinstance(part, bytes | bytearray | memoryview):
                 transport.write(part)
-            elif part.size >= SENDFILE_THRESHOLD and hasattr(part, "file"):
+            elif part.size >= SENDFILE_THRESHOLD and hasattr(part, "file") and not self.tls:
                 await self._drain()
                 await loop.sendfile(transport, part.file, part.position, part.size)
             else:
+                # Over TLS the bytes must pass through the encryption, so no sendfile: one read
+                # from the file into memory, which the TLS transport encrypts as it writes
+                # (asyncio's own sendfile fallback would read in 16 KiB steps in a thread).
                 transport.write(part.read_bytes())
         self.last_activity = time.monotonic()
         await self._drain()

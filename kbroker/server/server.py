@@ -15,12 +15,14 @@ import contextlib
 import errno
 import logging
 import socket
+import ssl
 import time
 from collections import Counter
 from typing import TYPE_CHECKING
 
 from kbroker.config import parse_ip_overrides
 from kbroker.log_limiter import RateLimitedLog
+from kbroker.security.tls import TlsSettings
 from kbroker.server.connection import ConnectionLimits, ServedConnection
 from kbroker.server.memory_pool import MemoryPool
 
@@ -39,8 +41,11 @@ STALL_WARNING_S = 0.5
 
 
 class _Listener:
-    def __init__(self, sock: socket.socket) -> None:
+    def __init__(self, sock: socket.socket, name: str, tls: TlsSettings | None) -> None:
         self.sock = sock
+        self.name = name  # the listener's name: Metadata answers with this listener's addresses
+        self.tls = tls
+        self.ssl_context: ssl.SSLContext | None = tls.server_context() if tls is not None else None
         self.reading = False
 
 
@@ -63,14 +68,16 @@ class Server:
         self._per_ip: Counter[str] = Counter()
         self._accept_paused_until = 0.0
         self._sweeper: asyncio.Task[None] | None = None
+        self._attaching: set[asyncio.Task[None]] = set()  # connections in their TLS handshake
         self._stopping = False
 
     @property
     def connection_count(self) -> int:
         return len(self._connections)
 
-    async def start(self, host: str, port: int) -> int:
-        """Listen on host:port (0 picks a free port); returns the bound port."""
+    async def start(self, host: str, port: int, name: str = "PLAINTEXT", tls: TlsSettings | None = None) -> int:
+        """Listen on host:port (0 picks a free port) as listener `name`, with TLS when `tls` is
+        given; returns the bound port."""
         loop = asyncio.get_running_loop()
         infos = await loop.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
         family, _, _, _, address = infos[0]
@@ -83,7 +90,11 @@ class Server:
         except BaseException:
             sock.close()
             raise
-        listener = _Listener(sock)
+        try:
+            listener = _Listener(sock, name, tls)
+        except BaseException:
+            sock.close()
+            raise
         self._listeners.append(listener)
         self._resume_accepting(listener)
         if self._sweeper is None:
@@ -120,7 +131,7 @@ class Server:
                     return
                 limited_log.warning("accept", "accepting a connection failed: %s", e)
                 return
-            self._admit(conn, address[0])
+            self._admit(conn, address[0], listener)
 
     def _back_off(self, listener: _Listener, error: OSError) -> None:
         """Out of descriptors: stop accepting for a moment (or until a connection closes)."""
@@ -130,7 +141,7 @@ class Server:
         self._accept_paused_until = time.monotonic() + ACCEPT_BACKOFF_S
         asyncio.get_running_loop().call_later(ACCEPT_BACKOFF_S, self._resume_accepting, listener)
 
-    def _admit(self, conn: socket.socket, ip: str) -> None:
+    def _admit(self, conn: socket.socket, ip: str, listener: _Listener) -> None:
         limit = self.per_ip_overrides.get(ip, self.max_per_ip)
         if self._per_ip[ip] >= limit:
             limited_log.info(f"per-ip-{ip}", "rejected connection from %s: it already has max.connections.per.ip"
@@ -140,17 +151,35 @@ class Server:
         conn.setblocking(False)
         with contextlib.suppress(OSError):
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        connection = ServedConnection(self, ip)
+        mapper = listener.tls.principal_mapper if listener.tls is not None else None
+        connection = ServedConnection(self, ip, listener.name, mapper)
         self._connections.add(connection)
         self._per_ip[ip] += 1
-        asyncio.get_running_loop().create_task(self._attach(conn, connection))
+        task = asyncio.get_running_loop().create_task(self._attach(conn, connection, listener))
+        self._attaching.add(task)
+        task.add_done_callback(self._attaching.discard)
 
-    async def _attach(self, conn: socket.socket, connection: ServedConnection) -> None:
+    async def _attach(self, conn: socket.socket, connection: ServedConnection, listener: _Listener) -> None:
+        """Hand the socket to asyncio; on a TLS listener its handshake runs first, on the event
+        loop without blocking it (asyncio's SSL protocol over memory BIOs), within
+        socket.request.read.timeout.ms. A failed handshake (a plaintext client, an untrusted or
+        expired certificate) closes this connection only."""
+        loop = asyncio.get_running_loop()
         try:
-            await asyncio.get_running_loop().connect_accepted_socket(lambda: connection, sock=conn)
-        except OSError as e:
-            limited_log.warning("attach", "setting up a connection failed: %s", e)
+            if listener.ssl_context is None:
+                await loop.connect_accepted_socket(lambda: connection, sock=conn)
+            else:
+                await loop.connect_accepted_socket(
+                    lambda: connection, sock=conn, ssl=listener.ssl_context,
+                    ssl_handshake_timeout=self.limits.read_timeout_ms / 1000)
+        except (OSError, asyncio.CancelledError) as e:
+            if listener.ssl_context is not None:
+                limited_log.info(f"tls-{connection.ip}", "closing %s on listener %s: TLS handshake failed: %s",
+                                 connection.ip, listener.name, e or type(e).__name__)
+            else:
+                limited_log.warning("attach", "setting up a connection failed: %s", e)
             conn.close()
+            connection.never_started()
             self.connection_closed(connection)
 
     def connection_closed(self, connection: ServedConnection) -> None:
@@ -189,6 +218,9 @@ class Server:
             listener.sock.close()
         if self._sweeper is not None:
             self._sweeper.cancel()
+        for task in list(self._attaching):
+            task.cancel()  # handshakes in progress
+        await asyncio.gather(*self._attaching, return_exceptions=True)
         connections = list(self._connections)
         for connection in connections:
             connection.shutdown()
