@@ -290,6 +290,8 @@ class LogSegment:
                     break  # a torn tail: cut below
                 end = self._size if resume is None else resume
                 self._note_damage(e.position, end, e.reason)
+                if resume is None and e.position in known_damage:
+                    self._keep_offsets_of(e.position)
                 position = valid_end = end
         cut = self._size - valid_end
         if cut:
@@ -298,6 +300,16 @@ class LogSegment:
         self._add_final_time_entry()
         self._finish_damage()
         return cut, valid_end, reason
+
+    def _keep_offsets_of(self, position: int) -> None:
+        """A kept damaged tail whose framing is sound still holds its offsets: the log end stays
+        past them, so new batches never reuse them."""
+        try:
+            header = read_header(pread_exact(self.fd, HEADER_SIZE, position))
+        except Exception:
+            return
+        if position + header.size <= self._size and self.can_hold_offset(header.last_offset):
+            self.next_offset = max(self.next_offset, header.last_offset + 1)
 
     def _skippable_end(self, position: int) -> int | None:
         """Where the batch at `position` ends, if a sound batch (or the segment's end) follows it."""
