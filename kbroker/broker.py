@@ -19,7 +19,7 @@ from kbroker.cluster.producer_ids import ProducerIdManager
 from kbroker.cluster.replica_fetcher import FetcherConfig
 from kbroker.cluster.replica_manager import ReplicaManager
 from kbroker.cluster.topics import TopicManager
-from kbroker.config import BrokerConfig, load_or_create_meta
+from kbroker.config import BrokerConfig, ConfigError, load_or_create_meta
 from kbroker.coordinator.group_coordinator import GroupConfig, GroupCoordinator
 from kbroker.coordinator.offsets_topic import TOPIC as OFFSETS_TOPIC
 from kbroker.coordinator.offsets_topic import InternalTopic, OffsetsTopic
@@ -29,6 +29,7 @@ from kbroker.coordinator.txn_markers import MarkerSender
 from kbroker.metadata.local_store import LocalMetadataStore
 from kbroker.metadata.store import BrokerEndpoint, BrokerIdInUse, BrokerRegistration, MetadataStore
 from kbroker.server.server import Server
+from kbroker.storage.encryption import MissingKey
 from kbroker.storage.log import Log
 from kbroker.storage.log_dir_health import LogDirHealth
 from kbroker.storage.log_manager import LogManager
@@ -63,13 +64,18 @@ class Broker:
         except BaseException:
             self.store.close()
             raise
-        self.log_manager = LogManager(
-            log_dirs,
-            retention_check_interval_ms=config.log_retention_check_interval_ms,
-            cleaner_backoff_ms=config.log_cleaner_backoff_ms,
-            checkpoint_interval_ms=config.checkpoint_interval_ms,
-            initial_task_delay_ms=config.log_initial_task_delay_ms,
-        )
+        try:
+            self.log_manager = LogManager(
+                log_dirs,
+                retention_check_interval_ms=config.log_retention_check_interval_ms,
+                cleaner_backoff_ms=config.log_cleaner_backoff_ms,
+                checkpoint_interval_ms=config.checkpoint_interval_ms,
+                initial_task_delay_ms=config.log_initial_task_delay_ms,
+                keyring=config.encryption_keyring,
+            )
+        except MissingKey as e:  # encrypted data this broker cannot read: serve nothing, delete nothing
+            self.store.close()
+            raise ConfigError(f"refusing to start: {e.message}") from None
         self.log_mover = LogDirMover(self.log_manager, on_replaced=self._on_log_replaced, rate=self._log_dir_move_rate)
         self.replicas = ReplicaManager(config.broker_id, self.log_manager, fetcher_config=FetcherConfig(
             max_wait_ms=config.get("replica.fetch.wait.max.ms"), min_bytes=config.get("replica.fetch.min.bytes"),

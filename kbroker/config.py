@@ -22,6 +22,7 @@ from kbroker.fsutil import write_atomically
 from kbroker.kafka_configs import DYNAMIC_BROKER_CONFIGS, DYNAMIC_DEFAULTS
 from kbroker.security import tls
 from kbroker.security.tls import TlsConfigError, TlsSettings
+from kbroker.storage.encryption import KeyFileError, Keyring, load_key_file
 from kbroker.storage.log_config import TOPIC_CONFIG_DEFAULTS, LogConfig
 from protocol.errors import KafkaError
 
@@ -114,6 +115,9 @@ _DEFS = [
               "read until memory is freed (-1: no limit, Kafka's default)."),
     ConfigDef("log.retention.check.interval.ms", _int, "300000", "How often retention runs."),
     ConfigDef("log.cleaner.enable", _bool, "true", "Run compaction for cleanup.policy=compact topics."),
+    ConfigDef("log.encryption.key.file", _str, None,
+              "Encryption at rest: a file of `<key id>:<base64 of 32 bytes>` lines; the last key encrypts new "
+              "record batches, every key decrypts (kbroker's own; see docs/security.md)."),
     ConfigDef("log.cleaner.backoff.ms", _int, "15000", "Pause between compaction passes."),
     ConfigDef("log.flush.offset.checkpoint.interval.ms", _int, "60000", "How often recovery points are saved."),
     ConfigDef("log.initial.task.delay.ms", _int, "30000",
@@ -447,6 +451,7 @@ class BrokerConfig:
         self.socket_request_max_bytes: int = self.values["socket.request.max.bytes"]
         self.log_retention_check_interval_ms: int = self.values["log.retention.check.interval.ms"]
         self.log_cleaner_enable: bool = self.values["log.cleaner.enable"]
+        self.encryption_keyring: Keyring | None = self._load_keyring()
         self.log_cleaner_backoff_ms: int = self.values["log.cleaner.backoff.ms"]
         self.checkpoint_interval_ms: int = self.values["log.flush.offset.checkpoint.interval.ms"]
         self.log_initial_task_delay_ms: int = self.values["log.initial.task.delay.ms"]
@@ -502,6 +507,19 @@ class BrokerConfig:
             ("static", self.raw),
             ("default", BUILT_IN_DEFAULTS),
         ]
+
+    def _load_keyring(self) -> Keyring | None:
+        """The keys of log.encryption.key.file; a file that cannot be used stops the start (fail closed:
+        never write plaintext when encryption was asked for)."""
+        path = self.values["log.encryption.key.file"]
+        if path is None:
+            return None
+        if not path.strip():
+            raise ConfigError("refusing to start: log.encryption.key.file is set but empty")
+        try:
+            return load_key_file(path)
+        except KeyFileError as e:
+            raise ConfigError(f"refusing to start: {e}") from None
 
     def _check_connection_settings(self) -> None:
         for name in ("max.connections", "max.connections.per.ip", "connections.max.idle.ms",

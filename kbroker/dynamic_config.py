@@ -44,6 +44,7 @@ _KBROKER_ONLY_TYPES = {
     "cluster.id": "STRING",
     "socket.request.read.timeout.ms": "LONG",
     "socket.request.max.entries": "INT",
+    "log.encryption.key.file": "STRING",  # a path, not the keys: not sensitive (as ssl.keystore.location)
 }
 
 # DescribeConfigs' config_type codes (KIP-569).

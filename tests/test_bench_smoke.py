@@ -188,3 +188,14 @@ def test_cluster_latency_acks_all(tmp_path: Path) -> None:
         assert run["samples"] > 0 and run["lost"] == 0 and run["errors"] == 0
     (target,) = results["targets"]
     assert target["name"] == "end-to-end p99 at 20% of max throughput, acks=all, 3 brokers" and target["measured"] > 0
+
+
+def test_encryption_at_rest_against_plaintext(tmp_path: Path) -> None:
+    results = bench(tmp_path, "encryption", "encryption", "--duration", "0.3", "--partitions", "1",
+                    "--mib-per-partition", "0.2", "--passes", "1")
+    produce, consume = results["encryption"]
+    for case in (produce, consume):
+        assert set(case["servers"]) == {"kbroker", "plaintext"}
+        assert case["ratios"]["plaintext"]["mb_per_s"] > 0
+    assert "log.encryption.key.file" in results["servers"]["kbroker"]
+    assert "encryption at rest: produce" in (tmp_path / "encryption" / "summary.md").read_text()

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import base64
+import os
 import shutil
 import sys
 import time
@@ -104,6 +106,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     profiles.add_argument("--message-size", type=int, default=1024)
     profiles.add_argument("--duration", type=float, default=3.0, help="seconds per produce run")
     _latency_options(profiles)
+
+    encryption = command("encryption", "produce and consume throughput with encryption at rest "
+                         "(log.encryption.key.file), as ratios to a plaintext kbroker in the same run")
+    encryption.add_argument("--message-size", type=int, default=1024)
+    _producer_options(encryption, linger_ms=5)
+    encryption.add_argument("--duration", type=float, default=3.0, help="seconds per produce run")
+    encryption.add_argument("--partitions", type=int, default=4, help="partitions of the consumed topic")
+    encryption.add_argument("--mib-per-partition", type=float, default=16.0)
+    encryption.add_argument("--passes", type=int, default=3, help="reads of the whole topic per consume run")
 
     everything = command("all", "every benchmark with default sizes (a few minutes)")
     everything.add_argument("--smoke", action="store_true", help="tiny sizes and durations: checks the harness")
@@ -333,6 +344,37 @@ def bench_profiles(session: Session, args: argparse.Namespace) -> dict[str, Any]
     return {"profiles": results}
 
 
+def bench_encryption(session: Session, args: argparse.Namespace) -> dict[str, Any]:
+    """Two kbrokers with the same settings, one encrypting at rest with a fresh key: their
+    produce and page-cache consume throughputs alternate, and "kbroker/plaintext" is the ratio."""
+    if args.bootstrap:
+        session.notes.append("encryption skipped: it starts an encrypting and a plaintext broker of its own")
+        return {}
+    key_dir = new_data_dir(args.work_dir, "kbroker-bench-keys-")
+    session.data_dirs.append(key_dir)
+    key_file = key_dir / "log-encryption.keys"
+    key_file.write_text(f"1:{base64.b64encode(os.urandom(32)).decode()}\n")
+    key_file.chmod(0o600)
+    overrides = _pairs(args.override, "--override")
+    encrypted = session.kbroker(args.server_config, {**overrides, "log.encryption.key.file": str(key_file)})
+    encrypted.description += " with log.encryption.key.file (AES-256-GCM)"
+    plaintext = session.kbroker(args.server_config, overrides)
+    plaintext.name = "plaintext"  # the reference the encrypting broker's ratios are taken against
+    plaintext.description += " without encryption at rest"
+    env = Env([encrypted, plaintext], session.ui, args.runs, args.out, args.work_dir, session.notes)
+    config = _producer_config(args)
+    produce = benchmarks.produce_case(env, args.message_size, config, 1, 1, args.duration,
+                                      label=f"encryption at rest: produce {args.message_size} B acks={args.acks} "
+                                            f"{args.compression}")
+    preload = {"acks": "1", "linger.ms": 50, "batch.size": 1_000_000}
+    consume = benchmarks.consume_case(env, False, args.partitions, args.message_size,
+                                      int(args.mib_per_partition * MIB), args.passes, {}, preload)
+    consume["name"] = f"encryption at rest: {consume['name']}"
+    for server in (encrypted, plaintext):  # idle brokers would share the machine with later benchmarks
+        server.close()
+    return {"encryption": [produce, consume]}
+
+
 def bench_all(session: Session, args: argparse.Namespace) -> dict[str, Any]:
     smoke = args.smoke
     sizes = [1024, 4096] if smoke else [100, 1024, 10_240]
@@ -374,6 +416,11 @@ def bench_all(session: Session, args: argparse.Namespace) -> dict[str, Any]:
                                      "rate": rate, "latency_duration": 0.5 if smoke else 4.0,
                                      "warmup": 0.3 if smoke else 1.0})
     results.update(bench_profiles(session, profiles))
+    encryption = argparse.Namespace(**{**vars(args), "message_size": 1024, "acks": "1", "linger_ms": 5,
+                                       "batch_size": 1_000_000, "compression": "none", "producer_config": [],
+                                       "duration": duration, "partitions": 2 if smoke else 4,
+                                       "mib_per_partition": 0.25 if smoke else 16.0, "passes": 1 if smoke else 3})
+    results.update(bench_encryption(session, encryption))
     return results
 
 
@@ -408,7 +455,8 @@ def _cluster_cases(session: Session, args: argparse.Namespace, base: dict[str, A
 
 BENCHMARKS: dict[str, Callable[[Session, argparse.Namespace], dict[str, Any]]] = {
     "produce": bench_produce, "consume": bench_consume, "latency": bench_latency,
-    "partitions": bench_partitions, "memory": bench_memory, "profiles": bench_profiles, "all": bench_all,
+    "partitions": bench_partitions, "memory": bench_memory, "profiles": bench_profiles,
+    "encryption": bench_encryption, "all": bench_all,
 }
 
 

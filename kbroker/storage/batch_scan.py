@@ -1,7 +1,8 @@
 """Walk the record batches of a segment file by their headers, never decoding records.
 
 Lookups read headers in small chunks (they usually stop after a few batches); recovery reads
-large chunks and also verifies magic and CRC of every batch.
+large chunks and also verifies magic and CRC of every batch, or for an encrypted batch its
+AES-GCM tag (kbroker/storage/encryption.py: the header stays in clear, so walking needs no key).
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator, Mapping
 
+from kbroker.storage.encryption import ENCRYPTED_MAGIC, AuthenticationFailed, BatchCipher, open_stored
 from protocol.records import CURRENT_MAGIC, HEADER_SIZE, LOG_OVERHEAD, BatchHeader, crc_ok, read_header
 
 # A v2 batch's length field counts everything after itself: at least the rest of the header.
@@ -42,13 +44,14 @@ def pread_exact(fd: int, size: int, position: int) -> bytes:
 
 def scan_batches(
     fd: int, start: int, end: int, *, verify: bool = False, chunk_size: int = LOOKUP_CHUNK,
-    skip: Mapping[int, int] | None = None,
+    skip: Mapping[int, int] | None = None, cipher: BatchCipher | None = None,
 ) -> Iterator[tuple[int, BatchHeader]]:
     """Yield (position, header) of each batch in [start, end), passing over the byte ranges
     `skip` maps (start -> end: known damage).
 
     Raises CorruptBatch at the first batch whose framing is wrong (and, with `verify`, whose
-    magic or CRC is wrong); everything yielded before it is sound.
+    magic or CRC is wrong, or which fails authentication); everything yielded before it is
+    sound. An encrypted batch whose key `cipher` lacks raises MissingKey: that is no damage.
     """
     buf = b""
     buf_start = start
@@ -68,7 +71,7 @@ def scan_batches(
         if verify:
             if position + header.size > buf_start + len(buf):
                 buf, buf_start = pread_exact(fd, min(max(chunk_size, header.size), end - position), position), position
-            _check_content(buf, position - buf_start, header, position)
+            _check_content(buf, position - buf_start, header, position, cipher)
         yield position, header
         position += header.size
 
@@ -80,9 +83,15 @@ def _check_framing(header: BatchHeader, position: int, end: int) -> None:
         raise CorruptBatch(position, f"batch of {header.size} bytes runs past the end ({end - position} left)")
 
 
-def _check_content(buf: bytes, at: int, header: BatchHeader, position: int) -> None:
+def _check_content(buf: bytes, at: int, header: BatchHeader, position: int, cipher: BatchCipher | None) -> None:
     if len(buf) - at < header.size:
         raise CorruptBatch(position, "file ends inside a batch")
+    if header.magic == ENCRYPTED_MAGIC:
+        try:
+            open_stored(cipher, buf, at, header)
+        except AuthenticationFailed as e:
+            raise CorruptBatch(position, f"authentication failed: {e}") from None
+        return
     if header.magic != CURRENT_MAGIC:
         raise CorruptBatch(position, f"magic {header.magic}, expected {CURRENT_MAGIC}")
     if not crc_ok(buf, at, header):

@@ -19,6 +19,8 @@ One pass over a log:
 
 Records are decoded with `kbroker.storage.batch_records` (the storage layer's own minimal
 record reader/writer). The key map is an in-memory dict, unlike Kafka's bounded dedupe buffer.
+Encrypted batches are decrypted to be read and the survivors written sealed with the log's
+current key (the cleaned segment holds one key, as every segment does).
 """
 
 from __future__ import annotations
@@ -130,7 +132,7 @@ def build_offset_map(segments: Sequence[LogSegment], aborted: AbortedRanges = NO
         for position, header in segment.batches():
             if header.is_control or header in aborted:
                 continue
-            for record in records_of(segment.read_at(position, header.size), header):
+            for record in records_of(*segment.read_batch(position, header)):
                 if record.key is not None:
                     latest[record.key] = header.base_offset + record.offset_delta
     return latest
@@ -170,10 +172,10 @@ def write_cleaned_segment(
             for position, header in segment.batches():
                 if header in aborted:
                     continue
-                batch = segment.read_at(position, header.size)
-                kept, horizon = filter_batch(batch, header, offset_map, now_ms, retention)
+                batch, plain = segment.read_batch(position, header)
+                kept, horizon = filter_batch(batch, plain, offset_map, now_ms, retention)
                 if kept is not None:
-                    out.write(kept)
+                    out.write(log_.seal(kept))
                     earliest_horizon = min(earliest_horizon, horizon)
         out.flush()
         os.fsync(out.fileno())

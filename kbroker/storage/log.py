@@ -4,6 +4,8 @@ Opening it is the loader's work (log_loader.py: leftovers, swaps, recovery, prod
 what an append must satisfy is the validator's (log_validator.py). The log itself appends
 (validated batches, offsets and leader epochs patched in place, bytes written as they came),
 reads (file slices), rolls, deletes by retention and DeleteRecords, truncates and flushes.
+With a key ring (encryption at rest, encryption.py) every batch is sealed just before it is
+written and reads return the decrypted batches.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from pathlib import Path
 
 from kbroker.clock import WallClock, wall_clock_ms
 from kbroker.storage.dir_names import FUTURE_DIR_SUFFIX, parse_future_dir_name, parse_log_dir_name
+from kbroker.storage.encryption import BatchCipher, Keyring
 from kbroker.storage.index import segment_file_name
 from kbroker.storage.leader_epoch import LeaderEpochCache
 from kbroker.storage.log_config import LONG_MAX, LogConfig
@@ -35,10 +38,10 @@ from kbroker.storage.producer_state import (
     ProducerStateManager,
     ProducerView,
 )
-from kbroker.storage.segment import LogSegment, ReadResult
+from kbroker.storage.segment import LogSegment, Read
 from kbroker.storage.txn_index import AbortedTxn
 from protocol.errors import ErrorCode, KafkaError
-from protocol.records import NO_TIMESTAMP, BatchHeader
+from protocol.records import NO_TIMESTAMP, BatchHeader, read_header
 
 log = logging.getLogger("kbroker.storage")
 
@@ -68,11 +71,14 @@ class Log:
         had_clean_shutdown: bool = False,
         clock: WallClock = wall_clock_ms,
         health: LogDirHealth | None = None,
+        keyring: Keyring | None = None,
     ) -> None:
         parsed = parse_log_dir_name(directory.name) or parse_future_dir_name(directory.name)
         if parsed is None:
             raise ValueError(f"{directory} is not named <topic>-<partition> (or <topic>-<partition>.<id>-future)")
         self.topic, self.partition = parsed
+        # Batches are authenticated with their partition: a batch moved to another one fails.
+        self.cipher = BatchCipher(keyring, self.name) if keyring is not None else None
         self.directory = directory
         self.is_future = directory.name.endswith(FUTURE_DIR_SUFFIX)
         # Compaction waits while the log is copied to another log dir (Kafka's abortAndPauseCleaning):
@@ -94,6 +100,7 @@ class Log:
         self.epochs = LeaderEpochCache(directory)
         self.producer_state = ProducerStateManager(directory, self.name)
         self._load(had_clean_shutdown)
+        self._roll_if_key_changed()
         self.high_watermark = high_watermark
 
     def _load(self, had_clean_shutdown: bool) -> None:
@@ -101,10 +108,25 @@ class Log:
         loaded = LogLoader(
             self.directory, self.name, self.config, self._segments, self.epochs, self.producer_state,
             log_start_offset=self.log_start_offset, recovery_point=self.recovery_point,
-            had_clean_shutdown=had_clean_shutdown, now_ms=now,
+            had_clean_shutdown=had_clean_shutdown, now_ms=now, cipher=self.cipher,
         ).load()
         self.log_start_offset = self.cleaner_checkpoint = loaded.log_start_offset
         self._log_end_offset = self.recovery_point = loaded.log_end_offset
+
+    def _roll_if_key_changed(self) -> None:
+        """New batches go to a new segment when the key they are written with changed (a rotated
+        key, or encryption switched on): each segment holds batches of one key, which the next
+        start checks by reading one batch per segment."""
+        active = self.active_segment
+        writing_key = self.cipher.current_key_id if self.cipher is not None else None
+        if not active.is_empty and active.key_id != writing_key:
+            self.roll()
+
+    def seal(self, batch: bytes) -> bytes:
+        """One batch (offsets assigned) as this log stores it: encrypted when it has a key ring."""
+        if self.cipher is None:
+            return batch
+        return self.cipher.seal(batch, 0, read_header(batch))
 
     @property
     def name(self) -> str:
@@ -155,7 +177,7 @@ class Log:
     # -- segments ---------------------------------------------------------------------------------
 
     def _segment(self, base_offset: int, now_ms: int, *, fresh: bool) -> LogSegment:
-        return open_segment(self.directory, self.config, base_offset, now_ms, fresh=fresh)
+        return open_segment(self.directory, self.config, base_offset, now_ms, fresh=fresh, cipher=self.cipher)
 
     def _schedule_deletion(self, segments: Sequence[LogSegment], now_ms: int) -> None:
         """Take segments out of the log; their files go after file.delete.delay.ms (reads in flight)."""
@@ -281,6 +303,8 @@ class Log:
         return self._append_info(headers, NO_TIMESTAMP)
 
     def _append(self, data: bytes | bytearray | memoryview, headers: Sequence[BatchHeader], now_ms: int) -> None:
+        if self.cipher is not None:
+            data, headers = self.cipher.seal_all(data, headers)
         segment = self._maybe_roll(len(data), headers, now_ms)
         segment.append(data, headers)
         self._log_end_offset = headers[-1].last_offset + 1
@@ -355,8 +379,10 @@ class Log:
 
     def read(
         self, offset: int, max_bytes: int, max_offset_exclusive: int | None = None, min_one_batch: bool = True
-    ) -> ReadResult | None:
+    ) -> Read | None:
         """Batches from the one holding `offset`, within one segment; None when there is nothing.
+
+        A file slice (for sendfile), or the decrypted batches of an encrypted segment.
 
         `max_offset_exclusive` (the high watermark for consumers) excludes batches starting at or
         after it. Raises OFFSET_OUT_OF_RANGE outside [log start, log end], and CORRUPT_MESSAGE

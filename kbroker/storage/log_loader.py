@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kbroker.storage.batch_scan import CorruptBatch, scan_batches
+from kbroker.storage.encryption import BatchCipher
 from kbroker.storage.index import CorruptIndex, segment_file_name
 from kbroker.storage.leader_epoch import LeaderEpochCache
 from kbroker.storage.log_config import LogConfig
@@ -64,6 +65,7 @@ class LogLoader:
         recovery_point: int,
         had_clean_shutdown: bool,
         now_ms: int,
+        cipher: BatchCipher | None = None,
     ) -> None:
         self.directory = directory
         self.name = name
@@ -75,6 +77,7 @@ class LogLoader:
         self.recovery_point = recovery_point
         self.had_clean_shutdown = had_clean_shutdown
         self.now_ms = now_ms
+        self.cipher = cipher
 
     def load(self) -> LoadedLog:
         self._remove_leftovers()
@@ -129,7 +132,7 @@ class LogLoader:
     # -- segments ---------------------------------------------------------------------------------
 
     def _new_segment(self, base_offset: int, *, fresh: bool = True) -> LogSegment:
-        return open_segment(self.directory, self.config, base_offset, self.now_ms, fresh=fresh)
+        return open_segment(self.directory, self.config, base_offset, self.now_ms, fresh=fresh, cipher=self.cipher)
 
     def _open_segments(self) -> int | None:
         """Open every segment, verifying what must be; returns the base of the first one verified."""
@@ -219,7 +222,8 @@ def _replay_producers(state: ProducerStateManager, segments: LogSegments, start:
                 continue
             append = state.begin(AppendOrigin.REPLICATION)
             if header.is_control:
-                append.control_batch(header, segment.read_at(position, header.size))
+                batch, plain = segment.read_batch(position, header)
+                append.control_batch(plain, batch)
             else:
                 append.data_batch(header)
             for txn in state.commit(append, header.last_offset + 1):

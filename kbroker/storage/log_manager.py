@@ -31,6 +31,7 @@ from kbroker.fsutil import fsync_dir
 from kbroker.storage import checkpoint
 from kbroker.storage.cleaner import compact
 from kbroker.storage.dir_names import FUTURE_DIR_SUFFIX, parse_future_dir_name, parse_log_dir_name
+from kbroker.storage.encryption import Keyring
 from kbroker.storage.log import Log
 from kbroker.storage.log_config import LogConfig
 from kbroker.storage.log_dir_health import KafkaStorageError, LogDirHealth
@@ -78,6 +79,7 @@ class LogManager:
         checkpoint_interval_ms: int = 60_000,
         initial_task_delay_ms: int = DEFAULT_INITIAL_TASK_DELAY_MS,
         clock: WallClock = wall_clock_ms,
+        keyring: Keyring | None = None,
     ) -> None:
         if not log_dirs:
             raise ValueError("at least one log dir is needed")
@@ -87,6 +89,7 @@ class LogManager:
         self.cleaner_backoff_ms = cleaner_backoff_ms
         self.checkpoint_interval_ms = checkpoint_interval_ms
         self.clock = clock
+        self.keyring = keyring  # encryption at rest (log.encryption.key.file), or None
         self._logs: dict[tuple[str, int], Log] = {}
         # Replicas being copied to another log dir (`LogDirMover`), and where partitions not yet
         # created here are to go (AlterReplicaLogDirs before the replica exists, as in Kafka).
@@ -143,6 +146,7 @@ class LogManager:
                 had_clean_shutdown=clean,
                 clock=self.clock,
                 health=self.health[log_dir],
+                keyring=self.keyring,
             )
             opened.cleaner_checkpoint = max(cleaner_offsets.get(key, 0), opened.log_start_offset)
             loaded[key] = opened
@@ -195,7 +199,7 @@ class LogManager:
         existed = directory.exists()
         try:
             created = Log(directory, config or self.config_provider(topic), had_clean_shutdown=True, clock=self.clock,
-                          health=self.health[log_dir])
+                          health=self.health[log_dir], keyring=self.keyring)
         except BaseException:
             if not existed and directory.is_dir():
                 shutil.rmtree(directory, ignore_errors=True)  # no half-made partition left behind

@@ -5,8 +5,9 @@ As in Kafka, the partition's log is copied into a *future* replica,
 writes; once the copy has caught up, the future replica takes the current one's place and the
 old directory is deleted after `file.delete.delay.ms`. Kafka copies with a fetcher thread; here
 one asyncio task per move copies whole batches, segment by segment (the copy's segments start at
-the same offsets, so its files are byte for byte the source's), about 1 MiB per turn of the
-event loop, and `replica.alter.log.dirs.io.max.bytes.per.second` paces it.
+the same offsets, so its files are byte for byte the source's, except with encryption at rest:
+batches are copied decrypted and sealed again with fresh nonces and the current key), about
+1 MiB per turn of the event loop, and `replica.alter.log.dirs.io.max.bytes.per.second` paces it.
 
 The swap runs in one turn of the event loop, so no append or truncation can come between the
 last copied batch and the swap: the copy takes the last few batches (at most `FINAL_COPY_BYTES`)
@@ -45,6 +46,7 @@ from typing import TYPE_CHECKING
 
 from kbroker.fsutil import fsync_dir
 from kbroker.storage.dir_names import future_dir_name, parse_log_dir_name
+from kbroker.storage.encryption import plain_header_bytes
 from kbroker.storage.index import INT32_MAX
 from kbroker.storage.log import Log
 from kbroker.storage.log_config import LONG_MAX, LogConfig
@@ -252,7 +254,8 @@ class LogDirMover:
         directory = log_dir / future_dir_name(source.topic, source.partition)
         try:
             future = Log(directory, _copy_config(source), log_start_offset=source.segments[0].base_offset,
-                         had_clean_shutdown=True, clock=source.clock, health=health)
+                         had_clean_shutdown=True, clock=source.clock, health=health,
+                         keyring=source.cipher.keyring if source.cipher is not None else None)
         except OSError as e:
             raise health.failed(e, f"creating {directory}") from e
         self.manager.future_logs[(source.topic, source.partition)] = future
@@ -421,11 +424,10 @@ def _copy(move: _Move, budget: int) -> tuple[int, int]:
         if segment.base_offset > future.active_segment.base_offset:
             future.roll(source.clock(), segment.base_offset)  # the copy's segments start where the source's do
         end, last = _batches_within(segment, position, budget - copied)
-        data = segment.read_at(position, end - position)
-        future.append_as_follower(data)
+        future.append_as_follower(segment.read_batches(position, end))
         last_position, last_header = last
         move.last_base = last_header.base_offset
-        move.last_header = data[last_position - position:last_position - position + HEADER_SIZE]
+        move.last_header = plain_header_bytes(segment.read_at(last_position, HEADER_SIZE))
         copied += end - position
         next_offset = last_header.last_offset + 1
     return copied, 0
@@ -452,7 +454,7 @@ def _batch_header_at(log_: Log, base_offset: int) -> bytes | None:
     found = segments[slot].translate_offset(base_offset)
     if found is None or found[1].base_offset != base_offset:
         return None
-    return segments[slot].read_at(found[0], HEADER_SIZE)
+    return plain_header_bytes(segments[slot].read_at(found[0], HEADER_SIZE))
 
 
 def _last_batch(log_: Log) -> tuple[int, bytes] | None:
@@ -462,5 +464,5 @@ def _last_batch(log_: Log) -> tuple[int, bytes] | None:
             continue
         found = segment.translate_offset(segment.next_offset - 1)
         if found is not None:
-            return found[1].base_offset, segment.read_at(found[0], HEADER_SIZE)
+            return found[1].base_offset, plain_header_bytes(segment.read_at(found[0], HEADER_SIZE))
     return None

@@ -15,12 +15,14 @@ from bisect import bisect_right
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
+from kbroker.storage.encryption import BatchCipher
 from kbroker.storage.log_config import LogConfig
-from kbroker.storage.segment import LogSegment, ReadResult
+from kbroker.storage.segment import LogSegment, Read
 from kbroker.storage.txn_index import AbortedTxn
 
 
-def open_segment(directory: Path, config: LogConfig, base_offset: int, now_ms: int, *, fresh: bool) -> LogSegment:
+def open_segment(directory: Path, config: LogConfig, base_offset: int, now_ms: int, *, fresh: bool,
+                 cipher: BatchCipher | None = None) -> LogSegment:
     """The segment at `base_offset` with the log's settings (`fresh`: a new, empty one)."""
     jitter = config.segment_jitter_ms
     return LogSegment(
@@ -32,6 +34,7 @@ def open_segment(directory: Path, config: LogConfig, base_offset: int, now_ms: i
         # Drawn per segment so that partitions created together do not all roll at once.
         roll_jitter_ms=random.randrange(jitter) if jitter > 0 else 0,
         fresh=fresh,
+        cipher=cipher,
     )
 
 
@@ -112,7 +115,7 @@ class LogSegments:
     # -- reading ----------------------------------------------------------------------------------
 
     def read(self, offset: int, upper: int, log_end_offset: int, max_bytes: int,
-             min_one_batch: bool) -> ReadResult | None:
+             min_one_batch: bool) -> Read | None:
         """Batches from the one holding `offset`, within one segment, none starting at or after `upper`.
 
         Raises CORRUPT_MESSAGE for an offset that may lie in damaged bytes.

@@ -5,6 +5,12 @@ Batches are written exactly as the log hands them over (offsets already assigned
 -> its file position) and, when the max timestamp grew, a time-index entry, as Kafka does.
 Writes use `pwrite` at the segment's own size, never the file position, because `sendfile`
 users may move the shared file object's position.
+
+With encryption at rest (kbroker/storage/encryption.py) batches arrive already sealed; every
+batch of a segment is written under one key (the log rolls when its key changes), and a
+segment holding encrypted batches is read into memory and decrypted rather than sent with
+`sendfile`. A batch that fails authentication on a read is recorded as damage, as recovery
+records a CRC failure.
 """
 
 from __future__ import annotations
@@ -21,6 +27,17 @@ from typing import BinaryIO
 from kbroker.fsutil import write_atomically
 from kbroker.storage.batch_records import record_timestamp, records_of
 from kbroker.storage.batch_scan import RECOVERY_CHUNK, CorruptBatch, pread_exact, scan_batches
+from kbroker.storage.encryption import (
+    ENCRYPTED_MAGIC,
+    PREFIX_SIZE,
+    AuthenticationFailed,
+    BatchCipher,
+    MissingKey,
+    open_stored,
+    plain_header,
+    plain_size,
+    stored_key_id,
+)
 from kbroker.storage.index import INT32_MAX, OffsetIndex, TimeIndex, segment_file_name
 from kbroker.storage.txn_index import TransactionIndex
 from protocol.errors import ErrorCode, KafkaError
@@ -81,6 +98,27 @@ class ReadResult(FileSlice):
     first_offset: int
 
 
+@dataclass(frozen=True, slots=True)
+class BatchBytes:
+    """What a read of encrypted batches returns: the decrypted batches, whole, in memory.
+
+    It has no `file`, so the connection writes it rather than using `sendfile`.
+    """
+
+    data: bytes
+    first_offset: int
+
+    @property
+    def size(self) -> int:
+        return len(self.data)
+
+    def read_bytes(self) -> bytes:
+        return self.data
+
+
+Read = ReadResult | BatchBytes
+
+
 class LogSegment:
     def __init__(
         self,
@@ -92,6 +130,7 @@ class LogSegment:
         now_ms: int,
         roll_jitter_ms: int = 0,
         fresh: bool = False,
+        cipher: BatchCipher | None = None,
     ) -> None:
         self.directory = directory
         self.base_offset = base_offset
@@ -113,7 +152,32 @@ class LogSegment:
             self.damage_path.unlink(missing_ok=True)
         self.damage: list[Damage] = [] if fresh else _read_damage(self.damage_path)
         self._size = os.fstat(self.file.fileno()).st_size
+        self.cipher = cipher
+        # The key id of the segment's batches (None: plaintext); `encrypted` once one is seen.
+        self.key_id: int | None = None
+        self.encrypted = False
         self._reset_state()
+        try:
+            self._check_key()
+        except BaseException:
+            self.close()
+            raise
+
+    def _check_key(self) -> None:
+        """Note how the first batch is stored; refuse a segment whose key is not in the ring."""
+        if self._size < HEADER_SIZE + PREFIX_SIZE:
+            return
+        first = pread_exact(self.fd, HEADER_SIZE + PREFIX_SIZE, 0)
+        if len(first) < HEADER_SIZE + PREFIX_SIZE or read_header(first).magic != ENCRYPTED_MAGIC:
+            return
+        self.encrypted = True
+        self.key_id = stored_key_id(first)
+        if self.cipher is None:
+            raise MissingKey(f"{self.log_path} is encrypted (key id {self.key_id}) but log.encryption.key.file "
+                             "is not set")
+        if self.key_id not in self.cipher.keyring:
+            raise MissingKey(f"{self.log_path} is encrypted with key id {self.key_id}, which "
+                             f"{self.cipher.keyring.source} does not hold (it holds {self.cipher.keyring.key_ids})")
 
     def _reset_state(self) -> None:
         self.next_offset = self.base_offset  # one past the last offset held
@@ -205,6 +269,8 @@ class LogSegment:
         self.time_index.reset()
         self.txn_index.reset()
         self._reset_state()
+        # Bytes already found bad while whole (on a read) are no torn write: never cut them.
+        known_damage = {d.start for d in self.damage}
         self.damage = []
         valid_end = 0
         position = 0
@@ -212,7 +278,7 @@ class LogSegment:
         while position < self._size:
             try:
                 for batch_position, header in scan_batches(self.fd, position, self._size, verify=True,
-                                                           chunk_size=RECOVERY_CHUNK):
+                                                           chunk_size=RECOVERY_CHUNK, cipher=self.cipher):
                     self._check_offsets(batch_position, header)
                     self._index_batch(batch_position, header)
                     valid_end = position = batch_position + header.size
@@ -220,10 +286,12 @@ class LogSegment:
             except CorruptBatch as e:
                 reason = e.reason
                 resume = self._skippable_end(e.position)
-                if resume is None and is_last:
+                if resume is None and is_last and e.position not in known_damage:
                     break  # a torn tail: cut below
                 end = self._size if resume is None else resume
                 self._note_damage(e.position, end, e.reason)
+                if resume is None and e.position in known_damage:
+                    self._keep_offsets_of(e.position)
                 position = valid_end = end
         cut = self._size - valid_end
         if cut:
@@ -232,6 +300,16 @@ class LogSegment:
         self._add_final_time_entry()
         self._finish_damage()
         return cut, valid_end, reason
+
+    def _keep_offsets_of(self, position: int) -> None:
+        """A kept damaged tail whose framing is sound still holds its offsets: the log end stays
+        past them, so new batches never reuse them."""
+        try:
+            header = read_header(pread_exact(self.fd, HEADER_SIZE, position))
+        except Exception:
+            return
+        if position + header.size <= self._size and self.can_hold_offset(header.last_offset):
+            self.next_offset = max(self.next_offset, header.last_offset + 1)
 
     def _skippable_end(self, position: int) -> int | None:
         """Where the batch at `position` ends, if a sound batch (or the segment's end) follows it."""
@@ -245,7 +323,7 @@ class LogSegment:
         if end == self._size:
             return None  # nothing sound after it: a tail
         try:
-            next(scan_batches(self.fd, end, self._size, verify=True, chunk_size=RECOVERY_CHUNK))
+            next(scan_batches(self.fd, end, self._size, verify=True, chunk_size=RECOVERY_CHUNK, cipher=self.cipher))
         except (CorruptBatch, StopIteration):
             return None
         return end
@@ -300,6 +378,8 @@ class LogSegment:
         before = (self.next_offset, self.max_timestamp, self.offset_of_max_timestamp,
                   self._bytes_since_index_entry, self._first_batch_timestamp)
         position = start
+        if start == 0 and headers[0].magic == ENCRYPTED_MAGIC:
+            self.key_id = stored_key_id(data)
         try:
             _pwrite_all(self.fd, data, position)
             for header in headers:
@@ -322,6 +402,8 @@ class LogSegment:
                       self.log_path, e)
 
     def _note_batch(self, position: int, header: BatchHeader) -> None:
+        if header.magic == ENCRYPTED_MAGIC:
+            self.encrypted = True
         if header.max_timestamp > self.max_timestamp:
             self.max_timestamp = header.max_timestamp
             self.offset_of_max_timestamp = header.last_offset
@@ -364,7 +446,39 @@ class LogSegment:
                               f"{damage.start} ({damage.reason})")
 
     def read_at(self, position: int, size: int) -> bytes:
+        """Stored bytes as they are on disk (encrypted batches stay encrypted)."""
         return pread_exact(self.fd, size, position)
+
+    def read_batch(self, position: int, header: BatchHeader) -> tuple[bytes, BatchHeader]:
+        """The batch at `position` as it was appended (decrypted), and its header.
+
+        Raises CORRUPT_MESSAGE for a batch that fails authentication (recorded as damage) and
+        KAFKA_STORAGE_ERROR for one whose key is missing.
+        """
+        return self._open(self.read_at(position, header.size), 0, position, header), plain_header(header)
+
+    def read_batches(self, start: int, end: int) -> bytes:
+        """The batches in [start, end) as appended (decrypted), concatenated."""
+        stored = self.read_at(start, end - start)
+        return b"".join(self._open(stored, position - start, position, header)
+                        for position, header in scan_batches(self.fd, start, end, skip=self._skips()))
+
+    def _open(self, stored: bytes, at: int, position: int, header: BatchHeader) -> bytes:
+        try:
+            return open_stored(self.cipher, stored, at, header)
+        except AuthenticationFailed as e:
+            self._note_read_damage(position, header, str(e))
+            raise DamagedData(f"{self.log_path.name}: {e}") from None
+
+    def _note_read_damage(self, position: int, header: BatchHeader, reason: str) -> None:
+        """A batch failed authentication on a read: refuse it from now on, and verify it at the next start."""
+        if any(d.start == position for d in self.damage):
+            return
+        log.error("%s: the batch at position %d (offsets %d..%d) failed authentication: it is kept but "
+                  "cannot be served", self.log_path, position, header.base_offset, header.last_offset)
+        self.damage.append(Damage(position, position + header.size, header.base_offset, header.last_offset + 1,
+                                  f"authentication failed: {reason}"))
+        _write_damage(self.damage_path, self.damage)
 
     def translate_offset(self, offset: int) -> tuple[int, BatchHeader] | None:
         """The first batch whose last offset is >= `offset`: (position, header)."""
@@ -384,7 +498,7 @@ class LogSegment:
 
     def read(
         self, start_offset: int, max_size: int, max_position: int | None = None, min_one_batch: bool = True
-    ) -> ReadResult | None:
+    ) -> Read | None:
         """Bytes from the batch holding `start_offset` (a whole batch, even from its middle).
 
         At most `max_size` bytes, unless `min_one_batch` and the first batch alone is larger
@@ -394,16 +508,45 @@ class LogSegment:
         if found is None:
             return None
         position, header = found
-        if max_size < header.size and not min_one_batch:
+        if max_size < plain_size(header) and not min_one_batch:
             return None  # Kafka sends nothing rather than an incomplete first batch
         limit = self._size if max_position is None else min(max_position, self._size)
         for damage in self.damage:  # the slice ends where damage begins
             if damage.start > position:
                 limit = min(limit, damage.start)
+        if self.encrypted:
+            return self._read_decrypted(position, header, limit, max_size)
         size = min(limit - position, max(max_size, header.size))
         if size <= 0:
             return None
         return ReadResult(self.file, position, size, header.base_offset)
+
+    def _read_decrypted(self, position: int, first: BatchHeader, limit: int, max_size: int) -> BatchBytes | None:
+        """Whole batches from `position` before `limit`, decrypted: the first one always, then
+        as many as fit in `max_size` (no partial tail: a partial batch cannot be decrypted).
+        A batch that fails authentication ends the read, or fails it when it is the first."""
+        chosen: list[tuple[int, BatchHeader]] = []
+        total = 0
+        for batch_position, header in self.batches(position):
+            if batch_position + header.size > limit:
+                break
+            total += plain_size(header)
+            if chosen and total > max_size:
+                break
+            chosen.append((batch_position, header))
+        if not chosen:
+            return None
+        last_position, last = chosen[-1]
+        stored = self.read_at(position, last_position + last.size - position)
+        parts: list[bytes] = []
+        for batch_position, header in chosen:
+            try:
+                parts.append(self._open(stored, batch_position - position, batch_position, header))
+            except DamagedData:
+                if not parts:
+                    raise
+                break
+        return BatchBytes(b"".join(parts), first.base_offset)
 
     def find_offset_by_timestamp(self, timestamp: int, starting_offset: int) -> tuple[int, int] | None:
         """The first record at or after `starting_offset` with timestamp >= `timestamp`: (offset, ts)."""
@@ -412,7 +555,7 @@ class LogSegment:
         for batch_position, header in self.batches(position):
             if header.max_timestamp < timestamp or header.last_offset < starting_offset:
                 continue
-            for record in records_of(self.read_at(batch_position, header.size), header):
+            for record in records_of(*self.read_batch(batch_position, header)):
                 offset = header.base_offset + record.offset_delta
                 record_ts = record_timestamp(header, record)
                 if record_ts >= timestamp and offset >= starting_offset:
@@ -428,7 +571,7 @@ class LogSegment:
             return None
         position, header = found
         if not header.log_append_time:
-            for record in records_of(self.read_at(position, header.size), header):
+            for record in records_of(*self.read_batch(position, header)):
                 if header.base_timestamp + record.timestamp_delta == self.max_timestamp:
                     return header.base_offset + record.offset_delta, self.max_timestamp
         return header.base_offset, self.max_timestamp
