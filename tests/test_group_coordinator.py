@@ -13,11 +13,8 @@ from kbroker.clock import wall_clock_ms
 from kbroker.cluster.topics import TopicSpec
 from kbroker.config import BrokerConfig
 from kbroker.coordinator.group import GroupState
-from kbroker.coordinator.group_coordinator import (
-    NEW_MEMBER_JOIN_TIMEOUT_MS,
-    JoinRequest,
-    OffsetCommit,
-)
+from kbroker.coordinator.group_membership import NEW_MEMBER_JOIN_TIMEOUT_MS, JoinRequest
+from kbroker.coordinator.group_offsets import OffsetCommit
 from kbroker.coordinator.offsets_topic import partition_for
 from protocol.errors import ErrorCode
 from tests.manual_clock import ManualClock

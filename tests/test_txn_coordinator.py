@@ -8,7 +8,7 @@ from pathlib import Path
 
 from kbroker.broker import Broker
 from kbroker.cluster.topics import TopicSpec
-from kbroker.coordinator.group_coordinator import OffsetCommit
+from kbroker.coordinator.group_offsets import OffsetCommit
 from kbroker.coordinator.offsets_topic import partition_for
 from kbroker.coordinator.txn_coordinator import TxnState
 from protocol.errors import ErrorCode

@@ -6,7 +6,8 @@ import argparse
 import re
 
 from kbroker.cli.common import CommandError, add_bootstrap_argument, connect
-from kbroker.client import (
+from kbroker.client import Client
+from kbroker.client.admin import (
     APPEND,
     BROKER_RESOURCE,
     CONFIG_SOURCES,
@@ -14,7 +15,6 @@ from kbroker.client import (
     SET,
     SUBTRACT,
     TOPIC_RESOURCE,
-    Client,
     ConfigEntry,
 )
 

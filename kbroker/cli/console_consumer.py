@@ -21,7 +21,10 @@ from kbroker.cli.common import (
     flag,
     parse_properties,
 )
-from kbroker.client import EARLIEST, LATEST, LOG_APPEND_TIME, Client, Record, check, decode_batches
+from kbroker.client import Client, Record
+from kbroker.client.data import EARLIEST, LATEST
+from kbroker.client.errors import check
+from kbroker.client.records import LOG_APPEND_TIME, decode_batches
 from protocol.errors import ErrorCode
 
 ISOLATION_LEVELS = {"read_uncommitted": 0, "read_committed": 1}

@@ -24,7 +24,8 @@ from kbroker.cli.common import (
     flag,
     parse_properties,
 )
-from kbroker.client import COMPRESSION_CODECS, Client, Record, encode_batch
+from kbroker.client import Client, Record
+from kbroker.client.records import COMPRESSION_CODECS, encode_batch
 from kbroker.partitioner import partition_for_key
 
 _ACKS = {"all": -1, "-1": -1, "0": 0, "1": 1}

@@ -12,15 +12,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from kbroker.cli.common import CommandError, add_bootstrap_argument, connect, describe_error
-from kbroker.client import (
-    CONSUMER_PROTOCOL_TYPE,
-    EARLIEST,
-    LATEST,
-    Client,
-    GroupDescription,
-    GroupListing,
-    GroupMember,
-)
+from kbroker.client import Client
+from kbroker.client.data import EARLIEST, LATEST
+from kbroker.client.groups import CONSUMER_PROTOCOL_TYPE, GroupDescription, GroupListing, GroupMember
 from protocol.errors import ErrorCode, KafkaError
 
 MISSING = "-"  # Kafka's MISSING_COLUMN_VALUE

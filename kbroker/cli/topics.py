@@ -8,7 +8,9 @@ import re
 import uuid
 
 from kbroker.cli.common import CommandError, add_bootstrap_argument, connect, describe_error, parse_properties
-from kbroker.client import TOPIC_RESOURCE, Client, ConfigEntry, TopicMetadata
+from kbroker.client import Client
+from kbroker.client.admin import TOPIC_RESOURCE, ConfigEntry
+from kbroker.client.cluster import TopicMetadata
 from protocol.errors import ErrorCode, KafkaError
 
 _ACTIONS = ("create", "list", "describe", "alter", "delete")

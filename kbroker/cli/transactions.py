@@ -6,7 +6,8 @@ from __future__ import annotations
 import argparse
 
 from kbroker.cli.common import CommandError, add_bootstrap_argument, connect, describe_error
-from kbroker.client import Client, ProducerState
+from kbroker.client import Client
+from kbroker.client.transactions import ProducerState
 from kbroker.clock import wall_clock_ms
 from protocol.errors import KafkaError
 

@@ -8,8 +8,9 @@ The state machine is Kafka's (classic protocol):
       └── last member ────┴────── join / leave / failure ─────────── Stable
     Dead: removed (deleted, or its offsets expired); a new group of the same id starts Empty.
 
-The coordinator (group_coordinator.py) drives transitions; this module holds the data and the
-rules that depend only on it (protocol selection, who has joined, what to report).
+The membership protocol (group_membership.py) drives transitions; this module holds the data
+and the rules that depend only on it (protocol selection, who has joined, who may commit
+offsets, what to report).
 """
 
 from __future__ import annotations
@@ -23,6 +24,9 @@ from typing import Any
 
 from kbroker.clock import Timer
 from protocol.coordinator_records import GroupValue, MemberValue
+from protocol.errors import ErrorCode, KafkaError
+
+UNKNOWN_MEMBER_ID = ""  # what a member that has not joined yet sends as its id
 
 
 class GroupState(enum.Enum):
@@ -162,6 +166,41 @@ class Group:
 
     def rebalance_timeout_ms(self) -> int:
         return max((m.rebalance_timeout_ms for m in self.members.values()), default=0)
+
+    # -- who may act for the group --------------------------------------------------------------
+
+    def validate_member(self, member_id: str, instance_id: str | None) -> None:
+        """Kafka's validateCurrentMember: a named instance must be mapped to this member, and the
+        member must be in the group."""
+        if instance_id is not None:
+            static_id = self.static_member_id(instance_id)
+            if static_id is None:
+                raise KafkaError(ErrorCode.UNKNOWN_MEMBER_ID)
+            if static_id != member_id:
+                raise KafkaError(ErrorCode.FENCED_INSTANCE_ID)
+        if member_id not in self.members:
+            raise KafkaError(ErrorCode.UNKNOWN_MEMBER_ID)
+
+    def validate_offset_commit(
+        self, generation_id: int, member_id: str, instance_id: str | None, transactional: bool
+    ) -> None:
+        """Kafka's validateOffsetCommit: who commits is checked before the group's state, so a
+        stale member hears ILLEGAL_GENERATION or UNKNOWN_MEMBER_ID, never REBALANCE_IN_PROGRESS."""
+        if self.is_in(GroupState.DEAD):
+            raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        if generation_id < 0 and self.is_in(GroupState.EMPTY):
+            return  # the admin client, or a consumer that assigns itself: offsets only
+        if generation_id >= 0 or member_id != UNKNOWN_MEMBER_ID or instance_id is not None:
+            self.validate_member(member_id, instance_id)
+            if generation_id != self.generation_id:
+                raise KafkaError(ErrorCode.ILLEGAL_GENERATION)
+        elif not transactional and not self.is_in(GroupState.EMPTY):
+            # Only members commit for a group that has some (v0 requests name no member). Older
+            # TxnOffsetCommit versions name none either, so that rule is not theirs.
+            raise KafkaError(ErrorCode.UNKNOWN_MEMBER_ID)
+        if not transactional and self.is_in(GroupState.COMPLETING_REBALANCE):
+            # A current member that has its JoinGroup answer but no assignment yet.
+            raise KafkaError(ErrorCode.REBALANCE_IN_PROGRESS)
 
     # -- protocols -------------------------------------------------------------------------------
 

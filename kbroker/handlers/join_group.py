@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kbroker.coordinator.group_coordinator import JoinRequest
+from kbroker.coordinator.group_membership import JoinRequest
 from kbroker.handlers import RequestContext
 
 API_KEY = 11

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from kbroker.coordinator.group_coordinator import OffsetCommit
+from kbroker.coordinator.group_offsets import OffsetCommit
 from kbroker.handlers import ENTRIES_PER_TURN, Pacer, RequestContext
 from protocol.errors import ErrorCode
 from protocol.messages.offset_commit import (

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kbroker.coordinator.group_coordinator import OffsetCommit
+from kbroker.coordinator.group_offsets import OffsetCommit
 from kbroker.handlers import RequestContext
 from protocol.errors import ErrorCode
 

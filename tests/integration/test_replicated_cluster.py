@@ -17,7 +17,8 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from kbroker.client import TRANSACTION_KEY, Client
+from kbroker.client import Client
+from kbroker.client.coordinators import TRANSACTION_KEY
 from protocol.errors import ErrorCode, KafkaError
 from protocol.record_batch import Record, encode_batch
 from tests.brokers import BrokerProcess
