@@ -19,13 +19,14 @@ from kbroker.cluster.producer_ids import ProducerIdManager
 from kbroker.cluster.replica_fetcher import FetcherConfig
 from kbroker.cluster.replica_manager import ReplicaManager
 from kbroker.cluster.topics import TopicManager
-from kbroker.config import BrokerConfig, ConfigError, load_or_create_meta
+from kbroker.config import BrokerConfig, ConfigError
 from kbroker.coordinator.group_coordinator import GroupConfig, GroupCoordinator
 from kbroker.coordinator.offsets_topic import TOPIC as OFFSETS_TOPIC
 from kbroker.coordinator.offsets_topic import InternalTopic, OffsetsTopic
 from kbroker.coordinator.txn_coordinator import TOPIC as TRANSACTION_TOPIC
 from kbroker.coordinator.txn_coordinator import TransactionCoordinator, TxnConfig
 from kbroker.coordinator.txn_markers import MarkerSender
+from kbroker.meta_properties import load_or_create_meta
 from kbroker.metadata.local_store import LocalMetadataStore
 from kbroker.metadata.store import BrokerEndpoint, BrokerIdInUse, BrokerRegistration, MetadataStore
 from kbroker.server.server import Server

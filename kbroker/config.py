@@ -12,14 +12,13 @@ import os
 import re
 import socket
 import tempfile
-import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kbroker.fsutil import write_atomically
 from kbroker.kafka_configs import DYNAMIC_BROKER_CONFIGS, DYNAMIC_DEFAULTS
+from kbroker.properties import parse_properties
 from kbroker.security import tls
 from kbroker.security.tls import TlsConfigError, TlsSettings
 from kbroker.storage.encryption import KeyFileError, Keyring, load_key_file
@@ -28,7 +27,6 @@ from protocol.errors import KafkaError
 
 log = logging.getLogger("kbroker.config")
 
-META_FILE = "meta.properties"
 
 
 # Sources of broker config values, strongest first: (source name, values).
@@ -336,48 +334,6 @@ def _addresses_of(host: str) -> list[str]:
         return [host]
 
 
-# -- properties files -----------------------------------------------------------------------------
-
-_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
-
-
-def parse_properties(text: str) -> dict[str, str]:
-    """Java `.properties` syntax: `key=value`, `key:value` or `key value`; `#`/`!` comments;
-    a trailing backslash continues the line."""
-    result: dict[str, str] = {}
-    logical = ""
-    for raw in text.splitlines():
-        line = raw.lstrip()
-        if not logical and (not line or line[0] in "#!"):
-            continue
-        if _continues(line):
-            logical += line[:-1]
-            continue
-        logical += line
-        key, value = _split_property(logical)
-        result[key] = value
-        logical = ""
-    if logical:
-        key, value = _split_property(logical)
-        result[key] = value
-    return result
-
-
-def _continues(line: str) -> bool:
-    trailing = len(line) - len(line.rstrip("\\"))
-    return trailing % 2 == 1
-
-
-def _split_property(line: str) -> tuple[str, str]:
-    match = re.match(r"((?:\\.|[^=:\s\\])*)\s*[=:]?\s*(.*)$", line, re.DOTALL)
-    assert match is not None  # the pattern matches any string
-    return _unescape(match.group(1)), _unescape(match.group(2).rstrip())
-
-
-def _unescape(text: str) -> str:
-    return re.sub(r"\\(.)", lambda m: _ESCAPES.get(m.group(1), m.group(1)), text)
-
-
 # -- listeners ------------------------------------------------------------------------------------
 
 
@@ -648,42 +604,3 @@ def _first_set(synonyms: list[tuple[str, int]], layers: Layers) -> tuple[str, st
                 value = str(int(text) * factor) if factor != 1 else text.strip()
                 return value, broker_name, source
     return None
-
-
-# -- meta.properties ------------------------------------------------------------------------------
-
-
-def new_cluster_id() -> str:
-    """Kafka's form: a random UUID in URL-safe base64 without padding."""
-    import base64
-
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-
-
-def load_or_create_meta(log_dirs: Iterable[Path], broker_id: int, cluster_id: str | None) -> str:
-    """Check every log dir's meta.properties against this broker; write it where missing.
-
-    Returns the cluster id, which is fixed by the first log dir that has one.
-    """
-    dirs = list(log_dirs)
-    found: dict[Path, dict[str, str]] = {}
-    for directory in dirs:
-        meta = directory / META_FILE
-        if meta.exists():
-            found[directory] = parse_properties(meta.read_text())
-    for directory, props in found.items():
-        stored_id = int(props.get("broker.id", props.get("node.id", "-1")))
-        if stored_id != broker_id:
-            raise ConfigError(
-                f"{directory / META_FILE} belongs to broker {stored_id}, but this is broker.id {broker_id}"
-            )
-        stored_cluster = props.get("cluster.id")
-        if stored_cluster:
-            if cluster_id and cluster_id != stored_cluster:
-                raise ConfigError(f"{directory / META_FILE} has cluster.id {stored_cluster}, not {cluster_id}")
-            cluster_id = stored_cluster
-    cluster_id = cluster_id or new_cluster_id()
-    for directory in dirs:
-        if directory not in found:
-            write_atomically(directory / META_FILE, f"version=0\nbroker.id={broker_id}\ncluster.id={cluster_id}\n")
-    return cluster_id

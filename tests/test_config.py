@@ -8,13 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from kbroker.config import (
-    BROKER_CONFIG_DEFS,
-    BrokerConfig,
-    ConfigError,
-    load_or_create_meta,
-    parse_properties,
-)
+from kbroker.config import BROKER_CONFIG_DEFS, BrokerConfig, ConfigError
+from kbroker.meta_properties import load_or_create_meta
+from kbroker.properties import parse_properties
 from tests.fsyncs import record_syncs
 
 PROJECT = Path(__file__).resolve().parent.parent

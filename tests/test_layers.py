@@ -31,14 +31,18 @@ ALLOWED: dict[str, frozenset[str]] = {
     "kbroker.pacing": frozenset({"protocol"}),
     "kbroker.partitioner": frozenset({"protocol"}),
     "kbroker.ports": frozenset(),
+    "kbroker.properties": frozenset(),
     # The log, then configuration (topic defaults come from the log's LogConfig) and metadata.
     "kbroker.storage": frozenset({"kbroker.clock", "kbroker.fsutil", "protocol"}),
     # TLS contexts and principals (stdlib ssl and cryptography only).
     "kbroker.security": frozenset(),
-    "kbroker.config": frozenset({"kbroker.fsutil", "kbroker.kafka_configs", "kbroker.security", "kbroker.storage",
+    "kbroker.config": frozenset({"kbroker.kafka_configs", "kbroker.properties", "kbroker.security", "kbroker.storage",
                                  "protocol"}),
+    # meta.properties of the log dirs, and new cluster ids.
+    "kbroker.meta_properties": frozenset({"kbroker.config", "kbroker.fsutil", "kbroker.properties"}),
     "kbroker.dynamic_config": frozenset({"kbroker.config", "kbroker.kafka_configs", "protocol"}),
-    "kbroker.metadata": frozenset({"kbroker.clock", "kbroker.config", "kbroker.fsutil", "kbroker.ports", "protocol"}),
+    "kbroker.metadata": frozenset({"kbroker.clock", "kbroker.config", "kbroker.fsutil", "kbroker.meta_properties",
+                                   "kbroker.ports", "protocol"}),
     # Replica manager, partitions, fetch sessions, replication, topics, the cluster view.
     "kbroker.cluster": frozenset({"kbroker.clock", "kbroker.config", "kbroker.dynamic_config", "kbroker.fsutil",
                                   "kbroker.metadata", "kbroker.pacing", "kbroker.storage", "protocol"}),
@@ -53,13 +57,13 @@ ALLOWED: dict[str, frozenset[str]] = {
                                  "protocol"}),
     # The wiring of one broker.
     "kbroker.broker": frozenset({"kbroker.clock", "kbroker.cluster", "kbroker.config", "kbroker.coordinator",
-                                 "kbroker.metadata", "kbroker.server", "kbroker.storage"}),
+                                 "kbroker.meta_properties", "kbroker.metadata", "kbroker.server", "kbroker.storage"}),
     # Clients, tools and benchmarks, outside the broker.
     "kbroker.client": frozenset({"kbroker.clock", "protocol"}),
     # Local broker processes (and their ZooKeeper), for the tests, benchmarks and `kbroker cluster`.
     "kbroker.launcher": frozenset({"kbroker.metadata", "kbroker.ports"}),
     "kbroker.bench": frozenset({"kbroker.client", "kbroker.config", "kbroker.launcher", "kbroker.metadata",
-                                "kbroker.ports", "protocol"}),
+                                "kbroker.ports", "kbroker.properties", "protocol"}),
     "kbroker.cli": frozenset({"kbroker.clock", "kbroker.bench", "kbroker.broker", "kbroker.client", "kbroker.config",
                               "kbroker.fsutil", "kbroker.launcher", "kbroker.metadata", "kbroker.partitioner",
                               "kbroker.ports", "protocol"}),

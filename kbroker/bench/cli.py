@@ -25,8 +25,8 @@ from kbroker.bench.servers import (
 )
 from kbroker.bench.ui import UI, make_ui
 from kbroker.bench.workers import WorkerError
-from kbroker.config import parse_properties as parse_properties_file
 from kbroker.metadata.zookeeper_process import ZooKeeperNotFound, find_zookeeper
+from kbroker.properties import parse_properties as parse_properties_file
 
 PROJECT_CONF = Path(__file__).resolve().parents[2] / "conf"
 COMPRESSIONS = ("none", "gzip", "snappy", "lz4", "zstd")

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from kbroker.clock import wall_clock_ms
-from kbroker.config import new_cluster_id
 from kbroker.fsutil import write_atomically
+from kbroker.meta_properties import new_cluster_id
 from kbroker.metadata.store import (
     BrokerRegistration,
     MetadataConflict,

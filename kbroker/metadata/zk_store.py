@@ -47,7 +47,7 @@ from kazoo.protocol.states import ZnodeStat
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
 from kbroker.clock import wall_clock_ms
-from kbroker.config import new_cluster_id
+from kbroker.meta_properties import new_cluster_id
 from kbroker.metadata.store import (
     BrokerEndpoint,
     BrokerIdInUse,
