@@ -163,7 +163,10 @@ class ClusterView:
 
         def on_topics(names: set[str]) -> None:
             seen.intersection_update(names)
-            records = [r for r in (self.store.get_topic(n) for n in sorted(names - seen)) if r is not None]
+            # Also the names the cache lacks (one dict lookup each, safe from this thread): a
+            # topic this broker deleted and another re-created before a listing showed the gap.
+            unknown = (names - seen) | {n for n in names if n not in self.cache.topics}
+            records = [r for r in (self.store.get_topic(n) for n in sorted(unknown)) if r is not None]
             seen.update(r.name for r in records)
             deliver(set(names), records)
         return on_topics

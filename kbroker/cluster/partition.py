@@ -42,6 +42,7 @@ class PendingIsrChange:
 
     isr: list[int]
     expands: bool
+    write: asyncio.Task[None] | None = None  # held here: the loop keeps only weak references to tasks
 
 
 @dataclass(slots=True)
@@ -226,7 +227,7 @@ class Partition:
             return
         pending = PendingIsrChange(isr, expands=set(isr) > set(self.isr))
         self.pending_isr = pending
-        asyncio.get_running_loop().create_task(self._write_isr(pending))
+        pending.write = asyncio.get_running_loop().create_task(self._write_isr(pending))
 
     async def _write_isr(self, pending: PendingIsrChange) -> None:
         assert self.isr_writer is not None
