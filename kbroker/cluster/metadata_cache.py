@@ -38,7 +38,7 @@ class MetadataCache:
     def put_topic(self, record: TopicRecord) -> None:
         previous = self.topics.get(record.name)
         if previous is not None and previous.topic_id != record.topic_id:
-            self._by_id.pop(previous.topic_id, None)
+            self.remove_topic(record.name)  # re-created: the old topic's states are not its own
         self.topics[record.name] = record
         self._by_id[record.topic_id] = record
 
