@@ -7,6 +7,7 @@ import contextlib
 import gc
 import logging
 import time
+from collections.abc import Coroutine
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,9 +16,11 @@ from kbroker.clock import wall_clock_ms
 from kbroker.cluster.configs import ConfigService
 from kbroker.cluster.controller import ClusterView
 from kbroker.cluster.fetch_sessions import FetchSessionCache
+from kbroker.cluster.metadata_cache import MetadataCache
 from kbroker.cluster.producer_ids import ProducerIdManager
 from kbroker.cluster.replica_fetcher import FetcherConfig
 from kbroker.cluster.replica_manager import ReplicaManager
+from kbroker.cluster.store_writer import StoreWriter
 from kbroker.cluster.topics import TopicManager
 from kbroker.config import BrokerConfig, ConfigError
 from kbroker.coordinator.group_coordinator import GroupConfig, GroupCoordinator
@@ -56,6 +59,10 @@ class Broker:
         for directory in log_dirs:
             directory.mkdir(parents=True, exist_ok=True)
         self.store = self._open_store(config, log_dirs)
+        # What request paths read (never the store), and where their store writes run: off the
+        # event loop in a ZooKeeper cluster, so a slow ZooKeeper stalls no client.
+        self.metadata_cache = MetadataCache()
+        self.store_writer = StoreWriter(threaded=bool(config.zookeeper_connect))
         try:
             # In a cluster the id is the one in ZooKeeper, and meta.properties must agree with it.
             cluster_id = self.store.get_or_create_cluster_id(config.cluster_id) if config.zookeeper_connect \
@@ -90,12 +97,15 @@ class Broker:
             self.configs.topic_defaults(),
             config.num_partitions,
             config.default_replication_factor,
+            self.metadata_cache,
+            self.store_writer,
         )
         self.cluster: ClusterView | None = None
         if config.zookeeper_connect:
             tls = config.inter_broker_tls()
-            self.cluster = ClusterView(self.store, config.broker_id, self.replicas, self.topics,
-                                       config.inter_broker_listener, tls.client_context() if tls else None)
+            self.cluster = ClusterView(self.store, config.broker_id, self.replicas, self.topics, self.metadata_cache,
+                                       self.store_writer, config.inter_broker_listener,
+                                       tls.client_context() if tls else None)
             self.cluster.unclean_election = config.get("unclean.leader.election.enable")
             self.topics.cluster = self.cluster
         # In a cluster, ids carry the broker id in their high bits, so brokers never hand out the same one.
@@ -116,7 +126,7 @@ class Broker:
                 offset_metadata_max_bytes=config.get("offset.metadata.max.bytes"),
                 offsets_retention_ms=config.get("offsets.retention.minutes") * 60_000,
             ),
-            self.topics.partition_exists,
+            self.metadata_cache.partition_exists,
         )
         self.transactions = TransactionCoordinator(
             InternalTopic(
@@ -134,7 +144,7 @@ class Broker:
             self.producer_ids,
             self.replicas,
             self.groups,
-            self.topics.partition_exists,
+            self.metadata_cache.partition_exists,
         )
         self._next_offset_expiry_ms = 0
         self._next_txn_abort_ms = 0
@@ -144,6 +154,7 @@ class Broker:
         self.fetch_sessions = FetchSessionCache(config.get("max.incremental.fetch.session.cache.slots"))
         self.bound: list[tuple[str, str, int]] = []  # (listener name, host, port)
         self._ticker: asyncio.Task[None] | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
         self._stopped = asyncio.Event()
 
     @staticmethod
@@ -191,7 +202,7 @@ class Broker:
         states say so (the watches bring them back), for at most `timeout_s`."""
         assert self.cluster is not None
         try:
-            moved = self.cluster.controlled_shutdown()
+            moved = await self.cluster.controlled_shutdown()
         except Exception:
             log.exception("controlled shutdown failed; stopping anyway")
             return
@@ -207,13 +218,24 @@ class Broker:
         if self.cluster is None or health.writable:
             return
         partitions = {(each.topic, each.partition) for each in self.log_manager.logs_in(health.path)}
+        # Seen on a request path (a failed append): the store writes run in the background.
+        self._background(self._step_down_from(health, partitions))
+
+    async def _step_down_from(self, health: LogDirHealth, partitions: set[tuple[str, int]]) -> None:
+        assert self.cluster is not None
         try:
-            moved = self.cluster.step_down(partitions)
+            moved = await self.cluster.step_down(partitions)
         except Exception:
             log.exception("moving leadership away from log dir %s failed", health.path)
             return
         log.warning("log dir %s is %s: leadership of %d partition(s) moved to other replicas",
                     health.path, health.state.value, len(moved))
+
+    def _background(self, work: Coroutine[Any, Any, None]) -> None:
+        """Run `work` as a task the broker keeps a reference to until it ends."""
+        task = asyncio.get_running_loop().create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     def _on_log_replaced(self, log_: Log) -> None:
         """A replica moved to another log dir: its partition reads and writes the new copy from now on."""
@@ -306,7 +328,7 @@ class Broker:
             if self.cluster is not None and now_ms >= self._next_rebalance_ms:
                 self._next_rebalance_ms = now_ms + self.config.get("leader.imbalance.check.interval.seconds") * 1000
                 if self.config.get("auto.leader.rebalance.enable"):
-                    self.cluster.rebalance_leaders(self.config.get("leader.imbalance.per.broker.percentage"))
+                    self._background(self._rebalance_leaders())
             if now_ms >= self._next_producer_expiry_ms:
                 self._next_producer_expiry_ms = now_ms + self.config.get("producer.id.expiration.check.interval.ms")
                 self._expire_producers(now_ms)
@@ -316,6 +338,13 @@ class Broker:
                     self.transactions.abort_timed_out(now_ms)
                 except Exception:
                     log.exception("aborting timed-out transactions failed")
+
+    async def _rebalance_leaders(self) -> None:
+        assert self.cluster is not None
+        try:
+            await self.cluster.rebalance_leaders(self.config.get("leader.imbalance.per.broker.percentage"))
+        except Exception:
+            log.exception("moving leadership back to preferred replicas failed")
 
     def _expire_producers(self, now_ms: int) -> None:
         """Forget idle producers (producer.id.expiration.ms), as Kafka's periodic check does."""
@@ -341,6 +370,9 @@ class Broker:
         self.log_manager.shutdown()
         if self.cluster is not None:
             self.cluster.stop()
+        for task in list(self._tasks):
+            task.cancel()
+        self.store_writer.close()  # the writes already submitted complete first
         self.store.close()  # last, as Kafka does: the registration goes when the data is safe
         self._stopped.set()
 

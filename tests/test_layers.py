@@ -224,3 +224,33 @@ def test_the_checks_see_a_cycle_and_a_type_only_import() -> None:
     server = [i for i in imports_of("kbroker.server.server") if i.target == "kbroker.broker"]
     assert server and all(i.type_only for i in server)
     assert any(i.target == "kbroker.handlers" and not i.type_only for i in imports_of("kbroker.server.connection"))
+
+
+# Request paths: they answer from the broker's MetadataCache and hand store writes to services
+# that run them off the event loop (docs/architecture.md, "Metadata"). A ZooKeeper read here
+# would hold up every client while ZooKeeper is slow or stopped.
+REQUEST_PATH_PACKAGES = ("kbroker/handlers", "kbroker/coordinator", "kbroker/server")
+STORE_ATTRIBUTES = frozenset({"store", "_store"})
+
+
+def store_uses(source: str, where: str) -> list[str]:
+    """Where a module reaches a metadata store (`x.store`) or a ZooKeeper client (kazoo)."""
+    found = []
+    for node in ast.walk(ast.parse(source, where)):
+        if isinstance(node, ast.Attribute) and node.attr in STORE_ATTRIBUTES:
+            found.append(f"{where}:{node.lineno} uses .{node.attr}")
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+            found += [f"{where}:{node.lineno} imports {n}" for n in names if n.split(".")[0] == "kazoo"]
+    return found
+
+
+def test_request_paths_never_touch_the_metadata_store() -> None:
+    offending = [use for package in REQUEST_PATH_PACKAGES for path in sorted((ROOT / package).rglob("*.py"))
+                 for use in store_uses(path.read_text(), str(path.relative_to(ROOT)))]
+    assert offending == []
+
+
+def test_the_store_check_finds_store_reads_and_zookeeper_clients() -> None:
+    source = "from kazoo.client import KazooClient\n\ndef handle(ctx):\n    return ctx.broker.topics.store.get_topic('t')\n"
+    assert store_uses(source, "h.py") == ["h.py:1 imports kazoo.client", "h.py:4 uses .store"]

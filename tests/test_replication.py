@@ -102,6 +102,63 @@ def test_acks_all_waits_for_the_follower_and_the_isr_follows_it(tmp_path: Path) 
     asyncio.run(asyncio.wait_for(scenario(), 60))
 
 
+class HeldIsrWrites:
+    """The ISR writer a cluster's leader has (the metadata store), with its answer held back
+    until the test releases it: the store is slow or stopped meanwhile."""
+
+    def __init__(self) -> None:
+        self.asked: list[list[int]] = []
+        self.release = asyncio.Event()
+
+    async def __call__(self, partition: Partition, isr: list[int]) -> list[int] | None:
+        self.asked.append(list(isr))
+        await self.release.wait()
+        return list(isr)
+
+
+def test_isr_changes_wait_for_the_store_without_holding_up_replication(tmp_path: Path) -> None:
+    """As Kafka's PendingShrinkIsr / PendingExpandIsr: while the store has not taken an ISR
+    change, a leaving follower still counts for the high watermark (nothing is acknowledged on
+    an ISR the store does not hold), a joining one counts already (maximal ISR), the committed
+    ISR decides whether acks=all is taken, and the follower's fetches go on meanwhile."""
+    async def scenario() -> None:
+        async with two_brokers(tmp_path) as (a, b):
+            shrink = HeldIsrWrites()
+            a.replicas.isr_writer = shrink
+            leader, follower = lead(a, 1, [0, 1]), follow(b, 0, 1)
+            info = leader.append_as_leader(batch(b"x"), wall_clock_ms(), required_acks=-1)
+            assert await leader.wait_for_replication(info.last_offset + 1, 10) == ErrorCode.NO_ERROR
+
+            await b.replicas.stop()  # the follower stops fetching
+            info = leader.append_as_leader(batch(b"y"), wall_clock_ms(), required_acks=-1)
+            acked = asyncio.ensure_future(leader.wait_for_replication(info.last_offset + 1, 10))
+            a.replicas.shrink_isrs(wall_clock_ms() + LAG_MS + 1, LAG_MS)
+            await until(lambda: shrink.asked == [[0]])
+            await asyncio.sleep(0)
+            assert leader.isr == [0, 1] and leader.high_watermark == 1 and not acked.done()
+            shrink.release.set()
+            assert await acked == ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+            assert leader.isr == [0] and leader.high_watermark == 2 and leader.pending_isr is None
+
+            expand = HeldIsrWrites()
+            leader.isr_writer = expand
+            follow(b, 0, 1).make_follower(-1, 1, [0, 1], [0])  # reset, as after a restart
+            follower = follow(b, 0, 1)
+            await until(lambda: expand.asked == [[0, 1]])
+            assert leader.isr == [0] and leader.maximal_isr == [0, 1]
+            with pytest.raises(KafkaError) as refused:
+                leader.append_as_leader(batch(b"z"), wall_clock_ms(), required_acks=-1)
+            assert refused.value.code == ErrorCode.NOT_ENOUGH_REPLICAS
+            info = leader.append_as_leader(batch(b"z"), wall_clock_ms(), required_acks=1)
+            assert leader.high_watermark < info.last_offset + 1  # the joining follower counts already
+            await until(lambda: follower.log_end_offset == info.last_offset + 1)  # its fetches go on
+            await until(lambda: leader.high_watermark == info.last_offset + 1)
+            expand.release.set()
+            await until(lambda: leader.isr == [0, 1] and leader.pending_isr is None)
+
+    asyncio.run(asyncio.wait_for(scenario(), 60))
+
+
 def test_a_returning_leader_truncates_what_it_wrote_alone(tmp_path: Path) -> None:
     async def scenario() -> None:
         async with two_brokers(tmp_path) as (a, b):

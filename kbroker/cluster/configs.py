@@ -107,9 +107,17 @@ class ConfigService:
         self.config.apply_dynamic(cluster_default, per_broker)
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Follow config changes made through any broker (the store's change notifications)."""
+        """Follow config changes made through any broker (the store's change notifications).
+        What changed is read on the store's thread (kazoo's), so the event loop never waits for
+        ZooKeeper, and applied on the loop."""
         def on_change(entity_type: str, entity_name: str) -> None:
-            loop.call_soon_threadsafe(self._on_config_change, entity_type, entity_name)
+            try:
+                changed = self._read_change(entity_type, entity_name)
+            except Exception:
+                log.exception("reading a config change of %s/%s failed", entity_type, entity_name)
+                return
+            if changed is not None and not loop.is_closed():
+                loop.call_soon_threadsafe(self._on_config_change, entity_type, entity_name, changed)
 
         self._unwatch = self.store.watch_config_changes(on_change)
 
@@ -118,21 +126,34 @@ class ConfigService:
             self._unwatch()
             self._unwatch = None
 
-    def _on_config_change(self, entity_type: str, entity_name: str) -> None:
+    def _read_change(self, entity_type: str, entity_name: str) -> Any:
+        """What a change notification is about, read from the store (on the store's thread):
+        the dynamic broker configs (cluster default, this broker's), or a topic's overrides."""
+        if entity_type == "brokers" and entity_name in (DEFAULT_ENTITY, str(self.config.broker_id)):
+            return self.read_dynamic()
+        if entity_type == "topics":
+            record = self.store.get_topic(entity_name)
+            return dict(record.configs) if record is not None else None
+        return None
+
+    def _on_config_change(self, entity_type: str, entity_name: str, changed: Any) -> None:
         try:
-            if entity_type == "brokers" and entity_name in (DEFAULT_ENTITY, str(self.config.broker_id)):
-                self.reload()
+            if entity_type == "brokers":
+                self.reload(*changed)
             elif entity_type == "topics":
-                record = self.store.get_topic(entity_name)
-                if record is not None:
-                    self.broker.replicas.update_config(record.name, self.broker.topics.log_config(record.configs))
+                topics = self.broker.topics
+                if topics.cache.topic(entity_name) is not None:
+                    topics.configs_changed(entity_name, changed)
+                    self.broker.replicas.update_config(entity_name, topics.log_config(changed))
         except Exception:
             log.exception("applying a config change of %s/%s failed", entity_type, entity_name)
 
-    def reload(self) -> None:
-        """Apply the dynamic broker configs in the store to everything that uses them while running."""
-        cluster_default = self.store.get_broker_configs(None)
-        per_broker = self.store.get_broker_configs(self.config.broker_id)
+    def read_dynamic(self) -> tuple[dict[str, str], dict[str, str]]:
+        """The dynamic broker configs in the store: the cluster default's and this broker's."""
+        return self.store.get_broker_configs(None), self.store.get_broker_configs(self.config.broker_id)
+
+    def reload(self, cluster_default: dict[str, str], per_broker: dict[str, str]) -> None:
+        """Apply dynamic broker configs read from the store to everything that uses them while running."""
         refused = dynamic_config.unhonoured_stored({**cluster_default, **per_broker})
         if refused:
             log.error("ignoring dynamic broker configs %s: security kbroker does not implement yet",
@@ -187,9 +208,9 @@ class ConfigService:
             ))
         return entries
 
-    def alter_topic(self, name: str, overrides: Mapping[str, str], validate_only: bool) -> None:
+    async def alter_topic(self, name: str, overrides: Mapping[str, str], validate_only: bool) -> None:
         """Replace a topic's overrides (AlterConfigs semantics)."""
-        self.broker.topics.set_configs(name, overrides, validate_only=validate_only)
+        await self.broker.topics.set_configs(name, overrides, validate_only=validate_only)
 
     def topic_overrides(self, name: str) -> dict[str, str]:
         return dict(self.broker.topics.require(name).configs)
@@ -240,7 +261,7 @@ class ConfigService:
             ))
         return entries
 
-    def alter_broker(self, broker_id: int | None, configs: Mapping[str, str], validate_only: bool) -> None:
+    async def alter_broker(self, broker_id: int | None, configs: Mapping[str, str], validate_only: bool) -> None:
         """Replace the dynamic configs of this broker (or of the cluster default entity), after
         Kafka's checks and kbroker's (see kbroker/dynamic_config.py)."""
         def current(name: str) -> str | None:
@@ -251,8 +272,10 @@ class ConfigService:
         self._check_topic_defaults(broker_id, configs)
         if validate_only:
             return
-        self.store.set_broker_configs(broker_id, configs)
-        self.reload()  # at once here; other brokers follow the store's change notification
+        writer = self.broker.store_writer
+        await writer.run(self.store.set_broker_configs, broker_id, configs)
+        # At once here (read back in the order written); other brokers follow the store's change notification.
+        self.reload(*await writer.run(self.read_dynamic))
 
     def _check_topic_defaults(self, broker_id: int | None, configs: Mapping[str, str]) -> None:
         """The topic defaults the update would give must make a valid log config."""
@@ -265,7 +288,9 @@ class ConfigService:
             raise KafkaError(ErrorCode.INVALID_REQUEST, e.message) from None
 
     def broker_overrides(self, broker_id: int | None) -> dict[str, str]:
-        return self.store.get_broker_configs(broker_id)
+        """The entity's dynamic configs as last read from the store (kept in memory, so a request
+        never reads ZooKeeper)."""
+        return dict(self.config.dynamic_default if broker_id is None else self.config.dynamic_per_broker)
 
 
 # Log4j level names, as Kafka's tools show and set them, and the Python levels they mean.

@@ -8,20 +8,27 @@ compare-and-set. One broker at a time is also the controller (`/controller` in Z
 a leader's broker dies it elects a new leader from the live ISR (never outside it: unclean
 leader election is off) with the next leader epoch.
 
-Watch callbacks arrive on kazoo's thread and are handed to the event loop; all state here is
-touched on the loop only.
+What it learns goes into the broker's `MetadataCache`, the one copy request paths read. Watch
+callbacks arrive on the store's thread (kazoo's), which also does the reads a change needs (a
+new topic's record, a topic's assignment after a state change, the controller election), so the
+event loop never waits for ZooKeeper; the results are handed to the loop, where all state here
+is touched. Writes made for requests (elections, reassignments) and ISR changes go through the
+broker's `StoreWriter`, off the loop.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import ssl
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from kbroker.clock import wall_clock_ms
+from kbroker.cluster.metadata_cache import MetadataCache
+from kbroker.cluster.store_writer import StoreWriter
 from kbroker.metadata.store import (
     BrokerRegistration,
     MetadataConflict,
@@ -66,7 +73,8 @@ def elect_leader(replicas: list[int], state: PartitionState, live: set[int]) -> 
 
 class ClusterView:
     def __init__(self, store: MetadataStore, broker_id: int, replicas: ReplicaManager, topics: TopicManager,
-                 inter_broker_listener: str = "PLAINTEXT", inter_broker_ssl: ssl.SSLContext | None = None) -> None:
+                 cache: MetadataCache, writer: StoreWriter, inter_broker_listener: str = "PLAINTEXT",
+                 inter_broker_ssl: ssl.SSLContext | None = None) -> None:
         self.store = store
         # Brokers reach each other on this listener, with TLS when it is SSL.
         self.inter_broker_listener = inter_broker_listener
@@ -74,13 +82,14 @@ class ClusterView:
         self.broker_id = broker_id
         self.replicas = replicas
         self.topics = topics
-        self.brokers: dict[int, BrokerRegistration] = {}
-        self.records: dict[str, TopicRecord] = {}
-        self.states: dict[tuple[str, int], PartitionState] = {}
-        self.controller: int | None = None
+        self.cache = cache
+        self.writer = writer
         self.controller_epoch = 0
         self._unwatch: list[Unwatch] = []
         self._state_watches: dict[tuple[str, int], Unwatch] = {}
+        # Topics this broker created that no topics listing has shown yet: an older listing
+        # (read before the creation) must not make them disappear from the cache.
+        self._unconfirmed: set[str] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
         # Reassignments this broker drives: partition -> (target, original replicas) (KIP-455).
         self.reassignments: dict[tuple[str, int], tuple[list[int], list[int]]] = {}
@@ -88,16 +97,24 @@ class ClusterView:
         # (topic, partition, leads now): coordinators load or drop the internal partitions they gain or lose.
         self.on_leadership_change: Callable[[str, int, bool], None] | None = None
 
+    @property
+    def brokers(self) -> dict[int, BrokerRegistration]:
+        return self.cache.brokers
+
+    @property
+    def controller(self) -> int | None:
+        return self.cache.controller_id
+
     # -- lifecycle ------------------------------------------------------------------------------
 
     def start(self) -> None:
         self._loop = asyncio.get_running_loop()
-        self.replicas.isr_writer = self._write_isr
+        self.replicas.isr_writer = self.write_isr
         self.replicas.endpoint_of = self.endpoint_of
         self.replicas.inter_broker_ssl = self.inter_broker_ssl
         self._unwatch.append(self.store.watch_brokers(self._hop(self._on_brokers)))
-        self._unwatch.append(self.store.watch_topics(self._hop(self._on_topics)))
-        self._unwatch.append(self.store.watch_controller(self._hop(self._on_controller)))
+        self._unwatch.append(self.store.watch_topics(self._read_new_topics(self._hop(self._on_topics))))
+        self._unwatch.append(self.store.watch_controller(self._claim_vacant_controller(self._hop(self._on_controller))))
 
     def stop(self) -> None:
         for unwatch in [*self._unwatch, *self._state_watches.values()]:
@@ -125,7 +142,7 @@ class ClusterView:
     # -- lookups ------------------------------------------------------------------------------
 
     def live_broker_ids(self) -> list[int]:
-        return sorted(self.brokers)
+        return self.cache.live_broker_ids()
 
     def placement_order(self) -> list[int]:
         """Live brokers in the order new replicas are placed: with racks (`broker.rack`), one
@@ -144,16 +161,55 @@ class ClusterView:
         return (endpoint.host, endpoint.port) if endpoint is not None else None
 
     def state_of(self, topic: str, index: int) -> PartitionState | None:
-        return self.states.get((topic, index))
+        return self.cache.state_of(topic, index)
+
+    # -- reads on the store's thread, before the loop sees a change ------------------------------
+
+    def _read_new_topics(self, deliver: Callable[..., None]) -> Callable[[set[str]], None]:
+        """A topics watch that reads the records of the names it has not seen yet (on the
+        store's thread) and delivers (names, records)."""
+        seen: set[str] = set()
+
+        def on_topics(names: set[str]) -> None:
+            seen.intersection_update(names)
+            # Also the names the cache lacks (one dict lookup each, safe from this thread): a
+            # topic this broker deleted and another re-created before a listing showed the gap.
+            unknown = (names - seen) | {n for n in names if n not in self.cache.topics}
+            records = [r for r in (self.store.get_topic(n) for n in sorted(unknown)) if r is not None]
+            seen.update(r.name for r in records)
+            deliver(set(names), records)
+        return on_topics
+
+    def _claim_vacant_controller(self, deliver: Callable[..., None]) -> Callable[[int | None], None]:
+        """A controller watch that runs for the role when it is vacant (on the store's thread)
+        and delivers (controller, epoch won or None)."""
+        def on_controller(controller: int | None) -> None:
+            epoch = self.store.try_become_controller(self.broker_id) if controller is None else None
+            deliver(controller, epoch)
+        return on_controller
+
+    def _read_assignment_on_change(self, topic: str, deliver: Callable[..., None]) -> Callable[..., None]:
+        """A partition-state watch that, after its first call, re-reads the topic's record (a
+        reassignment or CreatePartitions changes it and then touches a state) on the store's
+        thread, and delivers (state, record or None)."""
+        first = True
+
+        def on_state(state: PartitionState | None) -> None:
+            nonlocal first
+            record = None if first or state is None else self.store.get_topic(topic)
+            first = False
+            deliver(state, record)
+        return on_state
 
     # -- watches ------------------------------------------------------------------------------
 
     def _on_brokers(self, brokers: dict[int, BrokerRegistration]) -> None:
-        gone = set(self.brokers) - set(brokers)
+        known = self.cache.brokers
+        gone = set(known) - set(brokers)
         # Registered anew while the watch was being set again: it died and came back (Kafka's
         # "bounced" brokers). It lost what it held in memory, so it is treated as failed first.
-        bounced = {b for b, r in brokers.items() if b in self.brokers and r.timestamp_ms != self.brokers[b].timestamp_ms}
-        self.brokers = dict(brokers)
+        bounced = {b for b, r in brokers.items() if b in known and r.timestamp_ms != known[b].timestamp_ms}
+        self.cache.set_brokers(brokers)
         if gone or bounced:
             log.info("brokers %s went away%s; live: %s", sorted(gone | bounced),
                      f" ({sorted(bounced)} already back)" if bounced else "", sorted(brokers))
@@ -161,50 +217,64 @@ class ClusterView:
             self._elect_offline_leaders(failed=bounced)
         self._elect_offline_leaders()
 
-    def _on_controller(self, controller: int | None) -> None:
-        self.controller = controller
-        if controller is None:
-            epoch = self.store.try_become_controller(self.broker_id)
-            if epoch is not None:
-                self.controller, self.controller_epoch = self.broker_id, epoch
-                log.info("broker %d is the controller (epoch %d)", self.broker_id, epoch)
+    def _on_controller(self, controller: int | None, won_epoch: int | None) -> None:
+        self.cache.controller_id = controller
+        if won_epoch is not None:
+            self.cache.controller_id, self.controller_epoch = self.broker_id, won_epoch
+            log.info("broker %d is the controller (epoch %d)", self.broker_id, won_epoch)
         self._elect_offline_leaders()
 
-    def _on_topics(self, names: set[str]) -> None:
-        for name in set(self.records) - names:
+    def note_created(self, name: str) -> None:
+        """This broker has just created `name` (and put it in the cache)."""
+        self._unconfirmed.add(name)
+
+    def note_deleted(self, name: str) -> None:
+        """This broker has just deleted `name` (and removed it from the cache)."""
+        self._unconfirmed.discard(name)
+
+    def _on_topics(self, names: set[str], records: list[TopicRecord]) -> None:
+        self._unconfirmed -= names
+        watched = {topic for topic, _ in self._state_watches}
+        for name in (watched | set(self.cache.topics)) - names - self._unconfirmed:
             self._forget_topic(name)
-        for name in names - set(self.records):
-            record = self.store.get_topic(name)
-            if record is not None:
-                self._add_topic(record)
+        for record in records:
+            known = self.cache.topic(record.name)
+            # This broker may have put a newer record of the same topic already (its own
+            # CreatePartitions); the watch only says the topic exists.
+            if known is None or known.topic_id != record.topic_id:
+                self.cache.put_topic(record)
+            self._watch_states(self.cache.topic(record.name) or record)
 
     def _add_topic(self, record: TopicRecord) -> None:
-        self.records[record.name] = record
+        self.cache.put_topic(record)
+        self._watch_states(record)
+
+    def _watch_states(self, record: TopicRecord) -> None:
         for index in record.assignment:
             key = (record.name, index)
             if key not in self._state_watches:
+                deliver = self._hop(lambda state, topic_record, key=key: self._on_state(key, state, topic_record))
                 self._state_watches[key] = self.store.watch_partition_state(
-                    record.name, index, self._hop(lambda state, key=key: self._on_state(key, state)))
+                    record.name, index, self._read_assignment_on_change(record.name, deliver))
 
     def _forget_topic(self, name: str) -> None:
-        record = self.records.pop(name)
-        for index in record.assignment:
-            unwatch = self._state_watches.pop((name, index), None)
-            if unwatch is not None:
-                unwatch()
-            self.states.pop((name, index), None)
+        record = self.cache.remove_topic(name)
+        for key in [k for k in self._state_watches if k[0] == name]:
+            self._state_watches.pop(key)()
+        indexes = set(record.assignment) if record is not None else set()
+        indexes |= {p.index for p in self.replicas.partitions_of(name)}
+        for index in sorted(indexes):
             if self.replicas.find(name, index) is not None:
                 self.replicas.stop_replica(name, index, delete=True)
 
-    def _on_state(self, key: tuple[str, int], state: PartitionState | None) -> None:
-        if state is None:
+    def _on_state(self, key: tuple[str, int], state: PartitionState | None, record: TopicRecord | None) -> None:
+        if state is None or key[0] not in self.cache.topics:
             return
-        changed = key in self.states  # not the watch's first call, which follows a fresh read
-        self.states[key] = state
-        if changed:
-            # A reassignment changes the replicas and then touches the state: re-read the assignment.
-            record = self.store.get_topic(key[0])
-            if record is not None:
+        if not self.cache.put_state(*key, state):
+            return  # older than what this broker wrote itself: the newer one was applied already
+        if record is not None:
+            known = self.cache.topic(record.name)
+            if known is not None and known.topic_id == record.topic_id:
                 self._add_topic(record)  # new partitions (CreatePartitions) get their watches too
         self._apply_role(key, state)
         if key in self.reassignments:
@@ -214,7 +284,7 @@ class ClusterView:
 
     def _apply_role(self, key: tuple[str, int], state: PartitionState) -> None:
         topic, index = key
-        record = self.records.get(topic)
+        record = self.cache.topic(topic)
         if record is None:
             return
         replicas = record.assignment.get(index, [])
@@ -242,11 +312,11 @@ class ClusterView:
         if self.controller != self.broker_id or not self.brokers:
             return
         live = set(self.brokers) - failed
-        for (topic, index), state in list(self.states.items()):
+        for (topic, index), state in list(self.cache.states.items()):
             if state.leader != NO_LEADER and state.leader in live:
                 self._drop_dead_followers(topic, index, state, live)
                 continue
-            record = self.records.get(topic)
+            record = self.cache.topic(topic)
             if record is None:
                 continue
             leader = elect_leader(record.assignment[index], state, live)
@@ -284,23 +354,30 @@ class ClusterView:
             return
         log.info("%s-%d: ISR %s -> %s (dead brokers removed)", topic, index, state.isr, isr)
 
-    def controlled_shutdown(self) -> list[tuple[str, int]]:
+    async def controlled_shutdown(self) -> list[tuple[str, int]]:
         """Before this broker stops (SIGTERM): hand each partition it leads to another in-sync
         replica and leave the ISR of those it follows, as Kafka's controlled shutdown does, so
         clients see no leaderless moment and acks=all does not wait for a stopped follower.
         Returns the partitions whose leadership moved."""
-        return self.step_down()
+        return await self.step_down()
 
-    def step_down(self, only: set[tuple[str, int]] | None = None) -> list[tuple[str, int]]:
+    async def step_down(self, only: set[tuple[str, int]] | None = None) -> list[tuple[str, int]]:
         """Leave the ISR of the partitions (`only` these, or all) and hand those this broker
         leads to another in-sync replica: a stopping broker's, or one whose log dir failed.
         Returns the partitions whose leadership moved."""
-        moved = []
+        changes = self._step_down_changes(only)
+        led = {key for key, _, _ in changes if (known := self.cache.state_of(*key)) and known.leader == self.broker_id}
+        written = await self.writer.run(self._write_states, changes)
+        return [key for key, _, _ in written if key in led]  # those it follows keep their leader
+
+    def _step_down_changes(self, only: set[tuple[str, int]] | None
+                           ) -> list[tuple[tuple[str, int], PartitionState, int]]:
+        changes = []
         others = set(self.brokers) - {self.broker_id}
-        for (topic, index), state in list(self.states.items()):
+        for (topic, index), state in list(self.cache.states.items()):
             if only is not None and (topic, index) not in only:
                 continue
-            record = self.records.get(topic)
+            record = self.cache.topic(topic)
             if record is None or self.broker_id not in state.isr:
                 continue
             isr = [r for r in state.isr if r != self.broker_id]
@@ -311,19 +388,27 @@ class ClusterView:
                 new_state = PartitionState(leader, state.leader_epoch + 1, isr, state.controller_epoch)
             else:
                 new_state = PartitionState(state.leader, state.leader_epoch, isr, state.controller_epoch)
+            changes.append(((topic, index), new_state, state.version))
+        return changes
+
+    def _write_states(self, changes: list[tuple[tuple[str, int], PartitionState, int]]
+                      ) -> list[tuple[tuple[str, int], PartitionState, int]]:
+        """Compare-and-set each state (on the writer's thread); returns those written, with
+        their new versions. A conflict means the state moved on: its watch brings it."""
+        written = []
+        for key, state, expected in changes:
             try:
-                self.store.set_partition_state(topic, index, new_state, state.version)
+                version = self.store.set_partition_state(*key, state, expected)
             except MetadataConflict:
                 continue
-            if new_state.leader != state.leader:
-                moved.append((topic, index))
-        return moved
+            written.append((key, state, version))
+        return written
 
-    def elect(self, topic: str, index: int, unclean: bool = False) -> ErrorCode:
+    async def elect(self, topic: str, index: int, unclean: bool = False) -> ErrorCode:
         """ElectLeaders for one partition: the preferred replica (the first assigned) when it is
         alive and in sync; with `unclean`, any live replica of a partition that has no leader."""
-        record = self.records.get(topic)
-        state = self.states.get((topic, index))
+        record = self.cache.topic(topic)
+        state = self.cache.state_of(topic, index)
         if record is None or index not in record.assignment or state is None:
             return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         live = set(self.brokers)
@@ -342,43 +427,46 @@ class ClusterView:
             if leader not in live or leader not in state.isr:
                 return ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE
             isr = state.isr
+        new_state = PartitionState(leader, state.leader_epoch + 1, isr, self.controller_epoch)
         try:
-            self.store.set_partition_state(topic, index, PartitionState(leader, state.leader_epoch + 1, isr,
-                                                                        self.controller_epoch), state.version)
+            version = await self.writer.run(self.store.set_partition_state, topic, index, new_state, state.version)
         except MetadataConflict:
             return ErrorCode.NOT_CONTROLLER  # the state moved meanwhile: the client retries
+        self.cache.put_state(topic, index, dataclasses.replace(new_state, version=version))
         log.info("%s-%d: %s election moved leadership %d -> %d", topic, index,
                  "unclean" if unclean else "preferred", state.leader, leader)
+        self._apply_role((topic, index), self.cache.states[(topic, index)])
         return ErrorCode.NO_ERROR
 
-    def rebalance_leaders(self, imbalance_percentage: int) -> int:
+    async def rebalance_leaders(self, imbalance_percentage: int) -> int:
         """auto.leader.rebalance.enable: when more than `imbalance_percentage` % of the partitions a
         broker should lead (it is their first replica) are led elsewhere, move them back."""
         if self.controller != self.broker_id:
             return 0
         preferred: dict[int, list[tuple[str, int]]] = {}
-        for topic, index in self.states:
-            record = self.records.get(topic)
+        for topic, index in list(self.cache.states):
+            record = self.cache.topic(topic)
             if record is not None and record.assignment.get(index):
                 preferred.setdefault(record.assignment[index][0], []).append((topic, index))
         moved = 0
         for broker, partitions in preferred.items():
-            elsewhere = [p for p in partitions if self.states[p].leader != broker]
+            elsewhere = [p for p in partitions if (s := self.cache.states.get(p)) is not None and s.leader != broker]
             if broker in self.brokers and len(elsewhere) * 100 > imbalance_percentage * len(partitions):
-                moved += sum(self.elect(*p) == ErrorCode.NO_ERROR for p in elsewhere)
+                for p in elsewhere:
+                    moved += await self.elect(*p) == ErrorCode.NO_ERROR
         return moved
 
     # -- reassignment ---------------------------------------------------------------------------
 
-    def reassign(self, topic: str, index: int, target: list[int] | None) -> ErrorCode:
+    async def reassign(self, topic: str, index: int, target: list[int] | None) -> ErrorCode:
         """AlterPartitionReassignments for one partition (None cancels). Phase one: the
         assignment becomes target + current replicas, so the new ones start following and catch
         up; phase two (`_maybe_finish_reassignment`) drops the old ones once every target
         replica is in sync, moving leadership into the target if needed. Nothing is removed
         before its replacement has the data."""
         key = (topic, index)
-        record = self.records.get(topic)
-        state = self.states.get(key)
+        record = self.cache.topic(topic)
+        state = self.cache.state_of(topic, index)
         if record is None or index not in record.assignment or state is None:
             return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         if target is None:
@@ -390,20 +478,26 @@ class ClusterView:
         if target == current:
             return ErrorCode.NO_ERROR
         self.reassignments[key] = (list(target), list(current))
-        self.store.add_partitions(topic, {index: [*target, *(r for r in current if r not in target)]})
-        self._touch_state(key, state)
+        replicas = [*target, *(r for r in current if r not in target)]
+        await self.writer.run(self._assign_and_touch, key, replicas, state)
+        self._put_assignment(key, replicas)
         log.info("%s-%d: reassigning %s -> %s", topic, index, current, target)
         return ErrorCode.NO_ERROR
 
-    def announce_topic_change(self, topic: str) -> None:
-        """Make every broker re-read `topic`'s assignment (e.g. after CreatePartitions), by
-        rewriting its first partition's state unchanged: topic watches only see names."""
-        state = self.store.get_partition_state(topic, 0)
-        if state is not None:
-            self._touch_state((topic, 0), state)
+    def _assign_and_touch(self, key: tuple[str, int], replicas: list[int], state: PartitionState) -> None:
+        """On the writer's thread: the partition's new replicas, then its state rewritten
+        unchanged so every broker's watch re-reads the assignment."""
+        self.store.add_partitions(key[0], {key[1]: replicas})
+        self.touch_state(key, state)
 
-    def _touch_state(self, key: tuple[str, int], state: PartitionState) -> None:
-        """Rewrite the state unchanged, so every broker's watch fires and re-reads the assignment."""
+    def _put_assignment(self, key: tuple[str, int], replicas: list[int]) -> None:
+        record = self.cache.topic(key[0])
+        if record is not None:
+            self.cache.put_topic(dataclasses.replace(record, assignment={**record.assignment, key[1]: list(replicas)}))
+
+    def touch_state(self, key: tuple[str, int], state: PartitionState) -> None:
+        """Rewrite the state unchanged, so every broker's watch fires and re-reads the assignment
+        (topic watches only see names)."""
         # On a conflict it changed anyway, and the watches fire for that change.
         with contextlib.suppress(MetadataConflict):
             self.store.set_partition_state(*key, PartitionState(state.leader, state.leader_epoch, state.isr,
@@ -416,6 +510,7 @@ class ClusterView:
         leader = state.leader if state.leader in target else next(r for r in target if r in state.isr)
         isr = [r for r in state.isr if r in target]
         self.store.add_partitions(key[0], {key[1]: list(target)})
+        self._put_assignment(key, target)
         try:
             self.store.set_partition_state(*key, PartitionState(leader, state.leader_epoch + 1, isr,
                                                                 state.controller_epoch), state.version)
@@ -425,21 +520,24 @@ class ClusterView:
         log.info("%s-%d: reassignment to %s complete, leader %d", key[0], key[1], target, leader)
 
     def leads_any(self, partitions: list[tuple[str, int]]) -> bool:
-        return any((s := self.states.get(p)) is not None and s.leader == self.broker_id for p in partitions)
+        return any((s := self.cache.state_of(*p)) is not None and s.leader == self.broker_id for p in partitions)
 
     # -- ISR changes by this broker's leaders ---------------------------------------------------
 
-    def _write_isr(self, partition: Partition, isr: list[int]) -> bool:
+    async def write_isr(self, partition: Partition, isr: list[int]) -> list[int] | None:
+        """Persist a leader's new ISR (compare-and-set, on the writer's thread); the ISR now in
+        force, or None when the state moved on (a new epoch or controller change, which its
+        watch brings) or the write failed."""
         key = (partition.topic, partition.index)
-        state = self.states.get(key)
+        state = self.cache.state_of(*key)
         if state is None or state.leader != self.broker_id or state.leader_epoch != partition.leader_epoch:
-            return False
+            return None
         new_state = PartitionState(state.leader, state.leader_epoch, list(isr), state.controller_epoch)
         try:
-            version = self.store.set_partition_state(partition.topic, partition.index, new_state, state.version)
+            version = await self.writer.run(self.store.set_partition_state, *key, new_state, state.version)
         except MetadataConflict:
-            return False
-        self.states[key] = PartitionState(new_state.leader, new_state.leader_epoch, new_state.isr,
-                                          new_state.controller_epoch, version)
+            return None
+        if not self.cache.put_state(*key, dataclasses.replace(new_state, version=version)):
+            return None  # a newer state came through the watch meanwhile, and was applied
         log.info("%s: ISR is now %s", partition.name, isr)
-        return True
+        return list(isr)

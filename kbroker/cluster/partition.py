@@ -4,22 +4,45 @@ As in Kafka's Partition: the leader tracks each follower's log end offset (from 
 fetches ask for) and when it was last caught up; the in-sync replicas are the leader and the
 followers caught up within `replica.lag.time.max.ms`; the high watermark is the smallest log end
 offset in the ISR. `acks=all` produces wait until the high watermark passes their last offset;
-consumers only see data below it. ISR changes go through `isr_writer` (the metadata store, with
-compare-and-set), and take effect only once written.
+consumers only see data below it.
+
+ISR changes go through `isr_writer` (the metadata store, with compare-and-set) and take effect
+only once written, as Kafka's AlterPartition does: the write runs in the background (a follower's
+fetch never waits for it) while the partition keeps one pending change, and proposes no other
+until it is settled. Meanwhile the high watermark and acks=all count the *maximal* ISR: the
+committed ISR plus a joining replica (it has caught up to the high watermark already), and a
+leaving replica until its removal is committed, so nothing is acknowledged on the strength of
+an ISR the store does not hold.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from kbroker.storage.log import AppendInfo, Log
 from kbroker.storage.producer_state import AppendOrigin
 from protocol.errors import ErrorCode, KafkaError
 
-IsrWriter = Callable[["Partition", list[int]], bool]  # persist a new ISR; False if the state moved on
+log = logging.getLogger("kbroker.replication")
+
+# Persist a new ISR; resolves to the ISR now committed, or None when the write did not happen
+# (the state moved on: a newer leader epoch or another ISR, which the store's watch brings).
+IsrWriter = Callable[["Partition", list[int]], Awaitable["list[int] | None"]]
+
+
+@dataclass(eq=False, slots=True)
+class PendingIsrChange:
+    """An ISR change written to the store and not yet settled (Kafka's PendingExpandIsr /
+    PendingShrinkIsr). Compared by identity: a change superseded by a new role is ignored when
+    its write completes."""
+
+    isr: list[int]
+    expands: bool
+    write: asyncio.Task[None] | None = None  # held here: the loop keeps only weak references to tasks
 
 
 @dataclass(slots=True)
@@ -42,6 +65,7 @@ class Partition:
     local_id: int = -1  # this broker; -1: the leader is local (single node)
     isr_writer: IsrWriter | None = None
     followers: dict[int, FollowerState] = field(default_factory=dict)
+    pending_isr: PendingIsrChange | None = None
     _waiters: set[asyncio.Future[None]] = field(default_factory=set)
     _acks_waiters: list[tuple[int, asyncio.Future[None]]] = field(default_factory=list)
 
@@ -78,6 +102,15 @@ class Partition:
     def min_insync_replicas(self) -> int:
         return self.log.config.min_insync_replicas
 
+    @property
+    def maximal_isr(self) -> list[int]:
+        """The ISR the high watermark and acks=all count: the committed one, plus a replica whose
+        joining is being written (a leaving one stays counted until its removal is written)."""
+        pending = self.pending_isr
+        if pending is not None and pending.expands:
+            return [*self.isr, *(r for r in pending.isr if r not in self.isr)]
+        return self.isr
+
     # -- roles ------------------------------------------------------------------------------------
 
     def make_leader(self, leader_epoch: int, replicas: list[int], isr: list[int], now_ms: int) -> None:
@@ -85,6 +118,7 @@ class Partition:
         counted as caught up now (as Kafka does), so none leaves the ISR before it could fetch."""
         self.leader_id, self.leader_epoch = self.local_id, leader_epoch
         self.replicas, self.isr = list(replicas), list(isr)
+        self.pending_isr = None  # a change proposed in an earlier epoch can no longer be written
         self.log.epochs.assign(leader_epoch, self.log.log_end_offset)
         self.followers = {r: FollowerState(last_caught_up_ms=now_ms) for r in replicas if r != self.local_id}
         self.advance_high_watermark()
@@ -103,6 +137,7 @@ class Partition:
     def make_follower(self, leader_id: int, leader_epoch: int, replicas: list[int], isr: list[int]) -> None:
         self.leader_id, self.leader_epoch = leader_id, leader_epoch
         self.replicas, self.isr = list(replicas), list(isr)
+        self.pending_isr = None
         self.followers = {}
         self._fail_acks_waiters(ErrorCode.NOT_LEADER_OR_FOLLOWER)
         self.wake_waiters()
@@ -147,7 +182,7 @@ class Partition:
         return self._acks_result()
 
     def _acks_result(self) -> int:
-        if len(self.isr) < self.min_insync_replicas:
+        if len(self.maximal_isr) < self.min_insync_replicas:
             return ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
         return ErrorCode.NO_ERROR
 
@@ -169,36 +204,57 @@ class Partition:
         self.advance_high_watermark()
 
     def _maybe_expand_isr(self, replica_id: int, state: FollowerState) -> None:
-        if replica_id in self.isr or replica_id not in self.replicas:
+        if replica_id in self.isr or replica_id not in self.replicas or self.pending_isr is not None:
             return
         epoch_start = self.log.epochs.entries[-1].start_offset if self.log.epochs.entries else 0
         if state.log_end_offset >= self.high_watermark and state.log_end_offset >= epoch_start:
             self._change_isr([*self.isr, replica_id])
 
     def shrink_isr(self, now_ms: int, max_lag_ms: int) -> list[int]:
-        """Drop followers not caught up within `max_lag_ms`; returns those dropped."""
-        if not self.is_leader:
+        """Drop followers not caught up within `max_lag_ms`; returns those leaving (at once on
+        one node; in a cluster once the store has the new ISR)."""
+        if not self.is_leader or self.pending_isr is not None:
             return []
         lagging = [r for r in self.isr if r != self.local_id and r in self.followers
                    and now_ms - self.followers[r].last_caught_up_ms > max_lag_ms]
-        if lagging and self._change_isr([r for r in self.isr if r not in lagging]):
-            self.advance_high_watermark()
-            return lagging
-        return []
+        if lagging:
+            self._change_isr([r for r in self.isr if r not in lagging])
+        return lagging
 
-    def _change_isr(self, isr: list[int]) -> bool:
-        if self.isr_writer is not None and not self.isr_writer(self, isr):
-            return False
-        self.isr = isr
+    def _change_isr(self, isr: list[int]) -> None:
+        if self.isr_writer is None:  # one node: no store to agree with
+            self._commit_isr(isr)
+            return
+        pending = PendingIsrChange(isr, expands=set(isr) > set(self.isr))
+        self.pending_isr = pending
+        pending.write = asyncio.get_running_loop().create_task(self._write_isr(pending))
+
+    async def _write_isr(self, pending: PendingIsrChange) -> None:
+        assert self.isr_writer is not None
+        try:
+            committed = await self.isr_writer(self, pending.isr)
+        except Exception:
+            log.exception("%s: writing the ISR %s failed", self.name, pending.isr)
+            committed = None
+        if self.pending_isr is not pending:
+            return  # a new role or epoch came meanwhile; its state is what counts
+        self.pending_isr = None
+        if committed is not None and self.is_leader:
+            self._commit_isr(committed)
+        else:
+            self.advance_high_watermark()  # the maximal ISR is the committed one again
+
+    def _commit_isr(self, isr: list[int]) -> None:
+        self.isr = list(isr)
         if len(isr) < self.min_insync_replicas:
             self._fail_acks_waiters(ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND)
-        return True
+        self.advance_high_watermark()  # a smaller ISR may let the HW (and acks=all) move on
 
     def advance_high_watermark(self) -> None:
         if not self.is_leader:
             return
         ends = [self.log.log_end_offset]
-        ends += [self.followers[r].log_end_offset for r in self.isr if r in self.followers]
+        ends += [self.followers[r].log_end_offset for r in self.maximal_isr if r in self.followers]
         new_hw = min(ends)
         if new_hw > self.log.high_watermark:
             self.log.high_watermark = new_hw

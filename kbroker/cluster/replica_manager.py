@@ -127,7 +127,7 @@ class ReplicaManager:
         """Leaders drop followers that have not caught up within `replica.lag.time.max.ms`."""
         for partition in list(self._partitions.values()):
             for replica in partition.shrink_isr(now_ms, max_lag_ms):
-                log.info("%s: broker %d fell out of the ISR, now %s", partition.name, replica, partition.isr)
+                log.info("%s: broker %d fell behind; leaving the ISR %s", partition.name, replica, partition.isr)
 
     async def stop(self) -> None:
         for fetcher in self._fetchers.values():

@@ -2,10 +2,15 @@
 
 This is the controller's job; on the embedded single node it runs in-process over the
 local store, and every partition is hosted here.
+
+Lookups answer from the broker's `MetadataCache`. Writes go to the store through the broker's
+`StoreWriter` (off the event loop in a ZooKeeper cluster); once one succeeds, the new record is
+put in the cache, so the request that made the change sees it when it is answered.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 import uuid
@@ -13,8 +18,10 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 from kbroker.cluster.controller import ClusterView, initial_state
+from kbroker.cluster.metadata_cache import MetadataCache
 from kbroker.cluster.replica_manager import ReplicaManager
-from kbroker.metadata.store import MetadataStore, TopicRecord
+from kbroker.cluster.store_writer import StoreWriter
+from kbroker.metadata.store import MetadataStore, PartitionState, TopicRecord
 from kbroker.pacing import Pacer
 from kbroker.storage.log_config import LogConfig
 from protocol.errors import ErrorCode, KafkaError
@@ -55,8 +62,12 @@ class TopicManager:
         topic_defaults: Mapping[str, str],
         default_partitions: int,
         default_replication_factor: int,
+        cache: MetadataCache | None = None,
+        writer: StoreWriter | None = None,
     ) -> None:
         self.store = store
+        self.cache = cache if cache is not None else MetadataCache()
+        self.writer = writer if writer is not None else StoreWriter(threaded=False)
         self.replicas = replicas
         self.broker_id = broker_id
         self.topic_defaults = dict(topic_defaults)
@@ -74,8 +85,10 @@ class TopicManager:
         return LogConfig.from_properties({**self.topic_defaults, **topic_configs})
 
     def start(self) -> None:
-        """Open the logs of every known topic (after a restart)."""
+        """Load every known topic into the cache and open its logs (after a restart). Runs
+        before the broker serves, so reading the store here holds up no client."""
         for record in self.store.list_topics():
+            self.cache.put_topic(record)
             self._host(record)
 
     def _host(self, record: TopicRecord) -> None:
@@ -94,28 +107,44 @@ class TopicManager:
                 yield
 
     def _create_partition_states(self, record: TopicRecord) -> None:
+        """The first states of the record's partitions that have none (after a restart)."""
         assert self.cluster is not None
-        live = set(self.live_brokers())
-        missing = {index: initial_state(replicas, live, self.cluster.controller_epoch)
-                   for index, replicas in record.assignment.items()
+        missing = {index: state for index, state in self._initial_states(record).items()
                    if self.store.get_partition_state(record.name, index) is None}
         if missing:
             self.store.create_partition_states(record.name, missing)
 
+    def _initial_states(self, record: TopicRecord, only: set[int] | None = None) -> dict[int, PartitionState]:
+        assert self.cluster is not None
+        live = set(self.live_brokers())
+        return {index: initial_state(replicas, live, self.cluster.controller_epoch)
+                for index, replicas in record.assignment.items() if only is None or index in only}
+
     def create(self, spec: TopicSpec, validate_only: bool = False) -> TopicRecord:
+        """Create a topic with the store written inline: the embedded node's internal topics and
+        tests. Request paths use `create_paced`, whose store writes run off the event loop."""
         record = self._prepare(spec)
         if validate_only:
             return record
         self._commit(record, self._host)
         return record
 
-    async def create_paced(self, spec: TopicSpec, pacer: Pacer, validate_only: bool = False) -> TopicRecord:
+    async def create_paced(self, spec: TopicSpec, pacer: Pacer | None = None,
+                           validate_only: bool = False) -> TopicRecord:
         """`create`, with a turn of the event loop for other clients between partitions: creating
         10,000 partition logs takes seconds."""
         record = self._prepare(spec)
         if validate_only:
             return record
+        if self.cluster is not None:
+            # The topic and its partitions' first states, on the writer's thread; each replica
+            # takes its role from the states' watch.
+            states = self._initial_states(record)
+            await self.writer.run(self._create_in_store, record, states)
+            self._created(record)
+            return record
         steps = self._host_steps(record)
+        pacer = pacer or Pacer()
 
         def host_first(_: TopicRecord) -> None:
             next(steps, None)
@@ -128,9 +157,28 @@ class TopicManager:
             self._fail_creation(record, e)
         return record
 
+    def _create_in_store(self, record: TopicRecord, states: Mapping[int, PartitionState]) -> None:
+        """All or nothing: a topic whose partition states cannot be created is removed again."""
+        self.store.create_topic(record.name, record.topic_id, record.assignment, record.configs)
+        try:
+            self.store.create_partition_states(record.name, states)
+        except Exception as e:
+            log.warning("creating the partition states of topic %s failed; removing it", record.name)
+            self.store.delete_topic(record.name)
+            if isinstance(e, KafkaError):
+                raise
+            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR,
+                             f"Topic '{record.name}' could not be created: {e}") from e
+
+    def _created(self, record: TopicRecord) -> None:
+        self.cache.put_topic(record)
+        if self.cluster is not None:
+            self.cluster.note_created(record.name)
+        log.info("created topic %s with %d partitions", record.name, len(record.assignment))
+
     def _prepare(self, spec: TopicSpec) -> TopicRecord:
         validate_topic_name(spec.name)
-        if self.store.get_topic(spec.name) is not None:
+        if self.cache.topic(spec.name) is not None:
             raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{spec.name}' already exists.")
         configs = dict(spec.configs or {})
         self.log_config(configs)  # raises INVALID_CONFIG
@@ -139,11 +187,12 @@ class TopicManager:
 
     def _commit(self, record: TopicRecord, host: Callable[[TopicRecord], None]) -> None:
         self.store.create_topic(record.name, record.topic_id, record.assignment, record.configs)
+        self.cache.put_topic(record)
         try:
             host(record)
         except Exception as e:
             self._fail_creation(record, e)
-        log.info("created topic %s with %d partitions", record.name, len(record.assignment))
+        self._created(record)
 
     def _fail_creation(self, record: TopicRecord, error: Exception) -> None:
         """All or nothing: no topic without its logs."""
@@ -156,6 +205,7 @@ class TopicManager:
     def _abandon(self, name: str) -> None:
         """Undo a creation that failed half way: its logs and its record go."""
         log.warning("creating topic %s failed; removing what was created", name)
+        self.cache.remove_topic(name)
         try:
             self.replicas.remove_topic(name)
         finally:
@@ -206,52 +256,54 @@ class TopicManager:
             p: [brokers[(p + r) % len(brokers)] for r in range(factor)] for p in range(partitions)
         }
 
-    def delete(self, name: str) -> TopicRecord:
-        record = self.require(name)
-        self.store.delete_topic(name)
-        self.replicas.remove_topic(name)
-        log.info("deleted topic %s", name)
-        return record
-
     async def delete_paced(self, name: str, pacer: Pacer) -> TopicRecord:
-        """`delete`, giving other clients a turn between partitions."""
+        """Delete a topic, giving other clients a turn between partitions."""
         record = self.require(name)
-        self.store.delete_topic(name)
+        await self.writer.run(self.store.delete_topic, name)
+        self.cache.remove_topic(name)
+        if self.cluster is not None:
+            self.cluster.note_deleted(name)
         for _ in self.replicas.remove_topic_steps(name):
             await pacer.tick()
         log.info("deleted topic %s", name)
         return record
 
     def require(self, name: str) -> TopicRecord:
-        record = self.store.get_topic(name)
-        if record is None:
-            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{name}' does not exist.")
-        return record
-
-    def partition_exists(self, name: str, index: int) -> bool:
-        record = self.store.get_topic(name)
-        return record is not None and index in record.assignment
-
-    def find_by_id(self, topic_id: uuid.UUID) -> TopicRecord | None:
-        return next((t for t in self.store.list_topics() if t.topic_id == topic_id), None)
-
-    def add_partitions(
-        self, name: str, count: int, assignment: list[list[int]] | None = None, validate_only: bool = False
-    ) -> None:
-        """Grow a topic to `count` partitions, on the given replicas or spread like creation does."""
-        for _ in self._add_partitions_steps(name, count, assignment, validate_only):
-            pass
+        return self.cache.require(name)
 
     async def add_partitions_paced(self, name: str, count: int, assignment: list[list[int]] | None,
                                    validate_only: bool, pacer: Pacer) -> None:
-        """`add_partitions`, giving other clients a turn between new partitions."""
-        for _ in self._add_partitions_steps(name, count, assignment, validate_only):
-            await pacer.tick()
-
-    def _add_partitions_steps(
-        self, name: str, count: int, assignment: list[list[int]] | None, validate_only: bool
-    ) -> Iterator[None]:
+        """Grow a topic to `count` partitions, on the given replicas or spread like creation
+        does, giving other clients a turn between new partitions."""
         record = self.require(name)
+        new = self._new_partitions(record, count, assignment)
+        if validate_only:
+            return
+        grown = dataclasses.replace(record, assignment={**record.assignment, **new})
+        if self.cluster is not None:
+            await self.writer.run(self._add_in_store, name, new, self._initial_states(grown, set(new)))
+            self.cache.put_topic(grown)
+        else:
+            await self.writer.run(self.store.add_partitions, name, new)
+            self.cache.put_topic(grown)
+            for _ in self._host_steps(grown):
+                await pacer.tick()
+        log.info("topic %s grew from %d to %d partitions", name, len(record.assignment), count)
+
+    def _add_in_store(self, name: str, new: Mapping[int, list[int]], states: Mapping[int, PartitionState]) -> None:
+        """On the writer's thread: the new partitions and their first states; then the first
+        partition's state is rewritten unchanged, so every broker's watch re-reads the topic
+        (topic watches only see names)."""
+        self.store.add_partitions(name, new)
+        self.store.create_partition_states(name, states)
+        assert self.cluster is not None
+        first = self.store.get_partition_state(name, 0)
+        if first is not None:
+            self.cluster.touch_state((name, 0), first)
+
+    def _new_partitions(self, record: TopicRecord, count: int, assignment: list[list[int]] | None
+                        ) -> dict[int, list[int]]:
+        name = record.name
         current = len(record.assignment)
         if count < current:
             raise KafkaError(
@@ -265,16 +317,8 @@ class TopicManager:
         factor = len(record.assignment[0])
         if assignment is None:
             brokers = self._placement_order()
-            new = {p: [brokers[(p + r) % len(brokers)] for r in range(factor)] for p in range(current, count)}
-        else:
-            new = self._check_new_assignment(assignment, current, count, factor)
-        if validate_only:
-            return
-        self.store.add_partitions(name, new)
-        yield from self._host_steps(self.require(name))
-        if self.cluster is not None:
-            self.cluster.announce_topic_change(name)
-        log.info("topic %s grew from %d to %d partitions", name, current, count)
+            return {p: [brokers[(p + r) % len(brokers)] for r in range(factor)] for p in range(current, count)}
+        return self._check_new_assignment(assignment, current, count, factor)
 
     def _check_new_assignment(
         self, assignment: list[list[int]], current: int, count: int, factor: int
@@ -299,13 +343,20 @@ class TopicManager:
     def set_defaults(self, topic_defaults: Mapping[str, str]) -> None:
         """New broker-level defaults: every topic without its own override follows them."""
         self.topic_defaults = dict(topic_defaults)
-        for record in self.store.list_topics():
+        for record in self.cache.topic_records():
             self.replicas.update_config(record.name, self.log_config(record.configs))
 
-    def set_configs(self, name: str, configs: Mapping[str, str], validate_only: bool = False) -> None:
+    async def set_configs(self, name: str, configs: Mapping[str, str], validate_only: bool = False) -> None:
         self.require(name)
         config = self.log_config(configs)
         if validate_only:
             return
-        self.store.set_topic_configs(name, dict(configs))
+        await self.writer.run(self.store.set_topic_configs, name, dict(configs))
+        self.configs_changed(name, configs)
         self.replicas.update_config(name, config)
+
+    def configs_changed(self, name: str, configs: Mapping[str, str]) -> None:
+        """A topic's overrides are now `configs` (written here, or notified by the store)."""
+        record = self.cache.topic(name)
+        if record is not None:
+            self.cache.put_topic(dataclasses.replace(record, configs=dict(configs)))

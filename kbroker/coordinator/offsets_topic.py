@@ -8,6 +8,7 @@ coordinator's state. The topic is compacted, so the latest record per key is wha
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -95,12 +96,16 @@ class InternalTopic:
         self.partitions = partitions
         self.replication_factor = replication_factor
         self.segment_bytes = segment_bytes
+        self._creating: asyncio.Task[None] | None = None
 
     def exists(self) -> bool:
-        return self.topics.store.get_topic(self.name) is not None
+        return self.topics.cache.topic(self.name) is not None
 
     def ensure(self) -> None:
-        """Create the topic on first use, as Kafka does when the first client looks for its coordinator."""
+        """Create the topic on first use, as Kafka does when the first client looks for its
+        coordinator. In a cluster the creation runs in the background (the store is written off
+        the event loop) and the caller gets COORDINATOR_NOT_AVAILABLE meanwhile, which clients
+        retry: Kafka's answer while it creates the topic."""
         if self.exists():
             return
         live = len(self.topics.live_brokers())
@@ -113,14 +118,29 @@ class InternalTopic:
                              f"{self.name} needs {factor} brokers and {live} are alive")
         configs = {"cleanup.policy": "compact", "segment.bytes": str(self.segment_bytes),
                    "compression.type": "producer"}
+        spec = TopicSpec(self.name, self.partitions, factor, None, configs)
+        if self.topics.cluster is None:
+            try:
+                self.topics.create(spec)
+            except KafkaError as e:
+                if e.code != ErrorCode.TOPIC_ALREADY_EXISTS:
+                    raise
+            return
+        if self._creating is None or self._creating.done():
+            self._creating = asyncio.get_running_loop().create_task(self._create(spec))
+        raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"{self.name} is being created")
+
+    async def _create(self, spec: TopicSpec) -> None:
         try:
-            self.topics.create(TopicSpec(self.name, self.partitions, factor, None, configs))
+            await self.topics.create_paced(spec)
         except KafkaError as e:
             if e.code != ErrorCode.TOPIC_ALREADY_EXISTS:
-                raise
+                log.warning("creating %s failed: %s", self.name, e)
+        except Exception:
+            log.exception("creating %s failed", self.name)
 
     def partition_count(self) -> int:
-        record = self.topics.store.get_topic(self.name)
+        record = self.topics.cache.topic(self.name)
         return len(record.assignment) if record is not None else self.partitions
 
     def partition_of(self, key: str) -> int:

@@ -48,7 +48,7 @@ class MarkerSender:
     def _by_leader(self, pending: set[tuple[str, int]]) -> dict[int, list[tuple[str, int]]]:
         by_leader: dict[int, list[tuple[str, int]]] = {}
         for topic, index in list(pending):
-            if topic not in self.cluster.records:
+            if self.cluster.cache.topic(topic) is None:
                 pending.discard((topic, index))  # deleted: nothing left to mark
                 continue
             state = self.cluster.state_of(topic, index)

@@ -16,7 +16,7 @@ MAX_VERSION = 2
 
 async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
     responses = [
-        _alter(ctx, resource, request.validate_only, repeated)
+        await _alter(ctx, resource, request.validate_only, repeated)
         for resource, repeated in with_repeats(request.resources)
     ]
     return {"throttle_time_ms": 0, "responses": responses}
@@ -37,17 +37,17 @@ def resource_result(resource: Any, error: KafkaError | None = None) -> dict[str,
     }
 
 
-def _alter(ctx: RequestContext, resource: Any, validate_only: bool, repeated: bool) -> dict[str, Any]:
+async def _alter(ctx: RequestContext, resource: Any, validate_only: bool, repeated: bool) -> dict[str, Any]:
     try:
         if repeated:
             raise KafkaError(ErrorCode.INVALID_REQUEST, "Each resource must appear at most once.")
-        _apply(ctx, resource, validate_only)
+        await _apply(ctx, resource, validate_only)
     except KafkaError as e:
         return resource_result(resource, e)
     return resource_result(resource)
 
 
-def _apply(ctx: RequestContext, resource: Any, validate_only: bool) -> None:
+async def _apply(ctx: RequestContext, resource: Any, validate_only: bool) -> None:
     names = [c.name for c in resource.configs]
     if len(set(names)) != len(names):
         raise KafkaError(ErrorCode.INVALID_REQUEST, "Error due to duplicate config keys")
@@ -57,9 +57,9 @@ def _apply(ctx: RequestContext, resource: Any, validate_only: bool) -> None:
     configs = {c.name: c.value for c in resource.configs}
     service = ctx.broker.configs
     if resource.resource_type == ResourceType.TOPIC:
-        service.alter_topic(resource.resource_name, configs, validate_only)
+        await service.alter_topic(resource.resource_name, configs, validate_only)
     elif resource.resource_type == ResourceType.BROKER:
-        service.alter_broker(service.check_broker_resource(resource.resource_name), configs, validate_only)
+        await service.alter_broker(service.check_broker_resource(resource.resource_name), configs, validate_only)
     elif resource.resource_type == ResourceType.BROKER_LOGGER:
         raise KafkaError(ErrorCode.INVALID_REQUEST, "AlterConfigs does not support the BROKER_LOGGER resource type")
     else:

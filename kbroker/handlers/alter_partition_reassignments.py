@@ -18,20 +18,21 @@ MAX_VERSION = 0
 
 async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
     responses = [
-        {"name": t.name, "partitions": [_reassign(ctx, t.name, p.partition_index, p.replicas) for p in t.partitions]}
+        {"name": t.name, "partitions": [await _reassign(ctx, t.name, p.partition_index, p.replicas)
+                                        for p in t.partitions]}
         for t in request.topics
     ]
     return {"throttle_time_ms": 0, "error_code": ErrorCode.NO_ERROR, "error_message": None, "responses": responses}
 
 
-def _reassign(ctx: RequestContext, topic: str, index: int, replicas: list[int] | None) -> dict[str, Any]:
+async def _reassign(ctx: RequestContext, topic: str, index: int, replicas: list[int] | None) -> dict[str, Any]:
     cluster = ctx.broker.cluster
     if cluster is None:
-        exists = ctx.broker.topics.partition_exists(topic, index)
+        exists = ctx.broker.metadata_cache.partition_exists(topic, index)
         same = exists and replicas is not None and list(replicas) == [ctx.broker.config.broker_id]
         code = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if not exists else ErrorCode.NO_ERROR if same
                 else ErrorCode.NO_REASSIGNMENT_IN_PROGRESS if replicas is None
                 else ErrorCode.INVALID_REPLICATION_ASSIGNMENT)
     else:
-        code = cluster.reassign(topic, index, None if replicas is None else list(replicas))
+        code = await cluster.reassign(topic, index, None if replicas is None else list(replicas))
     return {"partition_index": index, "error_code": code, "error_message": None}

@@ -44,7 +44,7 @@ def _alter(ctx: RequestContext, topic: str, partition: int, path: str) -> int:
     try:
         log_dir = mover.log_dir_for(path, topic, partition)
         hosted = ctx.broker.replicas.find(topic, partition) is not None
-        if not hosted and not ctx.broker.topics.partition_exists(topic, partition):
+        if not hosted and not ctx.broker.metadata_cache.partition_exists(topic, partition):
             # Kafka records a preferred dir even for unknown partitions; kbroker does not, so that
             # requests naming made-up partitions cannot grow the broker's memory.
             return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION

@@ -28,7 +28,7 @@ async def _delete(ctx: RequestContext, name: str | None, topic_id: Any, pacer: P
         if not ctx.broker.config.delete_topic_enable:
             raise KafkaError(ErrorCode.TOPIC_DELETION_DISABLED)
         if name is None:
-            record = topics.find_by_id(topic_id)
+            record = ctx.broker.metadata_cache.topic_by_id(topic_id)
             if record is None:
                 raise KafkaError(ErrorCode.UNKNOWN_TOPIC_ID)
             name = record.name

@@ -23,7 +23,7 @@ async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
     start_topic = cursor.topic_name if cursor is not None else ""
     all_topics = not request.topics
     if all_topics:
-        names = {t.name for t in ctx.broker.topics.store.list_topics()}
+        names = set(ctx.broker.metadata_cache.topic_names())
     else:
         names = {t.name for t in request.topics}
         if cursor is not None and cursor.topic_name not in names:
@@ -42,7 +42,7 @@ def _page(ctx: RequestContext, names: list[str], first_partition: int, limit: in
     for position, name in enumerate(names):
         if remaining <= 0:
             return _response(topics, {"topic_name": name, "partition_index": 0})
-        record = ctx.broker.topics.store.get_topic(name)
+        record = ctx.broker.metadata_cache.topic(name)
         if record is None:
             if not skip_missing:
                 topics.append(_topic_error(name, _missing_error(name)))

@@ -26,7 +26,7 @@ async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
     every_partition = request.topic_partitions is None
     by_topic: dict[str, list[dict[str, Any]]] = {}
     for topic, index in _wanted(ctx, request.topic_partitions):
-        code = _elect(ctx, topic, index, election_type == UNCLEAN)
+        code = await _elect(ctx, topic, index, election_type == UNCLEAN)
         results_of_topic = by_topic.setdefault(topic, [])
         # Asked for every partition, Kafka's controller answers only for those that needed an
         # election (each topic is still listed): on a balanced cluster the answer is empty.
@@ -40,7 +40,7 @@ async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
 
 def _wanted(ctx: RequestContext, topic_partitions: Any) -> list[tuple[str, int]]:
     if topic_partitions is None:  # every partition of the cluster
-        return [(t.name, i) for t in ctx.broker.topics.store.list_topics() for i in sorted(t.assignment)]
+        return [(t.name, i) for t in ctx.broker.metadata_cache.topic_records() for i in sorted(t.assignment)]
     return [(t.topic, p) for t in topic_partitions for p in t.partitions]
 
 
@@ -48,15 +48,15 @@ def _message(ctx: RequestContext, topic: str, index: int, code: ErrorCode) -> st
     """KRaft's texts for what does not exist (kafka-leader-election.sh prints them)."""
     if code != ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
         return None
-    if ctx.broker.topics.store.get_topic(topic) is None:
+    if ctx.broker.metadata_cache.topic(topic) is None:
         return f"No such topic as {topic}"
     return f"No such partition as {topic}-{index}"
 
 
-def _elect(ctx: RequestContext, topic: str, index: int, unclean: bool) -> ErrorCode:
+async def _elect(ctx: RequestContext, topic: str, index: int, unclean: bool) -> ErrorCode:
     cluster = ctx.broker.cluster
     if cluster is not None:
-        return cluster.elect(topic, index, unclean)
-    if not ctx.broker.topics.partition_exists(topic, index):
+        return await cluster.elect(topic, index, unclean)
+    if not ctx.broker.metadata_cache.partition_exists(topic, index):
         return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     return ErrorCode.ELECTION_NOT_NEEDED

@@ -138,7 +138,7 @@ async def _plan(ctx: RequestContext, wanted: dict[PartitionKey, CachedPartition]
         topic_id, name, index = key
         if name is None:
             if topic_id not in names:
-                record = broker.topics.find_by_id(topic_id)
+                record = broker.metadata_cache.topic_by_id(topic_id)
                 names[topic_id] = record.name if record else None
             name = names[topic_id]
         read = _Read(key, name, data)

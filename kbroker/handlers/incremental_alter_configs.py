@@ -29,18 +29,18 @@ class Op(enum.IntEnum):
 
 async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
     responses = [
-        _alter(ctx, resource, request.validate_only, repeated)
+        await _alter(ctx, resource, request.validate_only, repeated)
         for resource, repeated in with_repeats(request.resources)
     ]
     return {"throttle_time_ms": 0, "responses": responses}
 
 
-def _alter(ctx: RequestContext, resource: Any, validate_only: bool, repeated: bool) -> dict[str, Any]:
+async def _alter(ctx: RequestContext, resource: Any, validate_only: bool, repeated: bool) -> dict[str, Any]:
     try:
         if repeated:
             raise KafkaError(ErrorCode.INVALID_REQUEST, "Each resource must appear at most once.")
         _check_ops(resource.resource_type, resource.configs)
-        _apply(ctx, resource, validate_only)
+        await _apply(ctx, resource, validate_only)
     except KafkaError as e:
         return resource_result(resource, e)
     return resource_result(resource)
@@ -67,18 +67,18 @@ def _check_ops(resource_type: int, configs: Any) -> None:
             raise KafkaError(ErrorCode.INVALID_REQUEST, f"Null value not supported for : {config.name}")
 
 
-def _apply(ctx: RequestContext, resource: Any, validate_only: bool) -> None:
+async def _apply(ctx: RequestContext, resource: Any, validate_only: bool) -> None:
     service = ctx.broker.configs
     name = resource.resource_name
     if resource.resource_type == ResourceType.TOPIC:
         current = service.topic_overrides(name)
         effective = {e["name"]: e["value"] for e in service.describe_topic(name, current)}
-        service.alter_topic(name, _updated(current, effective, resource.configs), validate_only)
+        await service.alter_topic(name, _updated(current, effective, resource.configs), validate_only)
     elif resource.resource_type == ResourceType.BROKER:
         broker_id = service.check_broker_resource(name)
         # As Kafka: a list operation on a config the entity does not set starts from the default.
         current = service.broker_overrides(broker_id)
-        service.alter_broker(broker_id, _updated(current, BUILT_IN_DEFAULTS, resource.configs), validate_only)
+        await service.alter_broker(broker_id, _updated(current, BUILT_IN_DEFAULTS, resource.configs), validate_only)
     elif resource.resource_type == ResourceType.BROKER_LOGGER:
         service.check_broker_resource(name)
         for config in resource.configs:

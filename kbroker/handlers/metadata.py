@@ -1,4 +1,6 @@
-"""Metadata: brokers, topics and partition leadership; auto-creates topics when allowed."""
+"""Metadata: brokers, topics and partition leadership; auto-creates topics when allowed.
+
+Answered from the broker's MetadataCache, as Kafka's brokers answer it: never from the store."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ from typing import Any
 
 from kbroker.cluster.authorization import cluster_operations, topic_operations
 from kbroker.cluster.controller import ClusterView
+from kbroker.cluster.metadata_cache import MetadataCache, TopicRecord
 from kbroker.cluster.topics import INTERNAL_TOPICS, TopicSpec, validate_topic_name
 from kbroker.handlers import Pacer, RequestContext
 from protocol.errors import ErrorCode, KafkaError
@@ -24,7 +27,7 @@ async def handle(ctx: RequestContext, request: Any) -> MetadataResponse:
     auto_create = request.allow_auto_topic_creation if ctx.version >= 4 else True
     pacer = Pacer()
     if request.topics is None or (ctx.version == 0 and not request.topics):  # v0: an empty list means all
-        names = sorted(t.name for t in broker.topics.store.list_topics())
+        names = broker.metadata_cache.topic_names()
         topics = await _describe_all(ctx, names, False, operations, pacer)
     else:
         names, topic_ids = await _requested(ctx.version, request.topics, pacer)
@@ -69,16 +72,20 @@ async def _requested(version: int, topics: Any, pacer: Pacer) -> tuple[list[str 
 
 async def _describe_all(ctx: RequestContext, names: list[str | None], auto_create: bool, operations: bool,
                         pacer: Pacer) -> list[MetadataResponseTopic]:
-    # v12 allows a null name; with no id either there is nothing to look up.
-    return await pacer.map(names, lambda name: _unknown_id(ZERO_UUID) if name is None
-                           else _describe_topic(ctx, name, auto_create, operations))
+    described = []
+    for name in names:
+        # v12 allows a null name; with no id either there is nothing to look up.
+        described.append(_unknown_id(ZERO_UUID) if name is None
+                         else await _describe_topic(ctx, name, auto_create, operations, pacer))
+        await pacer.tick()
+    return described
 
 
 def _describe_topic_id(ctx: RequestContext, topic_id: uuid.UUID, operations: bool) -> MetadataResponseTopic:
-    record = ctx.broker.topics.find_by_id(topic_id)
+    record = ctx.broker.metadata_cache.topic_by_id(topic_id)
     if record is None:
         return _unknown_id(topic_id)
-    return _describe_topic(ctx, record.name, False, operations)
+    return _describe_record(ctx, record.name, record, operations)
 
 
 def _unknown_id(topic_id: uuid.UUID) -> MetadataResponseTopic:
@@ -87,20 +94,31 @@ def _unknown_id(topic_id: uuid.UUID) -> MetadataResponseTopic:
     return {"error_code": ErrorCode.UNKNOWN_TOPIC_ID, "name": None, "topic_id": topic_id, "partitions": []}
 
 
-def _describe_topic(ctx: RequestContext, name: str, auto_create: bool, operations: bool) -> MetadataResponseTopic:
+async def _describe_topic(ctx: RequestContext, name: str, auto_create: bool, operations: bool,
+                          pacer: Pacer) -> MetadataResponseTopic:
     broker = ctx.broker
     try:
         validate_topic_name(name)  # before any lookup: an illegal name costs nothing but this check
     except KafkaError as e:
         return {"error_code": e.code, "name": name}
-    record = broker.topics.store.get_topic(name)
+    record = broker.metadata_cache.topic(name)
     if record is None:
         if not (auto_create and broker.config.auto_create_topics_enable):
             return {"error_code": ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "name": name}
-        error = _auto_create(ctx, name)
-        if error is not None:
-            return {"error_code": error, "name": name}
-        record = broker.topics.require(name)
+        try:
+            record = await broker.topics.create_paced(TopicSpec(name), pacer)
+        except KafkaError as e:
+            record = broker.metadata_cache.topic(name)
+            if record is None:
+                # Created meanwhile by another request, not known here yet: Kafka's answer for
+                # a topic being created, which clients retry.
+                code = ErrorCode.LEADER_NOT_AVAILABLE if e.code == ErrorCode.TOPIC_ALREADY_EXISTS else e.code
+                return {"error_code": code, "name": name}
+    return _describe_record(ctx, name, record, operations)
+
+
+def _describe_record(ctx: RequestContext, name: str, record: TopicRecord,
+                     operations: bool) -> MetadataResponseTopic:
     return {
         "error_code": ErrorCode.NO_ERROR,
         "name": name,
@@ -109,14 +127,6 @@ def _describe_topic(ctx: RequestContext, name: str, auto_create: bool, operation
         "partitions": [describe_partition(ctx, name, i, r) for i, r in sorted(record.assignment.items())],
         "topic_authorized_operations": topic_operations(operations),
     }
-
-
-def _auto_create(ctx: RequestContext, name: str) -> ErrorCode | None:
-    try:
-        ctx.broker.topics.create(TopicSpec(name))
-    except KafkaError as e:
-        return e.code
-    return None
 
 
 def _controller(ctx: RequestContext) -> int:
@@ -129,7 +139,7 @@ def _controller(ctx: RequestContext) -> int:
 def describe_partition(ctx: RequestContext, topic: str, index: int, replicas: list[int]) -> MetadataResponsePartition:
     cluster = ctx.broker.cluster
     if cluster is not None:
-        return _cluster_partition(cluster, topic, index, replicas, ctx)
+        return _cluster_partition(ctx.broker.metadata_cache, cluster, topic, index, replicas, ctx)
     partition = ctx.broker.replicas.find(topic, index)
     if partition is None:
         return {
@@ -152,11 +162,11 @@ def describe_partition(ctx: RequestContext, topic: str, index: int, replicas: li
     }
 
 
-def _cluster_partition(cluster: ClusterView, topic: str, index: int, replicas: list[int],
+def _cluster_partition(cache: MetadataCache, cluster: ClusterView, topic: str, index: int, replicas: list[int],
                        ctx: RequestContext) -> MetadataResponsePartition:
     """Leadership as the cluster's partition state says, with the replicas that are not alive."""
-    state = cluster.state_of(topic, index)
-    live = set(cluster.brokers)
+    state = cache.state_of(topic, index)
+    live = set(cache.brokers)
     offline = [r for r in replicas if r not in live]
     if state is None or state.leader < 0 or state.leader not in live:
         return {"error_code": ErrorCode.LEADER_NOT_AVAILABLE, "partition_index": index, "leader_id": -1,

@@ -1,0 +1,97 @@
+"""What this broker knows of the cluster's metadata, in memory: every request path reads it here.
+
+Kafka's brokers answer Metadata, Fetch by topic id, OffsetCommit's partition checks and the
+admin APIs from their MetadataCache, never from ZooKeeper: a request must not wait on (or be
+stalled by) the metadata store. `MetadataCache` is that cache: topics by name and by id, the
+partitions' leadership states, the live brokers and the controller.
+
+Who feeds it:
+- In a ZooKeeper cluster, `ClusterView`'s watches (topics, partition states, brokers,
+  controller) and `ConfigService`'s config-change notifications (topic overrides).
+- On the embedded single node, `TopicManager`: the records at start, then its own writes.
+- On every broker, `TopicManager` and `ClusterView` put what they have just written to the
+  store, once the write has succeeded, so the request that made a change sees it when it is
+  answered (read your writes); the watch brings the same value again later.
+
+It is touched on the event loop only.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable
+
+from kbroker.metadata.store import BrokerRegistration, PartitionState, TopicRecord
+from protocol.errors import ErrorCode, KafkaError
+
+
+class MetadataCache:
+    def __init__(self) -> None:
+        self.topics: dict[str, TopicRecord] = {}
+        self._by_id: dict[uuid.UUID, TopicRecord] = {}
+        self.states: dict[tuple[str, int], PartitionState] = {}
+        self.brokers: dict[int, BrokerRegistration] = {}
+        self.controller_id: int | None = None
+
+    # -- topics -----------------------------------------------------------------------------------
+
+    def put_topic(self, record: TopicRecord) -> None:
+        previous = self.topics.get(record.name)
+        if previous is not None and previous.topic_id != record.topic_id:
+            self.remove_topic(record.name)  # re-created: the old topic's states are not its own
+        self.topics[record.name] = record
+        self._by_id[record.topic_id] = record
+
+    def remove_topic(self, name: str) -> TopicRecord | None:
+        """Forget a topic and its partitions' states; returns what was known of it."""
+        record = self.topics.pop(name, None)
+        if record is None:
+            return None
+        self._by_id.pop(record.topic_id, None)
+        for index in record.assignment:
+            self.states.pop((name, index), None)
+        return record
+
+    def topic(self, name: str) -> TopicRecord | None:
+        return self.topics.get(name)
+
+    def topic_by_id(self, topic_id: uuid.UUID) -> TopicRecord | None:
+        return self._by_id.get(topic_id)
+
+    def require(self, name: str) -> TopicRecord:
+        record = self.topics.get(name)
+        if record is None:
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{name}' does not exist.")
+        return record
+
+    def partition_exists(self, name: str, index: int) -> bool:
+        record = self.topics.get(name)
+        return record is not None and index in record.assignment
+
+    def topic_names(self) -> list[str]:
+        return sorted(self.topics)
+
+    def topic_records(self) -> Iterable[TopicRecord]:
+        return list(self.topics.values())
+
+    # -- partition states -------------------------------------------------------------------------
+
+    def state_of(self, topic: str, index: int) -> PartitionState | None:
+        return self.states.get((topic, index))
+
+    def put_state(self, topic: str, index: int, state: PartitionState) -> bool:
+        """Take `state` unless a newer version is known already (a watch delivering an older
+        state after this broker wrote a newer one); returns whether it was taken."""
+        known = self.states.get((topic, index))
+        if known is not None and state.version < known.version:
+            return False
+        self.states[(topic, index)] = state
+        return True
+
+    # -- brokers ----------------------------------------------------------------------------------
+
+    def set_brokers(self, brokers: dict[int, BrokerRegistration]) -> None:
+        self.brokers = dict(brokers)
+
+    def live_broker_ids(self) -> list[int]:
+        return sorted(self.brokers)
