@@ -62,13 +62,11 @@ async def handle(ctx: RequestContext, request: Any) -> FetchResponse:
             sessions.remove(session.id)  # nothing left to fetch: the session ends
             session = None
     keys = list(wanted)
-    names = await _topic_names(ctx, keys, pacer)
+    names, partitions = await _partition_fetches(ctx, wanted, pacer)
     params = FetchParams(replica_id, request.max_wait_ms, request.min_bytes, request.max_bytes,
                          read_committed=request.isolation_level == READ_COMMITTED)
-    partitions = [PartitionFetch(name, key[2], entry.fetch_offset, entry.max_bytes, entry.leader_epoch)
-                  for key, name, entry in zip(keys, names, wanted.values(), strict=True)]
     results = await ctx.broker.replicas.fetch(params, partitions, ctx.now_ms(), pacer)
-    reads = [_Read(key, name, result) for key, name, result in zip(keys, names, results, strict=True)]
+    reads = list(zip(keys, names, results, strict=True))
     if session is not None:
         reads = _news(session, reads)
         response_session = session.id
@@ -77,18 +75,12 @@ async def handle(ctx: RequestContext, request: Any) -> FetchResponse:
     else:
         response_session = INVALID_SESSION_ID
     return {"throttle_time_ms": 0, "error_code": ErrorCode.NO_ERROR, "session_id": response_session,
-            "responses": _by_topic(reads)}
+            "responses": await _by_topic(reads, pacer)}
 
 
-class _Read:
-    """What one partition contributes to a fetch response."""
-
-    __slots__ = ("key", "topic", "result")
-
-    def __init__(self, key: PartitionKey, topic: str | None, result: LogReadResult) -> None:
-        self.key = key
-        self.topic = topic  # None: an unknown topic id
-        self.result = result
+# What one partition contributes to a fetch response: its session key, its topic name (None: an
+# unknown topic id) and what the replica manager read.
+_Read = tuple[PartitionKey, str | None, LogReadResult]
 
 
 def _session_error(code: ErrorCode) -> FetchResponse:
@@ -116,18 +108,21 @@ def _forgotten(ctx: RequestContext, request: Any) -> list[PartitionKey]:
     return [_key(ctx, topic, index) for topic in request.forgotten_topics_data or [] for index in topic.partitions]
 
 
-async def _topic_names(ctx: RequestContext, keys: list[PartitionKey], pacer: Pacer) -> list[str | None]:
-    """Each partition's topic name: v13+ fetchers name topics by id (None: an id not known here)."""
+async def _partition_fetches(ctx: RequestContext, wanted: dict[PartitionKey, CachedPartition],
+                             pacer: Pacer) -> tuple[list[str | None], list[PartitionFetch]]:
+    """What to ask the replica manager, by topic name: v13+ fetchers name topics by id."""
     by_id: dict[uuid.UUID, str | None] = {}
     names: list[str | None] = []
-    for topic_id, name, _ in keys:
+    partitions: list[PartitionFetch] = []
+    for (topic_id, name, index), entry in wanted.items():
         await pacer.tick()
         if name is None:
             if topic_id not in by_id:
                 by_id[topic_id] = _topic_name(ctx, topic_id)
             name = by_id[topic_id]
         names.append(name)
-    return names
+        partitions.append(PartitionFetch(name, index, entry.fetch_offset, entry.max_bytes, entry.leader_epoch))
+    return names, partitions
 
 
 def _topic_name(ctx: RequestContext, topic_id: uuid.UUID) -> str | None:
@@ -141,38 +136,39 @@ def _news(session: FetchSession, reads: list[_Read]) -> list[_Read]:
     start, or an error; those that returned records go to the back of the session's order."""
     news = []
     for read in reads:
-        result = read.result
-        cached = session.partitions[read.key]
+        key, _, result = read
+        cached = session.partitions[key]
         if cached.must_respond(result.size, result.high_watermark, result.log_start_offset,
                                result.error != ErrorCode.NO_ERROR):
             news.append(read)
             if result.size:
-                session.move_to_end(read.key)
+                session.move_to_end(key)
     return news
 
 
 def _cache(reads: list[_Read], wanted: dict[PartitionKey, CachedPartition]) -> dict[PartitionKey, CachedPartition]:
     """A new session's partitions, remembering what this full response told of each."""
     cached = {}
-    for read in reads:
-        entry = wanted[read.key]
-        error = read.result.error != ErrorCode.NO_ERROR
-        entry.high_watermark = -1 if error else read.result.high_watermark
-        entry.log_start_offset = read.result.log_start_offset
-        cached[read.key] = entry
+    for key, _, result in reads:
+        entry = wanted[key]
+        error = result.error != ErrorCode.NO_ERROR
+        entry.high_watermark = -1 if error else result.high_watermark
+        entry.log_start_offset = result.log_start_offset
+        cached[key] = entry
     return cached
 
 
-def _by_topic(reads: list[_Read]) -> list[FetchableTopicResponse]:
+async def _by_topic(reads: list[_Read], pacer: Pacer) -> list[FetchableTopicResponse]:
     """Response topics in the reads' order, consecutive partitions of a topic together."""
     topics: list[FetchableTopicResponse] = []
     last: PartitionKey | None = None
-    for read in reads:
-        if last is None or read.key[:2] != last[:2]:
-            topic_id, name, _ = read.key
-            topics.append({"topic": read.topic if name is None else name, "topic_id": topic_id, "partitions": []})
-        topics[-1]["partitions"].append(_partition_data(read.key[2], read.result))
-        last = read.key
+    for key, resolved_name, result in reads:
+        topic_id, name, index = key
+        if last is None or key[:2] != last[:2]:
+            topics.append({"topic": resolved_name if name is None else name, "topic_id": topic_id, "partitions": []})
+        topics[-1]["partitions"].append(_partition_data(index, result))
+        last = key
+        await pacer.tick()
     return topics
 
 

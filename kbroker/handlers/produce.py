@@ -54,7 +54,7 @@ async def handle(ctx: RequestContext, request: Any) -> ProduceResponse | Deferre
     if appended.replicated is not None:
         # Appended: the connection may take the producer's next request while this one waits.
         return Deferred(_when_replicated(appended, entries, layout))
-    response = _response(appended, entries, layout)
+    response = await _response(appended, entries, layout, pacer)
     if request.acks == 0:
         if _failed(response):
             # The client expects no answer; closing is how it learns to refresh metadata.
@@ -68,15 +68,17 @@ async def _when_replicated(appended: Appended, entries: list[tuple[str, int, byt
     """acks=all: the answer once every ISR member has the data, or the wait failed."""
     assert appended.replicated is not None
     await appended.replicated
-    return _response(appended, entries, layout)
+    return await _response(appended, entries, layout, Pacer())
 
 
-def _response(appended: Appended, entries: list[tuple[str, int, bytes]],
-              layout: list[tuple[str, list[PartitionProduceResponse | int]]]) -> ProduceResponse:
+async def _response(appended: Appended, entries: list[tuple[str, int, bytes]],
+                    layout: list[tuple[str, list[PartitionProduceResponse | int]]], pacer: Pacer) -> ProduceResponse:
     topics: list[TopicProduceResponse] = []
     for name, slots in layout:
-        partitions = [slot if not isinstance(slot, int) else _answer(entries[slot][1], appended.results[slot])
-                      for slot in slots]
+        partitions: list[PartitionProduceResponse] = []
+        for slot in slots:
+            partitions.append(slot if not isinstance(slot, int) else _answer(entries[slot][1], appended.results[slot]))
+            await pacer.tick()
         topics.append({"name": name, "partition_responses": partitions})
     return {"responses": topics, "throttle_time_ms": 0}
 
