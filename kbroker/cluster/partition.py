@@ -278,32 +278,33 @@ class Partition:
                      min_one_batch: bool) -> LogReadResult:
         """A fetch's read of this partition (Kafka's Partition.fetchRecords): the leader's offsets as
         of now, and the batches from `fetch_offset` below the bound `isolation` sets."""
-        result = self.empty_read(isolation)
+        log = self.log
+        committed = isolation is FetchIsolation.TXN_COMMITTED
+        result = LogReadResult(ErrorCode.NO_ERROR, log.high_watermark, log.last_stable_offset, log.log_start_offset,
+                               None, [] if committed else None)
         try:
             self.require_leader()
             self.check_leader_epoch(current_leader_epoch)
-            upper = self._read_bound(isolation)
-            data = self.log.read(fetch_offset, max_bytes, max_offset_exclusive=upper, min_one_batch=min_one_batch)
+            # Followers copy the whole log; consumers see what the ISR has, read_committed ones
+            # only decided transactions.
+            upper = None if isolation is FetchIsolation.LOG_END else \
+                result.last_stable_offset if committed else result.high_watermark
+            data = log.read(fetch_offset, max_bytes, max_offset_exclusive=upper, min_one_batch=min_one_batch)
         except KafkaError as e:
             result.error = e.code
             return result
         if data is None or data.size == 0:
             return result
         result.records = data
-        if upper is not None and isolation is FetchIsolation.TXN_COMMITTED:
+        if committed and upper is not None:
             # The consumer drops records of these producers from first_offset up to their ABORT marker.
-            result.aborted_transactions = self.log.collect_aborted_transactions(fetch_offset, upper)
+            result.aborted_transactions = log.collect_aborted_transactions(fetch_offset, upper)
         return result
 
     def empty_read(self, isolation: FetchIsolation) -> LogReadResult:
         """This partition's offsets as of now and no records: a fetch's answer before (or instead of) a read."""
         return LogReadResult(ErrorCode.NO_ERROR, self.high_watermark, self.last_stable_offset, self.log_start_offset,
                              aborted_transactions=[] if isolation is FetchIsolation.TXN_COMMITTED else None)
-
-    def _read_bound(self, isolation: FetchIsolation) -> int | None:
-        if isolation is FetchIsolation.LOG_END:
-            return None
-        return self.last_stable_offset if isolation is FetchIsolation.TXN_COMMITTED else self.high_watermark
 
     def read_log(self, offset: int, max_bytes: int) -> ReadResult | None:
         """Whole batches from `offset` up to the log end, for this broker's own readers (the

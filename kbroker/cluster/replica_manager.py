@@ -318,12 +318,11 @@ class ReplicaManager:
         a partition fails, or `max_wait_ms` passes; a result per partition, in their order. A
         follower's fetch offsets first update its position on the leader (ISR and HW)."""
         pacer = pacer or Pacer()
-        hosted: list[Partition | None] = []
-        for wanted in partitions:
-            await pacer.tick()
-            hosted.append(None if wanted.topic is None else self._partitions.get((wanted.topic, wanted.index)))
-        refused = self._record_follower_fetches(params.replica_id, partitions, hosted, now_ms) \
-            if params.is_follower else {}
+        hosted: list[Partition | None] = []  # by position; consumers' are looked up by the first read
+        refused: dict[int, KafkaError] = {}
+        if params.is_follower:
+            hosted = await self._hosted(partitions, pacer)
+            refused = self._record_follower_fetches(params.replica_id, partitions, hosted, now_ms)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + params.max_wait_ms / 1000
         while True:
@@ -334,6 +333,16 @@ class ReplicaManager:
             if total >= params.min_bytes or errors or remaining <= 0 or not partitions:
                 return results
             await self.wait_for_data((p for p in hosted if p is not None), remaining)
+
+    def _lookup(self, wanted: PartitionFetch) -> Partition | None:
+        return None if wanted.topic is None else self._partitions.get((wanted.topic, wanted.index))
+
+    async def _hosted(self, partitions: Sequence[PartitionFetch], pacer: Pacer) -> list[Partition | None]:
+        hosted = []
+        for wanted in partitions:
+            await pacer.tick()
+            hosted.append(self._lookup(wanted))
+        return hosted
 
     @staticmethod
     def _record_follower_fetches(replica_id: int, partitions: Sequence[PartitionFetch],
@@ -350,36 +359,40 @@ class ReplicaManager:
                 refused[position] = e
         return refused
 
-    @staticmethod
-    async def _read_from_log(params: FetchParams, partitions: Sequence[PartitionFetch],
+    async def _read_from_log(self, params: FetchParams, partitions: Sequence[PartitionFetch],
                              hosted: list[Partition | None], refused: dict[int, KafkaError],
                              pacer: Pacer) -> tuple[list[LogReadResult], int, bool]:
         """One read of every partition within `max_bytes` (Kafka's readFromLog): the results, the
-        record bytes read and whether any partition failed."""
+        record bytes read and whether any partition failed. An empty `hosted` is filled in."""
         isolation = params.isolation
+        look_up = not hosted
         results: list[LogReadResult] = []
         total = 0
         errors = False
-        for position, (wanted, partition) in enumerate(zip(partitions, hosted, strict=True)):
+        for position, wanted in enumerate(partitions):
             await pacer.tick()
+            if look_up:
+                hosted.append(self._lookup(wanted))
+            partition = hosted[position]
             if partition is None:
                 code = ErrorCode.UNKNOWN_TOPIC_ID if wanted.topic is None else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 results.append(LogReadResult(code, hosted=False))
                 errors = True
                 continue
-            error = refused.get(position)
-            if error is not None:
+            if refused and position in refused:
                 result = partition.empty_read(isolation)
-                result.error = error.code
+                result.error = refused[position].code
             else:
                 budget = min(wanted.max_bytes, max(params.max_bytes - total, 0))
                 # The first partition with data returns a whole batch even over the limits, so a
                 # fetcher always makes progress.
                 result = partition.read_records(wanted.fetch_offset, budget, wanted.current_leader_epoch, isolation,
-                                                min_one_batch=total == 0)
+                                                total == 0)
             results.append(result)
-            errors = errors or result.error != ErrorCode.NO_ERROR
-            total += result.size
+            if result.error:
+                errors = True
+            if result.records is not None:
+                total += result.records.size
         return results, total, errors
 
     # -- other reads and writes of partition state -------------------------------------------------
