@@ -18,13 +18,15 @@ an ISR the store does not hold.
 from __future__ import annotations
 
 import asyncio
+import enum
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from kbroker.storage.log import AppendInfo, Log
-from kbroker.storage.producer_state import AppendOrigin
+from kbroker.storage.producer_state import AppendOrigin, ProducerView
+from kbroker.storage.segment import ReadResult
 from protocol.errors import ErrorCode, KafkaError
 
 log = logging.getLogger("kbroker.replication")
@@ -43,6 +45,51 @@ class PendingIsrChange:
     isr: list[int]
     expands: bool
     write: asyncio.Task[None] | None = None  # held here: the loop keeps only weak references to tasks
+
+# ListOffsets' special timestamps (Kafka's ListOffsetsRequest constants).
+LATEST_TIMESTAMP = -1
+EARLIEST_TIMESTAMP = -2
+MAX_TIMESTAMP = -3
+EARLIEST_LOCAL_TIMESTAMP = -4
+LATEST_TIERED_TIMESTAMP = -5
+
+
+class FetchIsolation(enum.Enum):
+    """How far a fetch may read (Kafka's FetchIsolation): followers copy the whole log,
+    consumers see what the ISR has, read_committed consumers only decided transactions."""
+
+    LOG_END = enum.auto()
+    HIGH_WATERMARK = enum.auto()
+    TXN_COMMITTED = enum.auto()
+
+
+@dataclass(slots=True)
+class LogReadResult:
+    """What one partition gives a fetch (Kafka's LogReadResult). `records` is the log's slice,
+    never copied; `hosted` is False for a partition this broker does not have (whose offsets
+    are then unknown, -1)."""
+
+    error: int = ErrorCode.NO_ERROR
+    high_watermark: int = -1
+    last_stable_offset: int = -1
+    log_start_offset: int = -1
+    records: ReadResult | None = None
+    # (producer id, first offset) for read_committed; None for the other isolations.
+    aborted_transactions: list[tuple[int, int]] | None = None
+    hosted: bool = True
+
+    @property
+    def size(self) -> int:
+        return 0 if self.records is None else self.records.size
+
+
+@dataclass(frozen=True, slots=True)
+class TimestampAndOffset:
+    """ListOffsets' answer for one partition: offset -1 when nothing qualifies."""
+
+    offset: int
+    timestamp: int
+    leader_epoch: int
 
 
 @dataclass(slots=True)
@@ -280,6 +327,81 @@ class Partition:
         new_hw = min(leader_high_watermark, self.log.log_end_offset)
         if new_hw > self.log.high_watermark:
             self.log.high_watermark = new_hw
+
+    # -- reads ------------------------------------------------------------------------------------
+
+    def read_records(self, fetch_offset: int, max_bytes: int, current_leader_epoch: int, isolation: FetchIsolation,
+                     min_one_batch: bool) -> LogReadResult:
+        """A fetch's read of this partition (Kafka's Partition.fetchRecords): the leader's offsets as
+        of now, and the batches from `fetch_offset` below the bound `isolation` sets."""
+        log = self.log
+        committed = isolation is FetchIsolation.TXN_COMMITTED
+        result = LogReadResult(ErrorCode.NO_ERROR, log.high_watermark, log.last_stable_offset, log.log_start_offset,
+                               None, [] if committed else None)
+        try:
+            self.require_leader()
+            self.check_leader_epoch(current_leader_epoch)
+            # Followers copy the whole log; consumers see what the ISR has, read_committed ones
+            # only decided transactions.
+            upper = None if isolation is FetchIsolation.LOG_END else \
+                result.last_stable_offset if committed else result.high_watermark
+            data = log.read(fetch_offset, max_bytes, max_offset_exclusive=upper, min_one_batch=min_one_batch)
+        except KafkaError as e:
+            result.error = e.code
+            return result
+        if data is None or data.size == 0:
+            return result
+        result.records = data
+        if committed and upper is not None:
+            # The consumer drops records of these producers from first_offset up to their ABORT marker.
+            result.aborted_transactions = log.collect_aborted_transactions(fetch_offset, upper)
+        return result
+
+    def empty_read(self, isolation: FetchIsolation) -> LogReadResult:
+        """This partition's offsets as of now and no records: a fetch's answer before (or instead of) a read."""
+        return LogReadResult(ErrorCode.NO_ERROR, self.high_watermark, self.last_stable_offset, self.log_start_offset,
+                             aborted_transactions=[] if isolation is FetchIsolation.TXN_COMMITTED else None)
+
+    def read_log(self, offset: int, max_bytes: int) -> ReadResult | None:
+        """Whole batches from `offset` up to the log end, for this broker's own readers (the
+        coordinators replaying their partitions)."""
+        return self.log.read(offset, max_bytes)
+
+    def fetch_offset_for_timestamp(self, timestamp: int, current_leader_epoch: int,
+                                   committed: bool) -> TimestampAndOffset:
+        """ListOffsets (Kafka's Partition.fetchOffsetForTimestamp): the special timestamps, or the
+        first record at or after `timestamp`; offsets a consumer cannot fetch yet are not told."""
+        self.require_leader()
+        self.check_leader_epoch(current_leader_epoch)
+        upper = self.last_stable_offset if committed else self.high_watermark
+        if timestamp == LATEST_TIMESTAMP:
+            found: tuple[int, int] | None = (upper, -1)
+        elif timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
+            found = (self.log_start_offset, -1)
+        elif timestamp == LATEST_TIERED_TIMESTAMP:
+            found = None
+        elif timestamp == MAX_TIMESTAMP:
+            found = self._visible(self.log.max_timestamp_offset(), upper)
+        elif timestamp < 0:
+            raise KafkaError(ErrorCode.INVALID_REQUEST, f"unknown special timestamp {timestamp}")
+        else:
+            found = self._visible(self.log.offset_for_timestamp(timestamp), upper)
+        if found is None:
+            return TimestampAndOffset(-1, -1, -1)
+        offset, found_timestamp = found
+        return TimestampAndOffset(offset, found_timestamp, self.leader_epoch if offset >= 0 else -1)
+
+    @staticmethod
+    def _visible(found: tuple[int, int] | None, upper: int) -> tuple[int, int] | None:
+        return None if found is None or found[0] >= upper else found
+
+    # -- producers --------------------------------------------------------------------------------
+
+    def has_open_transaction(self, producer_id: int) -> bool:
+        return self.log.has_open_transaction(producer_id)
+
+    def active_producers(self) -> list[ProducerView]:
+        return self.log.active_producers()
 
     # -- other ------------------------------------------------------------------------------------
 

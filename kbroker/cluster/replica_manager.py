@@ -1,5 +1,11 @@
 """The partitions this broker hosts: their roles, appends, reads and waits for data.
 
+As Kafka's ReplicaManager, it owns the data path: `append` (Produce: the appends, transaction
+verification and, for acks=all, the wait for the ISR) and `fetch` (Fetch: the read bounds for
+consumers and followers, the followers' positions, the long poll), and the other reads of
+partition state (ListOffsets, OffsetForLeaderEpoch, DeleteRecords, DescribeProducers,
+DescribeLogDirs). Handlers translate between the wire and these calls; they never see a `Log`.
+
 On one node every partition is led here. In a cluster the controller's decisions arrive as
 `become_leader` / `become_follower` / `stop_replica`, as Kafka's LeaderAndIsr and StopReplica
 do; followers are fed by one `ReplicaFetcher` per leader broker, and the leaders shrink their
@@ -10,19 +16,119 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import shutil
 import ssl
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections import defaultdict
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
 
-from kbroker.cluster.partition import IsrWriter, Partition
+from kbroker.cluster.partition import FetchIsolation, IsrWriter, LogReadResult, Partition, TimestampAndOffset
 from kbroker.cluster.replica_fetcher import FetcherConfig, ReplicaFetcher
+from kbroker.pacing import Pacer
+from kbroker.storage.log import Log
 from kbroker.storage.log_config import LogConfig
 from kbroker.storage.log_manager import LogManager
+from kbroker.storage.log_validator import RecordValidationError
+from kbroker.storage.producer_state import AppendOrigin, ProducerView
 from protocol.errors import ErrorCode, KafkaError
+from protocol.records import ATTRIBUTES_OFFSET, HEADER_SIZE, TRANSACTIONAL_BIT, read_header
 
 log = logging.getLogger("kbroker.replication")
 
 EndpointLookup = Callable[[int], "tuple[str, int] | None"]  # broker id -> (host, port) it listens on
+
+# Topics only the broker's own coordinators write (Kafka's Topic.isInternal).
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+VALID_ACKS = (-1, 0, 1)
+
+# KIP-890's check of a producer's first transactional write to a partition, by its transaction
+# coordinator: (transactional id, producer id, producer epoch, topic, partition); raises KafkaError.
+VerifyTransaction = Callable[[str | None, int, int, str, int], None]
+
+
+@dataclass(slots=True)
+class AppendResult:
+    """One partition's outcome of a produce (Kafka's PartitionResponse)."""
+
+    error: int = ErrorCode.NO_ERROR
+    base_offset: int = -1
+    log_append_time: int = -1  # -1 for CreateTime
+    log_start_offset: int = -1
+    message: str | None = None
+    record_errors: list[tuple[int, str]] = field(default_factory=list)  # (batch index, message), KIP-467
+
+    @classmethod
+    def failed(cls, error: KafkaError) -> AppendResult:
+        # record_errors name the refused records of a batch, so a client fails only those.
+        record_errors = error.record_errors if isinstance(error, RecordValidationError) else []
+        return cls(error.code, message=error.message, record_errors=record_errors)
+
+
+@dataclass(slots=True)
+class Appended:
+    """What `append` did: a result per entry, in their order, and for acks=all the wait for the
+    ISR (None when nothing waits). Awaiting it turns the results of writes that could not be
+    replicated into errors (REQUEST_TIMED_OUT, NOT_ENOUGH_REPLICAS_AFTER_APPEND, ...)."""
+
+    results: list[AppendResult]
+    replicated: Awaitable[None] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FetchParams:
+    """A fetch's terms (Kafka's FetchParams)."""
+
+    replica_id: int  # the fetching follower's broker id; -1 for a consumer
+    max_wait_ms: int
+    min_bytes: int
+    max_bytes: int
+    read_committed: bool = False
+
+    @property
+    def is_follower(self) -> bool:
+        return self.replica_id >= 0
+
+    @property
+    def isolation(self) -> FetchIsolation:
+        """Followers copy the whole log; consumers see only what the ISR has (and, read_committed,
+        only decided transactions)."""
+        if self.is_follower:
+            return FetchIsolation.LOG_END
+        return FetchIsolation.TXN_COMMITTED if self.read_committed else FetchIsolation.HIGH_WATERMARK
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionFetch:
+    """One partition of a fetch (Kafka's FetchRequest.PartitionData); `topic` None names a topic
+    id this broker does not know (UNKNOWN_TOPIC_ID)."""
+
+    topic: str | None
+    index: int
+    fetch_offset: int
+    max_bytes: int
+    current_leader_epoch: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaInfo:
+    """A replica in a log dir (DescribeLogDirs)."""
+
+    topic: str
+    partition: int
+    size: int
+    offset_lag: int
+    is_future: bool
+
+
+@dataclass(frozen=True, slots=True)
+class LogDirDescription:
+    path: Path
+    writable: bool  # False: full or failed
+    replicas: list[ReplicaInfo]
+    total_bytes: int
+    usable_bytes: int
 
 
 class ReplicaManager:
@@ -170,6 +276,178 @@ class ReplicaManager:
     def update_config(self, topic: str, config: LogConfig) -> None:
         self.log_manager.update_config(topic, config)
 
+    # -- produce ----------------------------------------------------------------------------------
+
+    async def append(
+        self, entries: Sequence[tuple[str, int, bytes]], required_acks: int, timeout_ms: int, now_ms: int, *,
+        transactional_id: str | None = None, verify_transaction: VerifyTransaction | None = None,
+        origin: AppendOrigin = AppendOrigin.CLIENT, internal_topics_allowed: bool = False,
+        pacer: Pacer | None = None,
+    ) -> Appended:
+        """Append each entry's record batches (opaque bytes, written as they are) to the partition
+        it names, as leader (Kafka's appendRecords). `verify_transaction`, if given, checks a
+        producer's first transactional batch on a partition with its coordinator."""
+        if required_acks not in VALID_ACKS:
+            return Appended([AppendResult.failed(KafkaError(ErrorCode.INVALID_REQUIRED_ACKS)) for _ in entries])
+        pacer = pacer or Pacer()
+        results: list[AppendResult] = []
+        waits: list[tuple[AppendResult, Partition, int]] = []  # acks=all: result, partition, end offset
+        for topic, index, records in entries:
+            await pacer.tick()
+            try:
+                if topic in INTERNAL_TOPICS and not internal_topics_allowed:
+                    raise KafkaError(ErrorCode.INVALID_TOPIC, f"Cannot append to internal topic {topic}")
+                partition = self.get(topic, index)
+                if verify_transaction is not None:
+                    _verify_transaction(partition, records, transactional_id, verify_transaction)
+                info = partition.append_as_leader(records, now_ms, origin=origin, required_acks=required_acks)
+            except KafkaError as e:
+                results.append(AppendResult.failed(e))
+                continue
+            result = AppendResult(ErrorCode.NO_ERROR, info.first_offset, info.log_append_time, info.log_start_offset)
+            results.append(result)
+            end = info.last_offset + 1
+            # On one node (or when the ISR is the leader alone) the HW is already past: no waiting.
+            if required_acks == -1 and partition.high_watermark < end:
+                waits.append((result, partition, end))
+        return Appended(results, _when_replicated(waits, timeout_ms / 1000) if waits else None)
+
+    # -- fetch ------------------------------------------------------------------------------------
+
+    async def fetch(self, params: FetchParams, partitions: Sequence[PartitionFetch], now_ms: int,
+                    pacer: Pacer | None = None) -> list[LogReadResult]:
+        """Read `partitions` (Kafka's fetchMessages), long-polling until `min_bytes` are readable,
+        a partition fails, or `max_wait_ms` passes; a result per partition, in their order. A
+        follower's fetch offsets first update its position on the leader (ISR and HW)."""
+        pacer = pacer or Pacer()
+        hosted: list[Partition | None] = []  # by position; consumers' are looked up by the first read
+        refused: dict[int, KafkaError] = {}
+        if params.is_follower:
+            hosted = await self._hosted(partitions, pacer)
+            refused = self._record_follower_fetches(params.replica_id, partitions, hosted, now_ms)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + params.max_wait_ms / 1000
+        while True:
+            results, total, errors = await self._read_from_log(params, partitions, hosted, refused, pacer)
+            remaining = deadline - loop.time()
+            # Nothing readable (no partitions, or only unknown ones) answers at once, as in
+            # Kafka: e.g. the Java consumer's close sends an empty fetch to end its session.
+            if total >= params.min_bytes or errors or remaining <= 0 or not partitions:
+                return results
+            await self.wait_for_data((p for p in hosted if p is not None), remaining)
+
+    def _lookup(self, wanted: PartitionFetch) -> Partition | None:
+        return None if wanted.topic is None else self._partitions.get((wanted.topic, wanted.index))
+
+    async def _hosted(self, partitions: Sequence[PartitionFetch], pacer: Pacer) -> list[Partition | None]:
+        hosted = []
+        for wanted in partitions:
+            await pacer.tick()
+            hosted.append(self._lookup(wanted))
+        return hosted
+
+    @staticmethod
+    def _record_follower_fetches(replica_id: int, partitions: Sequence[PartitionFetch],
+                                 hosted: list[Partition | None], now_ms: int) -> dict[int, KafkaError]:
+        """A follower's fetch offsets say what it holds: the leader's ISR and HW follow from them.
+        Returns why the follower may not read some partitions at all, by position."""
+        refused: dict[int, KafkaError] = {}
+        for position, (wanted, partition) in enumerate(zip(partitions, hosted, strict=True)):
+            if partition is None or not partition.is_leader:
+                continue
+            try:
+                partition.record_follower_fetch(replica_id, wanted.fetch_offset, now_ms)
+            except KafkaError as e:
+                refused[position] = e
+        return refused
+
+    async def _read_from_log(self, params: FetchParams, partitions: Sequence[PartitionFetch],
+                             hosted: list[Partition | None], refused: dict[int, KafkaError],
+                             pacer: Pacer) -> tuple[list[LogReadResult], int, bool]:
+        """One read of every partition within `max_bytes` (Kafka's readFromLog): the results, the
+        record bytes read and whether any partition failed. An empty `hosted` is filled in."""
+        isolation = params.isolation
+        look_up = not hosted
+        results: list[LogReadResult] = []
+        total = 0
+        errors = False
+        for position, wanted in enumerate(partitions):
+            await pacer.tick()
+            if look_up:
+                hosted.append(self._lookup(wanted))
+            partition = hosted[position]
+            if partition is None:
+                code = ErrorCode.UNKNOWN_TOPIC_ID if wanted.topic is None else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                results.append(LogReadResult(code, hosted=False))
+                errors = True
+                continue
+            if refused and position in refused:
+                result = partition.empty_read(isolation)
+                result.error = refused[position].code
+            else:
+                budget = min(wanted.max_bytes, max(params.max_bytes - total, 0))
+                # The first partition with data returns a whole batch even over the limits, so a
+                # fetcher always makes progress.
+                result = partition.read_records(wanted.fetch_offset, budget, wanted.current_leader_epoch, isolation,
+                                                total == 0)
+            results.append(result)
+            if result.error:
+                errors = True
+            if result.records is not None:
+                total += result.records.size
+        return results, total, errors
+
+    # -- other reads and writes of partition state -------------------------------------------------
+
+    def fetch_offset_for_timestamp(self, topic: str, index: int, timestamp: int, current_leader_epoch: int,
+                                   committed: bool) -> TimestampAndOffset:
+        """ListOffsets (Kafka's fetchOffsetForTimestamp)."""
+        return self.get(topic, index).fetch_offset_for_timestamp(timestamp, current_leader_epoch, committed)
+
+    def last_offset_for_leader_epoch(self, topic: str, index: int, current_leader_epoch: int,
+                                     leader_epoch: int) -> tuple[int, int]:
+        """OffsetForLeaderEpoch: the largest epoch <= `leader_epoch` the leader knows, and its end offset."""
+        partition = self.get(topic, index)
+        partition.require_leader()
+        partition.check_leader_epoch(current_leader_epoch)
+        return partition.end_offset_for_epoch(leader_epoch)
+
+    def delete_records(self, topic: str, index: int, before_offset: int) -> int:
+        """DeleteRecords: the partition's new log start offset (its low watermark)."""
+        return self.get(topic, index).delete_records(before_offset)
+
+    def active_producers(self, topic: str, index: int) -> list[ProducerView]:
+        """DescribeProducers: the idempotent and transactional producers a partition knows."""
+        return self.get(topic, index).active_producers()
+
+    def describe_log_dirs(self, wanted: set[tuple[str, int]] | None) -> list[LogDirDescription]:
+        """DescribeLogDirs (Kafka's describeLogDirs): every log dir with the replicas it holds
+        (all, or those in `wanted`), future replicas of moves between dirs included."""
+        manager = self.log_manager
+        by_dir: dict[Path, list[Log]] = defaultdict(list)
+        for log_ in [*manager.logs(), *manager.future_logs.values()]:
+            if wanted is None or (log_.topic, log_.partition) in wanted:
+                by_dir[log_.directory.parent].append(log_)
+        descriptions = []
+        for directory in manager.log_dirs:
+            usage = shutil.disk_usage(directory)
+            replicas = [ReplicaInfo(log_.topic, log_.partition, log_.size_in_bytes, self._offset_lag(log_),
+                                    log_.is_future)
+                        for log_ in sorted(by_dir[directory], key=lambda log_: (log_.topic, log_.partition))]
+            descriptions.append(LogDirDescription(directory, manager.health[directory].writable, replicas,
+                                                  usage.total, usage.free))
+        return descriptions
+
+    def _offset_lag(self, log_: Log) -> int:
+        """Kafka's getLogEndOffsetLag: a future replica's distance to the current one's log end; a
+        current replica's to the high watermark (0 for a leader); -1 when there is nothing to compare."""
+        current = self.log_manager.get_log(log_.topic, log_.partition)
+        if current is None:
+            return -1
+        if log_.is_future:
+            return current.log_end_offset - log_.log_end_offset
+        return max(current.high_watermark - log_.log_end_offset, 0)
+
     async def wait_for_data(self, partitions: Iterable[Partition], timeout_s: float) -> None:
         """Return when any of `partitions` gets new data, or after `timeout_s`."""
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -183,3 +461,25 @@ class ReplicaManager:
         finally:
             for partition in watched:
                 partition.remove_waiter(waiter)
+
+
+def _verify_transaction(partition: Partition, records: bytes, transactional_id: str | None,
+                        verify: VerifyTransaction) -> None:
+    """The first transactional batch of a producer on a partition must belong to its coordinator's
+    transaction (KIP-890 part 1): later ones are in a transaction the partition already knows."""
+    if len(records) < HEADER_SIZE or not records[ATTRIBUTES_OFFSET + 1] & TRANSACTIONAL_BIT:
+        return
+    header = read_header(records)
+    if partition.has_open_transaction(header.producer_id):
+        return
+    verify(transactional_id, header.producer_id, header.producer_epoch, partition.topic, partition.index)
+
+
+async def _when_replicated(waits: list[tuple[AppendResult, Partition, int]], timeout_s: float) -> None:
+    """acks=all: done once every ISR member has the data (the HW passed it), as Kafka's delayed
+    produce; a write that could not be replicated becomes its result's error."""
+    codes = await asyncio.gather(*(partition.wait_for_replication(end, timeout_s) for _, partition, end in waits))
+    for (result, _, _), code in zip(waits, codes, strict=True):
+        if code != ErrorCode.NO_ERROR:
+            result.error = code
+            result.base_offset = result.log_append_time = result.log_start_offset = -1

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from kbroker.cluster.controller import ClusterView, initial_state
 from kbroker.cluster.metadata_cache import MetadataCache
+from kbroker.cluster.replica_manager import INTERNAL_TOPICS as INTERNAL_TOPICS  # re-export: the topic rules
 from kbroker.cluster.replica_manager import ReplicaManager
 from kbroker.cluster.store_writer import StoreWriter
 from kbroker.metadata.store import MetadataStore, PartitionState, TopicRecord
@@ -32,7 +33,6 @@ MAX_TOPIC_NAME_LENGTH = 249
 _LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]+")
 # Kafka's controller refuses to create more partitions than this in one request.
 MAX_PARTITIONS_PER_REQUEST = 10_000
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 
 
 def validate_topic_name(name: str) -> None:

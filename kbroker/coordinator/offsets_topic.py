@@ -188,10 +188,9 @@ class InternalTopic:
         for partition in self.replicas.partitions_of(self.name):
             if not partition.is_leader or (only is not None and partition.index != only):
                 continue
-            log_ = partition.log
-            offset = log_.log_start_offset
-            while offset < log_.log_end_offset:
-                chunk = log_.read(offset, READ_CHUNK_BYTES)
+            offset = partition.log_start_offset
+            while offset < partition.log_end_offset:
+                chunk = partition.read_log(offset, READ_CHUNK_BYTES)
                 if chunk is None:
                     break
                 decoded = decode_batches(chunk.read_bytes())

@@ -24,7 +24,7 @@ async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
 
 def _delete(ctx: RequestContext, topic: str, index: int, offset: int) -> dict[str, Any]:
     try:
-        low_watermark = ctx.broker.replicas.get(topic, index).delete_records(offset)
+        low_watermark = ctx.broker.replicas.delete_records(topic, index, offset)
     except KafkaError as e:
         return {"partition_index": index, "low_watermark": -1, "error_code": e.code}
     return {"partition_index": index, "low_watermark": low_watermark, "error_code": ErrorCode.NO_ERROR}

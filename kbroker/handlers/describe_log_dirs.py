@@ -8,14 +8,11 @@ kafka-reassign-partitions.sh --verify and kafka-log-dirs.sh read.
 
 from __future__ import annotations
 
-import shutil
 from collections import defaultdict
-from pathlib import Path
 from typing import Any
 
+from kbroker.cluster.replica_manager import LogDirDescription
 from kbroker.handlers import RequestContext
-from kbroker.storage.log import Log
-from kbroker.storage.log_manager import LogManager
 from protocol.errors import ErrorCode
 
 API_KEY = 35
@@ -25,42 +22,25 @@ MAX_VERSION = 4
 
 async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
     wanted = None if request.topics is None else {(t.topic, p) for t in request.topics for p in t.partitions}
-    manager = ctx.broker.log_manager
-    by_dir: dict[Path, list[Log]] = defaultdict(list)
-    for log in [*manager.logs(), *manager.future_logs.values()]:
-        if wanted is None or (log.topic, log.partition) in wanted:
-            by_dir[log.directory.parent].append(log)
-    results = [_describe_dir(manager, directory, by_dir[directory]) for directory in manager.log_dirs]
+    results = [_describe_dir(d) for d in ctx.broker.replicas.describe_log_dirs(wanted)]
     return {"throttle_time_ms": 0, "error_code": ErrorCode.NO_ERROR, "results": results}
 
 
-def _describe_dir(manager: LogManager, directory: Path, logs: list[Log]) -> dict[str, Any]:
+def _describe_dir(description: LogDirDescription) -> dict[str, Any]:
     topics: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for log in sorted(logs, key=lambda log: (log.topic, log.partition)):
-        topics[log.topic].append({
-            "partition_index": log.partition,
-            "partition_size": log.size_in_bytes,
-            "offset_lag": _offset_lag(manager, log),
-            "is_future_key": log.is_future,
+    for replica in description.replicas:
+        topics[replica.topic].append({
+            "partition_index": replica.partition,
+            "partition_size": replica.size,
+            "offset_lag": replica.offset_lag,
+            "is_future_key": replica.is_future,
         })
-    usage = shutil.disk_usage(directory)
     return {
         # A full or failed dir is reported as Kafka reports an offline one; its partitions are
         # still listed (a full dir still serves reads).
-        "error_code": ErrorCode.NO_ERROR if manager.health[directory].writable else ErrorCode.KAFKA_STORAGE_ERROR,
-        "log_dir": str(directory.resolve()),
+        "error_code": ErrorCode.NO_ERROR if description.writable else ErrorCode.KAFKA_STORAGE_ERROR,
+        "log_dir": str(description.path.resolve()),
         "topics": [{"name": name, "partitions": partitions} for name, partitions in topics.items()],
-        "total_bytes": usage.total,
-        "usable_bytes": usage.free,
+        "total_bytes": description.total_bytes,
+        "usable_bytes": description.usable_bytes,
     }
-
-
-def _offset_lag(manager: LogManager, log: Log) -> int:
-    """Kafka's getLogEndOffsetLag: a future replica's distance to the current one's log end; a
-    current replica's to the high watermark (0 for a leader); -1 when there is nothing to compare."""
-    current = manager.get_log(log.topic, log.partition)
-    if current is None:
-        return -1
-    if log.is_future:
-        return current.log_end_offset - log.log_end_offset
-    return max(current.high_watermark - log.log_end_offset, 0)

@@ -23,14 +23,14 @@ async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
 
 def _describe(ctx: RequestContext, topic: str, index: int) -> dict[str, Any]:
     try:
-        partition = ctx.broker.replicas.get(topic, index)
+        active = ctx.broker.replicas.active_producers(topic, index)
     except KafkaError as e:
         return {"partition_index": index, "error_code": e.code, "error_message": e.message, "active_producers": []}
     producers = [
         {"producer_id": p.producer_id, "producer_epoch": p.producer_epoch, "last_sequence": p.last_sequence,
          "last_timestamp": p.last_timestamp, "coordinator_epoch": p.coordinator_epoch,
          "current_txn_start_offset": p.current_txn_start_offset}
-        for p in partition.log.active_producers()
+        for p in active
     ]
     return {"partition_index": index, "error_code": ErrorCode.NO_ERROR, "error_message": None,
             "active_producers": producers}

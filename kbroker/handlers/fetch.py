@@ -1,14 +1,14 @@
-"""Fetch: read record batches, long-polling until min_bytes arrive or max_wait_ms passes.
+"""Fetch: the wire's side of `ReplicaManager.fetch`, which reads the record batches, long-polling
+until min_bytes arrive or max_wait_ms passes.
 
-Record bytes are never copied here: the log returns file slices that the connection
-sends with sendfile. Fetch sessions (KIP-227, `kbroker/cluster/fetch_sessions.py`): a full
+Record bytes are never copied: the log returns file slices that the connection sends with
+sendfile. Topic ids are resolved here (`_topic_name`). Fetch sessions (KIP-227, `kbroker/cluster/fetch_sessions.py`): a full
 fetch with epoch 0 opens one; an incremental fetch names only what changed and is answered
 with only the partitions that have news.
 """
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from typing import Any
 
@@ -21,9 +21,10 @@ from kbroker.cluster.fetch_sessions import (
     PartitionKey,
     next_epoch,
 )
-from kbroker.cluster.partition import Partition
+from kbroker.cluster.partition import LogReadResult
+from kbroker.cluster.replica_manager import FetchParams, PartitionFetch
 from kbroker.handlers import Pacer, RequestContext
-from protocol.errors import ErrorCode, KafkaError
+from protocol.errors import ErrorCode
 from protocol.messages.fetch import FetchableTopicResponse, FetchResponse, PartitionData
 
 API_KEY = 1
@@ -34,25 +35,6 @@ READ_COMMITTED = 1
 SESSIONS_SINCE = 7  # the first version with session fields
 TOPIC_IDS_SINCE = 13
 ZERO_UUID = uuid.UUID(int=0)
-
-
-class _Read:
-    """What one partition contributes to a fetch response."""
-
-    __slots__ = ("key", "topic", "index", "offset", "max_bytes", "leader_epoch", "partition", "result", "refused",
-                 "size")
-
-    def __init__(self, key: PartitionKey, topic: str | None, wanted: CachedPartition) -> None:
-        self.key = key
-        self.topic = topic  # None: an unknown topic id
-        self.index = key[2]
-        self.offset = wanted.fetch_offset
-        self.max_bytes = wanted.max_bytes
-        self.leader_epoch = wanted.leader_epoch
-        self.partition: Partition | None = None
-        self.result: PartitionData = {}
-        self.refused: KafkaError | None = None  # why this fetcher may not read here at all
-        self.size = 0  # record bytes read
 
 
 async def handle(ctx: RequestContext, request: Any) -> FetchResponse:
@@ -79,20 +61,12 @@ async def handle(ctx: RequestContext, request: Any) -> FetchResponse:
         else:
             sessions.remove(session.id)  # nothing left to fetch: the session ends
             session = None
-    reads = await _plan(ctx, wanted, pacer)
-    if replica_id >= 0:
-        _record_follower(ctx, replica_id, reads)
-    committed = request.isolation_level == READ_COMMITTED
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + request.max_wait_ms / 1000
-    while True:
-        total, errors = await _read_all(reads, request.max_bytes, committed, pacer, follower=replica_id >= 0)
-        remaining = deadline - loop.time()
-        # Nothing readable (no partitions, or only unknown topic ids) answers at once, as in
-        # Kafka: e.g. the Java consumer's close sends an empty fetch to end its session.
-        if total >= request.min_bytes or errors or remaining <= 0 or not reads:
-            break
-        await ctx.broker.replicas.wait_for_data((r.partition for r in reads if r.partition), remaining)
+    keys = list(wanted)
+    names, partitions = await _partition_fetches(ctx, wanted, pacer)
+    params = FetchParams(replica_id, request.max_wait_ms, request.min_bytes, request.max_bytes,
+                         read_committed=request.isolation_level == READ_COMMITTED)
+    results = await ctx.broker.replicas.fetch(params, partitions, ctx.now_ms(), pacer)
+    reads = list(zip(keys, names, results, strict=True))
     if session is not None:
         reads = _news(session, reads)
         response_session = session.id
@@ -101,7 +75,12 @@ async def handle(ctx: RequestContext, request: Any) -> FetchResponse:
     else:
         response_session = INVALID_SESSION_ID
     return {"throttle_time_ms": 0, "error_code": ErrorCode.NO_ERROR, "session_id": response_session,
-            "responses": _by_topic(ctx, reads)}
+            "responses": await _by_topic(reads, pacer)}
+
+
+# What one partition contributes to a fetch response: its session key, its topic name (None: an
+# unknown topic id) and what the replica manager read.
+_Read = tuple[PartitionKey, str | None, LogReadResult]
 
 
 def _session_error(code: ErrorCode) -> FetchResponse:
@@ -129,27 +108,27 @@ def _forgotten(ctx: RequestContext, request: Any) -> list[PartitionKey]:
     return [_key(ctx, topic, index) for topic in request.forgotten_topics_data or [] for index in topic.partitions]
 
 
-async def _plan(ctx: RequestContext, wanted: dict[PartitionKey, CachedPartition], pacer: Pacer) -> list[_Read]:
-    broker = ctx.broker
-    names: dict[uuid.UUID, str | None] = {}
-    reads = []
-    for key, data in wanted.items():
+async def _partition_fetches(ctx: RequestContext, wanted: dict[PartitionKey, CachedPartition],
+                             pacer: Pacer) -> tuple[list[str | None], list[PartitionFetch]]:
+    """What to ask the replica manager, by topic name: v13+ fetchers name topics by id."""
+    by_id: dict[uuid.UUID, str | None] = {}
+    names: list[str | None] = []
+    partitions: list[PartitionFetch] = []
+    for (topic_id, name, index), entry in wanted.items():
         await pacer.tick()
-        topic_id, name, index = key
         if name is None:
-            if topic_id not in names:
-                record = broker.metadata_cache.topic_by_id(topic_id)
-                names[topic_id] = record.name if record else None
-            name = names[topic_id]
-        read = _Read(key, name, data)
-        if name is None:
-            read.result = _error(index, ErrorCode.UNKNOWN_TOPIC_ID)
-        else:
-            read.partition = broker.replicas.find(name, index)
-            if read.partition is None:
-                read.result = _error(index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-        reads.append(read)
-    return reads
+            if topic_id not in by_id:
+                by_id[topic_id] = _topic_name(ctx, topic_id)
+            name = by_id[topic_id]
+        names.append(name)
+        partitions.append(PartitionFetch(name, index, entry.fetch_offset, entry.max_bytes, entry.leader_epoch))
+    return names, partitions
+
+
+def _topic_name(ctx: RequestContext, topic_id: uuid.UUID) -> str | None:
+    """The one lookup of a topic id."""
+    record = ctx.broker.metadata_cache.topic_by_id(topic_id)
+    return record.name if record else None
 
 
 def _news(session: FetchSession, reads: list[_Read]) -> list[_Read]:
@@ -157,38 +136,39 @@ def _news(session: FetchSession, reads: list[_Read]) -> list[_Read]:
     start, or an error; those that returned records go to the back of the session's order."""
     news = []
     for read in reads:
-        result = read.result
-        cached = session.partitions[read.key]
-        if cached.must_respond(read.size, result["high_watermark"], result["log_start_offset"],
-                               result["error_code"] != ErrorCode.NO_ERROR):
+        key, _, result = read
+        cached = session.partitions[key]
+        if cached.must_respond(result.size, result.high_watermark, result.log_start_offset,
+                               result.error != ErrorCode.NO_ERROR):
             news.append(read)
-            if read.size:
-                session.move_to_end(read.key)
+            if result.size:
+                session.move_to_end(key)
     return news
 
 
 def _cache(reads: list[_Read], wanted: dict[PartitionKey, CachedPartition]) -> dict[PartitionKey, CachedPartition]:
     """A new session's partitions, remembering what this full response told of each."""
     cached = {}
-    for read in reads:
-        entry = wanted[read.key]
-        error = read.result["error_code"] != ErrorCode.NO_ERROR
-        entry.high_watermark = -1 if error else read.result["high_watermark"]
-        entry.log_start_offset = read.result["log_start_offset"]
-        cached[read.key] = entry
+    for key, _, result in reads:
+        entry = wanted[key]
+        error = result.error != ErrorCode.NO_ERROR
+        entry.high_watermark = -1 if error else result.high_watermark
+        entry.log_start_offset = result.log_start_offset
+        cached[key] = entry
     return cached
 
 
-def _by_topic(ctx: RequestContext, reads: list[_Read]) -> list[FetchableTopicResponse]:
+async def _by_topic(reads: list[_Read], pacer: Pacer) -> list[FetchableTopicResponse]:
     """Response topics in the reads' order, consecutive partitions of a topic together."""
     topics: list[FetchableTopicResponse] = []
     last: PartitionKey | None = None
-    for read in reads:
-        if last is None or read.key[:2] != last[:2]:
-            topic_id, name, _ = read.key
-            topics.append({"topic": read.topic if name is None else name, "topic_id": topic_id, "partitions": []})
-        topics[-1]["partitions"].append(read.result)
-        last = read.key
+    for key, resolved_name, result in reads:
+        topic_id, name, index = key
+        if last is None or key[:2] != last[:2]:
+            topics.append({"topic": resolved_name if name is None else name, "topic_id": topic_id, "partitions": []})
+        topics[-1]["partitions"].append(_partition_data(index, result))
+        last = key
+        await pacer.tick()
     return topics
 
 
@@ -199,70 +179,22 @@ def _replica_id(ctx: RequestContext, request: Any) -> int:
     return request.replica_id
 
 
-def _record_follower(ctx: RequestContext, replica_id: int, reads: list[_Read]) -> None:
-    """A follower's fetch offsets say what it holds: the leader's ISR and HW follow from them."""
-    now_ms = ctx.now_ms()
-    for read in reads:
-        if read.partition is None or not read.partition.is_leader:
-            continue
-        try:
-            read.partition.record_follower_fetch(replica_id, read.offset, now_ms)
-        except KafkaError as e:
-            read.refused = e
-
-
-async def _read_all(reads: list[_Read], max_bytes: int, committed: bool, pacer: Pacer,
-                    follower: bool = False) -> tuple[int, bool]:
-    total = 0
-    errors = False
-    for read in reads:
-        await pacer.tick()
-        if read.partition is None:
-            errors = True
-            continue
-        read.size = _read_one(read, max_bytes - total, first=total == 0, committed=committed, follower=follower)
-        errors = errors or read.result["error_code"] != ErrorCode.NO_ERROR
-        total += read.size
-    return total, errors
-
-
-def _read_one(read: _Read, budget: int, first: bool, committed: bool, follower: bool = False) -> int:
-    partition = read.partition
-    assert partition is not None
-    result: PartitionData = {
-        "partition_index": read.index,
-        "high_watermark": partition.high_watermark,
-        "last_stable_offset": partition.last_stable_offset,
-        "log_start_offset": partition.log_start_offset,
-        "aborted_transactions": [] if committed else None,
-        "records": b"",  # never null, errors included: librdkafka cannot parse a null record set
-        "error_code": ErrorCode.NO_ERROR,
+def _partition_data(index: int, result: LogReadResult) -> PartitionData:
+    if not result.hosted:
+        return _error(index, result.error)
+    aborted = result.aborted_transactions
+    return {
+        "partition_index": index,
+        "high_watermark": result.high_watermark,
+        "last_stable_offset": result.last_stable_offset,
+        "log_start_offset": result.log_start_offset,
+        "aborted_transactions": None if aborted is None else [
+            {"producer_id": producer_id, "first_offset": first_offset} for producer_id, first_offset in aborted],
+        # Never null, errors included: librdkafka cannot parse a null record set. A slice of the
+        # log is sent as it is (sendfile), never copied.
+        "records": b"" if result.records is None else result.records,
+        "error_code": result.error,
     }
-    read.result = result
-    try:
-        if read.refused is not None:
-            raise read.refused
-        partition.require_leader()
-        partition.check_leader_epoch(read.leader_epoch)
-        # Followers copy the whole log; consumers see only what the ISR has.
-        upper = None if follower else partition.last_stable_offset if committed else partition.high_watermark
-        data = partition.log.read(
-            read.offset, min(read.max_bytes, max(budget, 0)), max_offset_exclusive=upper, min_one_batch=first
-        )
-    except KafkaError as e:
-        result["error_code"] = e.code
-        return 0
-    if data is None or data.size == 0:
-        result["records"] = b""
-        return 0
-    result["records"] = data
-    if committed:
-        # The consumer drops records of these producers from first_offset up to their ABORT marker.
-        result["aborted_transactions"] = [
-            {"producer_id": producer_id, "first_offset": first_offset}
-            for producer_id, first_offset in partition.log.collect_aborted_transactions(read.offset, upper)
-        ]
-    return data.size
 
 
 def _error(index: int, code: ErrorCode) -> PartitionData:

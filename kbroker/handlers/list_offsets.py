@@ -1,10 +1,10 @@
-"""ListOffsets: earliest, latest, max-timestamp and by-timestamp offset lookups."""
+"""ListOffsets: earliest, latest, max-timestamp and by-timestamp offset lookups
+(`ReplicaManager.fetch_offset_for_timestamp`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from kbroker.cluster.partition import Partition
 from kbroker.handlers import Pacer, RequestContext
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.list_offsets import (
@@ -18,11 +18,6 @@ ADVERTISED_MIN = 0
 MIN_VERSION = 1  # v0's multi-offset form is gone from Kafka 4
 MAX_VERSION = 9
 
-LATEST = -1
-EARLIEST = -2
-MAX_TIMESTAMP = -3
-EARLIEST_LOCAL = -4
-LATEST_TIERED = -5
 READ_COMMITTED = 1
 
 
@@ -42,32 +37,9 @@ async def handle(ctx: RequestContext, request: Any) -> ListOffsetsResponse:
 def _lookup(ctx: RequestContext, topic: str, request: Any, committed: bool) -> ListOffsetsPartitionResponse:
     result: ListOffsetsPartitionResponse = {"partition_index": request.partition_index, "timestamp": -1, "offset": -1, "leader_epoch": -1}
     try:
-        partition = ctx.broker.replicas.get(topic, request.partition_index)
-        partition.require_leader()
-        partition.check_leader_epoch(request.current_leader_epoch)
-        offset, timestamp = _find(partition, request.timestamp, committed)
+        found = ctx.broker.replicas.fetch_offset_for_timestamp(
+            topic, request.partition_index, request.timestamp, request.current_leader_epoch, committed)
     except KafkaError as e:
         return {**result, "error_code": e.code}
-    epoch = partition.leader_epoch if offset >= 0 else -1
-    return {**result, "error_code": ErrorCode.NO_ERROR, "offset": offset, "timestamp": timestamp, "leader_epoch": epoch}
-
-
-def _find(partition: Partition, timestamp: int, committed: bool) -> tuple[int, int]:
-    log = partition.log
-    upper = partition.last_stable_offset if committed else partition.high_watermark
-    if timestamp == LATEST:
-        return upper, -1
-    if timestamp in (EARLIEST, EARLIEST_LOCAL):
-        return log.log_start_offset, -1
-    if timestamp == LATEST_TIERED:
-        return -1, -1
-    if timestamp == MAX_TIMESTAMP:
-        found = log.max_timestamp_offset()
-    elif timestamp < 0:
-        raise KafkaError(ErrorCode.INVALID_REQUEST, f"unknown special timestamp {timestamp}")
-    else:
-        found = log.offset_for_timestamp(timestamp)
-    # Offsets a consumer cannot fetch yet are not reported.
-    if found is None or found[0] >= upper:
-        return -1, -1
-    return found
+    return {**result, "error_code": ErrorCode.NO_ERROR, "offset": found.offset, "timestamp": found.timestamp,
+            "leader_epoch": found.leader_epoch}

@@ -26,10 +26,8 @@ async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
 def _lookup(ctx: RequestContext, topic: str, request: Any) -> dict[str, Any]:
     result = {"partition": request.partition, "leader_epoch": UNDEFINED, "end_offset": UNDEFINED}
     try:
-        partition = ctx.broker.replicas.get(topic, request.partition)
-        partition.require_leader()
-        partition.check_leader_epoch(request.current_leader_epoch)
-        epoch, end_offset = partition.end_offset_for_epoch(request.leader_epoch)
+        epoch, end_offset = ctx.broker.replicas.last_offset_for_leader_epoch(
+            topic, request.partition, request.current_leader_epoch, request.leader_epoch)
     except KafkaError as e:
         return {**result, "error_code": e.code}
     return {**result, "error_code": ErrorCode.NO_ERROR, "leader_epoch": epoch, "end_offset": end_offset}

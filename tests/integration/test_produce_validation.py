@@ -133,3 +133,16 @@ def test_a_real_producer_sees_keyless_records_refused_on_a_compacted_topic(broke
     assert reports[b"kept"] is None
     assert reports[b"keyless"] is not None and reports[b"keyless"].code() == ErrorCode.INVALID_RECORD
     assert consume_all(broker.bootstrap, topic, 1) == [b"kept"]
+
+
+def test_malformed_record_sets_are_refused_before_the_acks(broker, new_topic) -> None:
+    """Kafka checks each record set (ProduceRequest.validateRecords) before the replica manager
+    checks acks: Kafka 3.9.0 answers INVALID_RECORD for the empty record set and
+    INVALID_REQUIRED_ACKS for the well-formed one."""
+    topic = new_topic(partitions=2)
+    good = encode_batch([Record(0, int(time.time() * 1000), None, b"v")])
+    with RawClient(broker.bootstrap) as client:
+        answer = client.request(PRODUCE, 9, {"acks": 5, "timeout_ms": 5000, "topic_data": [
+            {"name": topic, "partition_data": [{"index": 0, "records": b""}, {"index": 1, "records": good}]}]})
+    assert [(p.index, p.error_code) for p in answer.responses[0].partition_responses] == [
+        (0, ErrorCode.INVALID_RECORD), (1, ErrorCode.INVALID_REQUIRED_ACKS)]

@@ -15,6 +15,7 @@ from types import ModuleType
 import pytest
 from construct import ConstructError
 
+from kbroker.cluster.replica_manager import AppendResult
 from kbroker.handlers import produce as produce_handler
 from protocol.connection import ClientProtocol, RequestHeader, UnknownFieldError, encode_response
 from protocol.errors import ErrorCode, KafkaError
@@ -97,7 +98,7 @@ def test_a_handler_built_answer_encodes_and_a_misspelt_copy_does_not(version: in
     """The Produce handler's partition error answer is one dict for every version; with one key
     misspelt, every version refuses it instead of sending that field as its default."""
     error = KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER, "not the leader")
-    result = produce_handler._error(3, error)
+    result = produce_handler._answer(3, AppendResult.failed(error))
     body: produce.ProduceResponse = {"responses": [{"name": "t", "partition_responses": [result]}],
                                      "throttle_time_ms": 0}
     parsed = parse_answer(PRODUCE, version, answer(PRODUCE, version, body))

@@ -1,0 +1,187 @@
+"""ReplicaManager's data path on real logs: `append` (per-entry results, transaction verification,
+the acks=all wait) and `fetch` (the read bounds of consumers, read_committed consumers and
+followers, the long poll). A follower is a real fetch with its replica id, as the leader sees it."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import pytest
+
+from kbroker.clock import wall_clock_ms
+from kbroker.cluster.replica_manager import FetchParams, PartitionFetch, ReplicaManager
+from kbroker.storage.log_config import LogConfig
+from kbroker.storage.log_manager import LogManager
+from protocol.errors import ErrorCode, KafkaError
+from protocol.record_batch import Record, decode_batches, encode_batch
+
+LEADER, FOLLOWER = 0, 1
+MAX_BYTES = 1 << 20
+CONSUMER = FetchParams(replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=MAX_BYTES)
+
+
+def batch(*values: bytes, producer_id: int = -1, base_sequence: int = -1, transactional: bool = False) -> bytes:
+    now = wall_clock_ms()
+    return encode_batch([Record(i, now, None, v) for i, v in enumerate(values)], producer_id=producer_id,
+                        producer_epoch=0 if producer_id >= 0 else -1, base_sequence=base_sequence,
+                        transactional=transactional)
+
+
+@asynccontextmanager
+async def replica_manager(tmp_path: Path, replicas: list[int] | None = None) -> AsyncIterator[ReplicaManager]:
+    """Partition t-0 led here, alone or with FOLLOWER in its ISR."""
+    manager = ReplicaManager(LEADER, LogManager([tmp_path / "logs"]))
+    replicas = replicas or [LEADER]
+    manager.become_leader("t", 0, uuid.uuid4(), LogConfig(), 1, replicas, replicas, wall_clock_ms())
+    try:
+        yield manager
+    finally:
+        await manager.stop()
+        manager.log_manager.shutdown()
+
+
+def fetch_of(offset: int, topic: str | None = "t", index: int = 0) -> PartitionFetch:
+    return PartitionFetch(topic, index, offset, MAX_BYTES)
+
+
+def values(result_records: object) -> list[bytes | None]:
+    assert result_records is not None
+    data = result_records.read_bytes()  # type: ignore[attr-defined]
+    return [record.value for b in decode_batches(data) for record in b.records]
+
+
+def test_append_answers_every_entry_in_order(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with replica_manager(tmp_path) as manager:
+            appended = await manager.append(
+                [("t", 0, batch(b"a", b"b")), ("t", 5, batch(b"x")), ("__consumer_offsets", 0, batch(b"x")),
+                 ("t", 0, batch(b"c"))], required_acks=1, timeout_ms=1000, now_ms=wall_clock_ms())
+            assert [r.error for r in appended.results] == [ErrorCode.NO_ERROR, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                                           ErrorCode.INVALID_TOPIC, ErrorCode.NO_ERROR]
+            assert [r.base_offset for r in appended.results] == [0, -1, -1, 2]
+            assert appended.replicated is None  # acks=1: nothing waits
+
+            refused = await manager.append([("t", 0, batch(b"d"))], required_acks=2, timeout_ms=1000,
+                                           now_ms=wall_clock_ms())
+            assert [r.error for r in refused.results] == [ErrorCode.INVALID_REQUIRED_ACKS]
+            assert manager.get("t", 0).log_end_offset == 3  # nothing of the refused request written
+
+    asyncio.run(asyncio.wait_for(scenario(), 30))
+
+
+def test_the_verifier_is_asked_for_a_producers_first_transactional_batch_only(tmp_path: Path) -> None:
+    asked: list[tuple[str | None, int, int, str, int]] = []
+
+    def verify(transactional_id: str | None, producer_id: int, epoch: int, topic: str, index: int) -> None:
+        asked.append((transactional_id, producer_id, epoch, topic, index))
+        if producer_id == 9:
+            raise KafkaError(ErrorCode.INVALID_TXN_STATE, "not in the transaction")
+
+    async def scenario() -> None:
+        async with replica_manager(tmp_path) as manager:
+            async def append(records: bytes) -> int:
+                appended = await manager.append([("t", 0, records)], required_acks=1, timeout_ms=1000,
+                                                now_ms=wall_clock_ms(), transactional_id="tx", verify_transaction=verify)
+                return appended.results[0].error
+
+            assert await append(batch(b"plain")) == ErrorCode.NO_ERROR
+            assert await append(batch(b"t1", producer_id=7, base_sequence=0, transactional=True)) == ErrorCode.NO_ERROR
+            assert await append(batch(b"t2", producer_id=7, base_sequence=1, transactional=True)) == ErrorCode.NO_ERROR
+            assert asked == [("tx", 7, 0, "t", 0)]  # the open transaction vouches for the second batch
+            assert await append(batch(b"x", producer_id=9, base_sequence=0,
+                                      transactional=True)) == ErrorCode.INVALID_TXN_STATE
+            assert manager.get("t", 0).log_end_offset == 3
+
+    asyncio.run(asyncio.wait_for(scenario(), 30))
+
+
+def test_acks_all_completes_once_the_follower_fetched_past_the_write(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with replica_manager(tmp_path, [LEADER, FOLLOWER]) as manager:
+            appended = await manager.append([("t", 0, batch(b"a", b"b"))], required_acks=-1, timeout_ms=30_000,
+                                            now_ms=wall_clock_ms())
+            assert appended.replicated is not None
+            waiting = asyncio.ensure_future(appended.replicated)
+            await asyncio.sleep(0)
+            assert not waiting.done()
+            follower = FetchParams(replica_id=FOLLOWER, max_wait_ms=0, min_bytes=0, max_bytes=MAX_BYTES)
+            copied = await manager.fetch(follower, [fetch_of(0)], wall_clock_ms())
+            assert values(copied[0].records) == [b"a", b"b"]  # followers read past the HW
+            assert not waiting.done()
+            await manager.fetch(follower, [fetch_of(2)], wall_clock_ms())  # it holds both records now
+            await asyncio.wait_for(waiting, 5)
+            assert (appended.results[0].error, appended.results[0].base_offset) == (ErrorCode.NO_ERROR, 0)
+
+            unreplicated = await manager.append([("t", 0, batch(b"c"))], required_acks=-1, timeout_ms=50,
+                                                now_ms=wall_clock_ms())
+            assert unreplicated.replicated is not None
+            await unreplicated.replicated
+            assert (unreplicated.results[0].error, unreplicated.results[0].base_offset) == (
+                ErrorCode.REQUEST_TIMED_OUT, -1)
+
+    asyncio.run(asyncio.wait_for(scenario(), 30))
+
+
+def test_consumers_read_below_the_high_watermark_and_read_committed_below_the_lso(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with replica_manager(tmp_path, [LEADER, FOLLOWER]) as manager:
+            entries = [("t", 0, batch(b"plain")), ("t", 0, batch(b"open", producer_id=7, base_sequence=0,
+                                                                   transactional=True)), ("t", 0, batch(b"later"))]
+            await manager.append(entries, required_acks=1, timeout_ms=1000, now_ms=wall_clock_ms())
+            [unreplicated] = await manager.fetch(CONSUMER, [fetch_of(0)], wall_clock_ms())
+            assert (unreplicated.error, unreplicated.high_watermark, unreplicated.records) == (ErrorCode.NO_ERROR, 0, None)
+
+            follower = FetchParams(replica_id=FOLLOWER, max_wait_ms=0, min_bytes=0, max_bytes=MAX_BYTES)
+            await manager.fetch(follower, [fetch_of(3)], wall_clock_ms())  # the HW moves to 3
+            [uncommitted] = await manager.fetch(CONSUMER, [fetch_of(0)], wall_clock_ms())
+            assert values(uncommitted.records) == [b"plain", b"open", b"later"]
+            assert (uncommitted.high_watermark, uncommitted.last_stable_offset) == (3, 1)
+            assert uncommitted.aborted_transactions is None
+
+            committed = FetchParams(replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=MAX_BYTES,
+                                    read_committed=True)
+            [decided] = await manager.fetch(committed, [fetch_of(0)], wall_clock_ms())
+            assert values(decided.records) == [b"plain"]  # the open transaction holds back the rest
+            assert decided.aborted_transactions == []
+
+    asyncio.run(asyncio.wait_for(scenario(), 30))
+
+
+def test_fetch_waits_for_min_bytes_and_answers_unknown_partitions_at_once(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with replica_manager(tmp_path) as manager:
+            long_poll = FetchParams(replica_id=-1, max_wait_ms=20_000, min_bytes=1, max_bytes=MAX_BYTES)
+            unknown = await asyncio.wait_for(
+                manager.fetch(long_poll, [fetch_of(0), fetch_of(0, topic=None), fetch_of(0, index=3)],
+                              wall_clock_ms()), 5)
+            assert [(r.error, r.hosted) for r in unknown] == [
+                (ErrorCode.NO_ERROR, True), (ErrorCode.UNKNOWN_TOPIC_ID, False),
+                (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, False)]
+            assert unknown[1].high_watermark == -1
+
+            polling = asyncio.ensure_future(manager.fetch(long_poll, [fetch_of(0)], wall_clock_ms()))
+            await asyncio.sleep(0)
+            assert not polling.done()
+            await manager.append([("t", 0, batch(b"news"))], required_acks=1, timeout_ms=1000,
+                                 now_ms=wall_clock_ms())
+            [result] = await asyncio.wait_for(polling, 5)  # the append ends the wait, not max_wait_ms
+            assert values(result.records) == [b"news"]
+
+    asyncio.run(asyncio.wait_for(scenario(), 30))
+
+
+@pytest.mark.parametrize("current_epoch, code", [(0, ErrorCode.FENCED_LEADER_EPOCH),
+                                                 (2, ErrorCode.UNKNOWN_LEADER_EPOCH)])
+def test_fetch_checks_the_fetchers_leader_epoch(tmp_path: Path, current_epoch: int, code: ErrorCode) -> None:
+    async def scenario() -> None:
+        async with replica_manager(tmp_path) as manager:
+            [result] = await manager.fetch(CONSUMER, [PartitionFetch("t", 0, 0, MAX_BYTES, current_epoch)],
+                                           wall_clock_ms())
+            assert result.error == code
+            assert result.hosted and result.high_watermark == 0  # a known partition tells its offsets
+
+    asyncio.run(asyncio.wait_for(scenario(), 30))
