@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 from kbroker.storage.log import AppendInfo, Log
 from kbroker.storage.producer_state import AppendOrigin, ProducerView
-from kbroker.storage.segment import ReadResult
+from kbroker.storage.read_results import ReadResult
 from protocol.errors import ErrorCode, KafkaError
 
 log = logging.getLogger("kbroker.replication")

@@ -7,7 +7,8 @@
 from kbroker.storage.log import AppendInfo, Log
 from kbroker.storage.log_config import TOPIC_CONFIG_DEFAULTS, LogConfig
 from kbroker.storage.log_manager import LogManager
-from kbroker.storage.segment import FileSlice, LogSegment, ReadResult
+from kbroker.storage.read_results import FileSlice, ReadResult
+from kbroker.storage.segment import LogSegment
 
 __all__ = [
     "TOPIC_CONFIG_DEFAULTS",

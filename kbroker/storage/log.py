@@ -38,7 +38,8 @@ from kbroker.storage.producer_state import (
     ProducerStateManager,
     ProducerView,
 )
-from kbroker.storage.segment import LogSegment, Read
+from kbroker.storage.read_results import Read
+from kbroker.storage.segment import LogSegment
 from kbroker.storage.txn_index import AbortedTxn
 from protocol.errors import ErrorCode, KafkaError
 from protocol.records import NO_TIMESTAMP, BatchHeader, read_header

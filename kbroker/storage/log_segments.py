@@ -17,7 +17,8 @@ from pathlib import Path
 
 from kbroker.storage.encryption import BatchCipher
 from kbroker.storage.log_config import LogConfig
-from kbroker.storage.segment import LogSegment, Read
+from kbroker.storage.read_results import Read
+from kbroker.storage.segment import LogSegment
 from kbroker.storage.txn_index import AbortedTxn
 
 

@@ -15,18 +15,15 @@ records a CRC failure.
 
 from __future__ import annotations
 
-import errno
-import json
 import logging
 import os
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from kbroker.fsutil import write_atomically
 from kbroker.storage.batch_records import record_timestamp, records_of
 from kbroker.storage.batch_scan import RECOVERY_CHUNK, CorruptBatch, pread_exact, scan_batches
+from kbroker.storage.damage import DAMAGE_SUFFIX, Damage, DamagedData, read_damage, write_damage
 from kbroker.storage.encryption import (
     ENCRYPTED_MAGIC,
     PREFIX_SIZE,
@@ -39,84 +36,13 @@ from kbroker.storage.encryption import (
     stored_key_id,
 )
 from kbroker.storage.index import INT32_MAX, OffsetIndex, TimeIndex, segment_file_name
+from kbroker.storage.read_results import BatchBytes, Read, ReadResult
 from kbroker.storage.txn_index import TransactionIndex
-from protocol.errors import ErrorCode, KafkaError
 from protocol.records import HEADER_SIZE, NO_TIMESTAMP, BatchHeader, read_header
 
 log = logging.getLogger("kbroker.storage")
 
 DELETED_SUFFIX = ".deleted"
-DAMAGE_SUFFIX = ".damaged"
-
-
-@dataclass(frozen=True, slots=True)
-class Damage:
-    """Bytes of a segment that failed verification and are kept as they are.
-
-    Positions [start, end) of the file; offsets [first_offset, end_offset) are those the damaged
-    bytes may hold (from the batch before them to the batch after them; end_offset -1 when no
-    sound batch follows in the segment: up to the next segment's base). Reads of those offsets
-    get CORRUPT_MESSAGE; every other batch of the segment, and every later segment, stays
-    readable. Recorded in `<base>.damaged` so a clean restart still knows.
-    """
-
-    start: int
-    end: int
-    first_offset: int
-    end_offset: int
-    reason: str
-
-
-class DamagedData(KafkaError):
-    def __init__(self, message: str) -> None:
-        super().__init__(ErrorCode.CORRUPT_MESSAGE, message)
-
-
-@dataclass(frozen=True, slots=True)
-class FileSlice:
-    """A byte range of a segment file, for `os.sendfile` or `read_bytes()`.
-
-    `file` belongs to the segment; it stays open for `file.delete.delay.ms` after the
-    segment is deleted, so a slice in flight can still be sent.
-    """
-
-    file: BinaryIO
-    position: int
-    size: int
-
-    def read_bytes(self) -> bytes:
-        data = pread_exact(self.file.fileno(), self.size, self.position)
-        if len(data) != self.size:
-            raise OSError(errno.EIO, f"segment shrank under a read ({len(data)} of {self.size} bytes)")
-        return data
-
-
-@dataclass(frozen=True, slots=True)
-class ReadResult(FileSlice):
-    """What a log read returns: the slice to send, and the base offset of its first batch."""
-
-    first_offset: int
-
-
-@dataclass(frozen=True, slots=True)
-class BatchBytes:
-    """What a read of encrypted batches returns: the decrypted batches, whole, in memory.
-
-    It has no `file`, so the connection writes it rather than using `sendfile`.
-    """
-
-    data: bytes
-    first_offset: int
-
-    @property
-    def size(self) -> int:
-        return len(self.data)
-
-    def read_bytes(self) -> bytes:
-        return self.data
-
-
-Read = ReadResult | BatchBytes
 
 
 class LogSegment:
@@ -150,7 +76,7 @@ class LogSegment:
             self.time_index.reset()
             self.txn_index.reset()
             self.damage_path.unlink(missing_ok=True)
-        self.damage: list[Damage] = [] if fresh else _read_damage(self.damage_path)
+        self.damage: list[Damage] = [] if fresh else read_damage(self.damage_path)
         self._size = os.fstat(self.file.fileno()).st_size
         self.cipher = cipher
         # The key id of the segment's batches (None: plaintext); `encrypted` once one is seen.
@@ -343,7 +269,7 @@ class LogSegment:
             finished.append(Damage(damage.start, damage.end, damage.first_offset, end_offset, damage.reason))
         self.damage = finished
         if finished:
-            _write_damage(self.damage_path, finished)
+            write_damage(self.damage_path, finished)
         else:
             self.damage_path.unlink(missing_ok=True)
 
@@ -467,10 +393,10 @@ class LogSegment:
         try:
             return open_stored(self.cipher, stored, at, header)
         except AuthenticationFailed as e:
-            self._note_read_damage(position, header, str(e))
+            self._noteread_damage(position, header, str(e))
             raise DamagedData(f"{self.log_path.name}: {e}") from None
 
-    def _note_read_damage(self, position: int, header: BatchHeader, reason: str) -> None:
+    def _noteread_damage(self, position: int, header: BatchHeader, reason: str) -> None:
         """A batch failed authentication on a read: refuse it from now on, and verify it at the next start."""
         if any(d.start == position for d in self.damage):
             return
@@ -478,7 +404,7 @@ class LogSegment:
                   "cannot be served", self.log_path, position, header.base_offset, header.last_offset)
         self.damage.append(Damage(position, position + header.size, header.base_offset, header.last_offset + 1,
                                   f"authentication failed: {reason}"))
-        _write_damage(self.damage_path, self.damage)
+        write_damage(self.damage_path, self.damage)
 
     def translate_offset(self, offset: int) -> tuple[int, BatchHeader] | None:
         """The first batch whose last offset is >= `offset`: (position, header)."""
@@ -592,7 +518,7 @@ class LogSegment:
         self._size = position
         if self.damage:
             self.damage = [d for d in self.damage if d.end <= position]
-            _write_damage(self.damage_path, self.damage) if self.damage else self.damage_path.unlink(missing_ok=True)
+            write_damage(self.damage_path, self.damage) if self.damage else self.damage_path.unlink(missing_ok=True)
         self._load_tail()
         if position == 0:
             self.created_ms = now_ms  # an emptied segment waits for segment.ms afresh
@@ -646,19 +572,3 @@ def _pwrite_all(fd: int, data: bytes | bytearray | memoryview, position: int) ->
         written = os.pwrite(fd, view, position)
         view = view[written:]
         position += written
-
-
-def _read_damage(path: Path) -> list[Damage]:
-    try:
-        return [Damage(**entry) for entry in json.loads(path.read_text())]
-    except FileNotFoundError:
-        return []
-    except (ValueError, TypeError) as e:
-        # Unreadable damage notes: treat the segment as damaged so it is verified again.
-        log.warning("%s is unreadable (%s); the segment will be verified", path, e)
-        return [Damage(0, 0, 0, 0, "unreadable damage notes")]
-
-
-def _write_damage(path: Path, damage: list[Damage]) -> None:
-    # Durable: for a segment below the recovery point these notes are all that says its bytes are bad.
-    write_atomically(path, json.dumps([asdict(d) for d in damage]))

@@ -31,7 +31,7 @@ from kbroker.storage.log import Log
 from kbroker.storage.log_config import LogConfig
 from kbroker.storage.log_manager import LogManager
 from kbroker.storage.log_mover import LogDirMover
-from kbroker.storage.segment import BatchBytes, ReadResult
+from kbroker.storage.read_results import BatchBytes, ReadResult
 from protocol.errors import ErrorCode, KafkaError
 from protocol.records import read_header
 from tests.storage.batches import GZIP, Rec, batch, header_fields
