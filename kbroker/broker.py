@@ -28,6 +28,7 @@ from kbroker.coordinator.txn_coordinator import TransactionCoordinator, TxnConfi
 from kbroker.coordinator.txn_markers import MarkerSender
 from kbroker.metadata.local_store import LocalMetadataStore
 from kbroker.metadata.store import BrokerEndpoint, BrokerIdInUse, BrokerRegistration, MetadataStore
+from kbroker.security.credentials import UserCredentials
 from kbroker.server.server import Server
 from kbroker.storage.log import Log
 from kbroker.storage.log_dir_health import LogDirHealth
@@ -60,6 +61,8 @@ class Broker:
                 else config.cluster_id
             self.cluster_id = load_or_create_meta(log_dirs, config.broker_id, cluster_id)
             self.configs = ConfigService(self)  # applies the stored dynamic broker configs to `config`
+            self.credentials = UserCredentials(self.store)  # SCRAM credentials, for SASL listeners
+            self.credentials.load()
         except BaseException:
             self.store.close()
             raise
@@ -159,9 +162,11 @@ class Broker:
         self.groups.start_timers()
         self.transactions.load()
         self.configs.start(asyncio.get_running_loop())
+        self.credentials.start(asyncio.get_running_loop())
         for listener in self.config.listeners_parsed():
             port = await self.server.start(listener.host, listener.port, listener.name,
-                                           self.config.listener_tls.get(listener.name))
+                                           self.config.listener_tls.get(listener.name),
+                                           self.config.listener_sasl.get(listener.name))
             self.bound.append((listener.name, listener.host, port))
         # Once it can be reached: the other brokers (and the controller) learn of it now.
         await self._register()
@@ -328,6 +333,7 @@ class Broker:
         if self.cluster is not None:
             await self._controlled_shutdown()
         self.configs.stop()
+        self.credentials.stop()
         await self.server.stop()
         await self.replicas.stop()
         await self.log_mover.stop()

@@ -22,6 +22,7 @@ from kbroker.config import (
     parse_ip_overrides,
     tls_setting_name,
 )
+from kbroker.security.sasl_config import is_sasl_setting
 from protocol.errors import ErrorCode, KafkaError
 
 LISTENER_CONFIG = re.compile(r"listener\.name\.[^.]*\.(.*)")
@@ -248,6 +249,14 @@ def _refuse_unhonoured(props: Mapping[str, str]) -> None:
             ErrorCode.INVALID_CONFIG,
             f"{', '.join(tls)}: kbroker reads TLS settings at start only; set "
             f"{'it' if len(tls) == 1 else 'them'} in server.properties and restart",
+        )
+    sasl = sorted(n for n in props if is_sasl_setting(n))
+    if sasl:
+        # Kafka reloads JAAS entries and mechanisms at run time; kbroker reads them at start only.
+        raise KafkaError(
+            ErrorCode.INVALID_CONFIG,
+            f"{', '.join(sasl)}: kbroker reads SASL settings at start only; set "
+            f"{'it' if len(sasl) == 1 else 'them'} in server.properties and restart",
         )
     restart_only = sorted(n for n in props if n in RESTART_ONLY)
     if restart_only:
