@@ -93,6 +93,7 @@ class Broker:
             self.cluster = ClusterView(self.store, config.broker_id, self.replicas, self.topics,
                                        config.inter_broker_listener, tls.client_context() if tls else None)
             self.cluster.unclean_election = config.get("unclean.leader.election.enable")
+            self.cluster.inter_broker_sasl = config.inter_broker_sasl
             self.topics.cluster = self.cluster
         # In a cluster, ids carry the broker id in their high bits, so brokers never hand out the same one.
         self.producer_ids = ProducerIdManager(log_dirs[0], namespace=config.broker_id if self.cluster else 0)

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Iterator
 
 from kbroker.cluster.partition import IsrWriter, Partition
 from kbroker.cluster.replica_fetcher import FetcherConfig, ReplicaFetcher
+from kbroker.security.sasl_config import SaslCredentials
 from kbroker.storage.log_config import LogConfig
 from kbroker.storage.log_manager import LogManager
 from protocol.errors import ErrorCode, KafkaError
@@ -34,6 +35,7 @@ class ReplicaManager:
         self.log_manager = log_manager
         self.endpoint_of = endpoint_of  # the leader's address on the inter-broker listener
         self.inter_broker_ssl: ssl.SSLContext | None = None  # TLS when that listener is SSL
+        self.inter_broker_sasl: SaslCredentials | None = None  # the login when it is SASL
         self.isr_writer = isr_writer
         self.fetcher_config = fetcher_config or FetcherConfig()
         self._partitions: dict[tuple[str, int], Partition] = {}
@@ -115,7 +117,8 @@ class ReplicaManager:
             endpoint = self.endpoint_of(leader_id) if self.endpoint_of is not None else None
             if endpoint is None:
                 raise KafkaError(ErrorCode.BROKER_NOT_AVAILABLE, f"no address for broker {leader_id}")
-            fetcher = ReplicaFetcher(self.broker_id, leader_id, *endpoint, self.fetcher_config, self.inter_broker_ssl)
+            fetcher = ReplicaFetcher(self.broker_id, leader_id, *endpoint, self.fetcher_config, self.inter_broker_ssl,
+                                     self.inter_broker_sasl)
             self._fetchers[leader_id] = fetcher
         return fetcher
 
