@@ -20,6 +20,8 @@ from typing import Any, TypeVar
 from construct import ConstructError, Container
 
 from kbroker.clock import wall_clock_ms
+from kbroker.security.client_config import ClientSecurity
+from kbroker.security.sasl_client import authenticate_sync
 from protocol import record_batch
 from protocol.connection import ClientProtocol
 from protocol.errors import ErrorCode, KafkaError
@@ -108,15 +110,20 @@ def parse_bootstrap(bootstrap: str) -> list[tuple[str, int]]:
 class BrokerConnection:
     """One socket to one broker, with the API versions both sides speak."""
 
-    def __init__(self, host: str, port: int, client_id: str, timeout: float) -> None:
+    def __init__(self, host: str, port: int, client_id: str, timeout: float,
+                 security: ClientSecurity | None = None) -> None:
         self.address = f"{host}:{port}"
         try:
             self._sock = socket.create_connection((host, port), timeout=timeout)
+            if security is not None:  # TLS (SSL, SASL_SSL): its handshake here
+                self._sock = security.wrap(self._sock, host)
         except OSError as e:
             raise BrokerUnreachable(f"cannot connect to broker {self.address}: {_reason(e)}") from None
         self._sock.settimeout(timeout)
         self._conn = ClientProtocol(client_id)
         self.versions: dict[int, int] = self._negotiate()
+        if security is not None and security.sasl is not None:  # SASL_PLAINTEXT, SASL_SSL
+            authenticate_sync(self.send, security.sasl)
 
     def _negotiate(self) -> dict[int, int]:
         """The highest version of each API that this module and the broker both know."""
@@ -269,9 +276,11 @@ class ProducerState:
 class Client:
     """Blocking client for a cluster reached through `bootstrap` ("host:port[,host:port]")."""
 
-    def __init__(self, bootstrap: str, client_id: str = "kbroker-tools", timeout: float = 30.0) -> None:
+    def __init__(self, bootstrap: str, client_id: str = "kbroker-tools", timeout: float = 30.0,
+                 security: ClientSecurity | None = None) -> None:
         self.client_id = client_id
         self.timeout = timeout
+        self.security = security  # TLS and SASL settings (--command-config); None: plaintext
         self._addresses = parse_bootstrap(bootstrap)
         self._bootstrap = self._connect_any()
         self._nodes: dict[int, BrokerConnection] = {}
@@ -282,7 +291,7 @@ class Client:
         failures = []
         for host, port in self._addresses:
             try:
-                return BrokerConnection(host, port, self.client_id, self.timeout)
+                return BrokerConnection(host, port, self.client_id, self.timeout, self.security)
             except BrokerUnreachable as e:
                 failures.append(str(e))
         if len(failures) == 1:
@@ -315,7 +324,7 @@ class Client:
         if f"{host}:{port}" == self._bootstrap.address:
             conn = self._bootstrap
         else:
-            conn = BrokerConnection(host, port, self.client_id, self.timeout)
+            conn = BrokerConnection(host, port, self.client_id, self.timeout, self.security)
         self._nodes[node] = conn
         return conn
 

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from kbroker.client import BrokerUnreachable, Client
+from kbroker.security.client_config import ClientConfigError, load_command_config
 from protocol.errors import ErrorCode, KafkaError
 
 
@@ -55,10 +56,18 @@ def describe_error(error: KafkaError) -> str:
     return f"{name}: {text}" if text else name
 
 
-def add_bootstrap_argument(parser: argparse.ArgumentParser) -> None:
+def add_bootstrap_argument(parser: argparse.ArgumentParser, required: bool = True,
+                           config_aliases: tuple[str, ...] = ()) -> None:
+    """--bootstrap-server and --command-config (also under `config_aliases`, e.g. the console
+    producer's --producer.config)."""
     parser.add_argument(
-        "--bootstrap-server", required=True, metavar="HOST:PORT",
+        "--bootstrap-server", required=required, metavar="HOST:PORT",
         help="the broker(s) to connect to, host:port[,host:port...]",
+    )
+    parser.add_argument(
+        "--command-config", *config_aliases, dest="command_config", metavar="FILE",
+        help="client properties for a secured listener, as Kafka's tools take them (security.protocol, "
+             "sasl.mechanism, sasl.jaas.config, ssl.truststore.location, ...)",
     )
 
 
@@ -84,11 +93,13 @@ def flag(properties: dict[str, str], name: str, default: bool = False) -> bool:
 
 
 @contextmanager
-def connect(bootstrap: str, client_id: str = "kbroker-tools", timeout: float = 30.0) -> Iterator[Client]:
-    """A client for the command's lifetime; broker and protocol failures become CommandErrors."""
+def connect(bootstrap: str, client_id: str = "kbroker-tools", timeout: float = 30.0,
+            command_config: str | None = None) -> Iterator[Client]:
+    """A client for the command's lifetime, secured as `command_config` says; broker and protocol
+    failures become CommandErrors."""
     try:
-        client = Client(bootstrap, client_id=client_id, timeout=timeout)
-    except (BrokerUnreachable, ValueError) as e:
+        client = Client(bootstrap, client_id=client_id, timeout=timeout, security=load_command_config(command_config))
+    except (BrokerUnreachable, ValueError, ClientConfigError) as e:
         raise CommandError(str(e)) from None
     except KafkaError as e:
         raise CommandError(describe_error(e)) from None
