@@ -107,6 +107,9 @@ _DEFS = [
     ConfigDef("socket.request.read.timeout.ms", _int, "30000",
               "A request whose first bytes arrived must be complete within this long, or the connection "
               "is closed (a client trickling bytes cannot hold a connection and its buffers forever)."),
+    ConfigDef("connection.failed.authentication.delay.ms", _int, "100",
+              "How long a connection whose SASL authentication failed waits before its answer and its close "
+              "(slows down password guessing, KIP-306)."),
     ConfigDef("socket.request.max.entries", _int, "100000",
               "Array entries (topics, partitions, groups...) one request may hold in all; a request with more "
               "is refused and its connection closed (kbroker's own: each entry costs Python objects)."),
@@ -513,6 +516,10 @@ class BrokerConfig:
                      "socket.request.read.timeout.ms", "socket.request.max.bytes", "socket.request.max.entries"):
             if self.values[name] < 1:
                 raise ConfigError(f"{name} must be at least 1")
+        delay = self.values["connection.failed.authentication.delay.ms"]
+        if not 0 <= delay < self.values["connections.max.idle.ms"]:
+            raise ConfigError(f"connection.failed.authentication.delay.ms={delay} should always be at least 0 and "
+                              f"less than connections.max.idle.ms={self.values['connections.max.idle.ms']}")
         queued = self.values["queued.max.request.bytes"]
         if 0 < queued < self.socket_request_max_bytes:
             # As Kafka: the pool must hold the largest request, or that request could never be read.

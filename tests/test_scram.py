@@ -90,7 +90,7 @@ def test_scram_refusals(monkeypatch: pytest.MonkeyPatch) -> None:
     server = ScramServer(SCRAM_SHA_256, lookup)
     server.evaluate(b"n,,n=user,r=abc")
     with pytest.raises(SaslError, match="Invalid client nonce"):
-        server.evaluate(b"c=biws,r=abcOTHER,p=" + base64.b64encode(b"x" * 32))
+        server.evaluate(b"c=biws,r=abc,p=" + base64.b64encode(b"x" * 32))  # the server's part is missing
     with pytest.raises(SaslError, match="Unexpected challenge"):
         server.evaluate(b"anything")  # a failed exchange stays failed
 
@@ -122,3 +122,21 @@ def test_plain_checks_users_as_kafka() -> None:
         with pytest.raises(SaslError, match=reason) as refused:
             plain.PlainServer(users).evaluate(message)
         assert reason in (refused.value.client_message or "")  # Kafka 3.9 tells the client each reason
+
+
+def test_a_final_nonce_with_a_prefix_is_accepted_as_kafka_3_9_does() -> None:
+    """librdkafka before 2.1 (Debian's kcat) sends its own nonce twice in the final message,
+    and signs that message: Kafka 3.9 accepts it, and so does kbroker."""
+    mechanism = SCRAM_SHA_512
+    credential = ScramCredential.from_password(mechanism, "pw", 4096, b"salt")
+    server = ScramServer(mechanism, {"u": credential}.get)
+    server_first = server.evaluate(b"n,,n=u,r=CLIENT").decode()
+    nonce = server_first.split(",")[0][2:]
+    without_proof = f"c=biws,r=CLIENT{nonce}"
+    auth_message = f"n=u,r=CLIENT,{server_first},{without_proof}".encode()
+    salted = mechanism.salted_password("pw", b"salt", 4096)
+    client_key = mechanism.hmac(salted, b"Client Key")
+    signature = mechanism.hmac(mechanism.hash(client_key), auth_message)
+    proof = base64.b64encode(bytes(a ^ b for a, b in zip(client_key, signature, strict=True)))
+    assert server.evaluate(f"{without_proof},p=".encode() + proof).startswith(b"v=")
+    assert server.complete

@@ -30,6 +30,7 @@ from kbroker.security.scram import (
     ScramMechanism,
     new_salt,
 )
+from protocol.errors import ErrorCode
 
 DESCRIBE_USER_SCRAM_CREDENTIALS = 50
 ALTER_USER_SCRAM_CREDENTIALS = 51
@@ -104,6 +105,8 @@ def _describe(client: Client, user: str | None) -> list[tuple[str, list[tuple[st
     check(response.error_code, response.error_message)
     described = []
     for result in response.results:
+        if result.error_code == ErrorCode.RESOURCE_NOT_FOUND:
+            continue  # a user without credentials: kafka-configs.sh prints nothing for it
         check(result.error_code, result.error_message)
         infos = [(BY_WIRE_TYPE[i.mechanism].name, i.iterations) for i in result.credential_infos
                  if i.mechanism in BY_WIRE_TYPE]

@@ -201,11 +201,11 @@ class SaslSession:
         assert self.mechanism is not None
         lifetime_ms = self.settings.reauth_ms.get(self.mechanism, 0)
         self.expires_at = now + lifetime_ms / 1000 if lifetime_ms > 0 else None
+        log.debug("SASL %s authenticated %s with %s", self._stage, principal, self.mechanism)
         self.principal = principal
         self._previous = None
         self._server = None
         self._state = _State.COMPLETE
-        log.debug("SASL %s authenticated %s with %s", self._stage, principal, self.mechanism)
         return lifetime_ms
 
     def _may_reauthenticate(self, now: float) -> bool:

@@ -229,7 +229,11 @@ class ScramServer:
         match = _CLIENT_FINAL.fullmatch(_text(message, "client final message"))
         if match is None:
             raise SaslError("Invalid SCRAM client final message format")
-        if match["nonce"] != self._nonce:
+        # The combined nonce must end with the one the server sent (its fresh part included):
+        # Kafka 3.9 accepts a prefix before it, which librdkafka before 2.1 sends (its own nonce
+        # twice), so kcat and older confluent-kafka clients log in. The proof covers the message
+        # as sent, so the check of the client's key is unchanged.
+        if not match["nonce"].endswith(self._nonce):
             raise SaslError("Invalid client nonce in the final client message.")
         auth_message = f"{self._client_first_bare},{self._server_first},{match['without_proof']}".encode()
         client_signature = self.mechanism.hmac(credential.stored_key, auth_message)

@@ -64,6 +64,7 @@ class ConnectionLimits:
     max_request_entries: int  # socket.request.max.entries: array entries of one request in all
     idle_ms: int  # connections.max.idle.ms: no bytes either way for this long closes the connection
     read_timeout_ms: int  # socket.request.read.timeout.ms: a started frame must arrive within this
+    failed_authentication_delay_ms: int = 100  # connection.failed.authentication.delay.ms
 
 
 @dataclass(slots=True)
@@ -409,7 +410,10 @@ class ServedConnection(asyncio.BufferedProtocol):
         sasl = self.sasl
         assert sasl is not None
         if admission is Admission.CLOSE:
+            log.debug("closing %s: %s", self.peer, reason)
             limited_log.info("sasl-close", "closing %s: %s", self.peer, reason)
+            if not sasl.authenticated:  # an expired session closes at once, a failed exchange later
+                await self._delay_failed_authentication()
             return False
         header = request.header
         if admission is Admission.ILLEGAL_STATE:
@@ -423,12 +427,14 @@ class ServedConnection(asyncio.BufferedProtocol):
             body, close = sasl.handshake(header.api_version, request.body.mechanism)
         else:
             body, close = sasl.authenticate(header.api_version, bytes(request.body.auth_bytes), time.monotonic())
+        if close:
+            await self._delay_failed_authentication()
         if body is not None:
             parts = self._encode(request, body, None)
             if parts is None:
                 return False
             await self._send_answer(parts)
-        self._after_sasl_step(close)
+        self._take_sasl_principal()
         if close:
             await self._close_after_answers(f"SASL {'re-' if sasl.reauthenticating else ''}authentication failed")
         return not close
@@ -440,12 +446,20 @@ class ServedConnection(asyncio.BufferedProtocol):
         answer = sasl.raw_token(token, time.monotonic())
         if answer is None:
             limited_log.info("sasl-failed", "closing %s: SASL authentication failed", self.peer)
+            await self._delay_failed_authentication()
             return False
         await self._send_answer([_SIZE.pack(len(answer)) + answer])
-        self._after_sasl_step(False)
+        self._take_sasl_principal()
         return True
 
-    def _after_sasl_step(self, close: bool) -> None:
+    async def _delay_failed_authentication(self) -> None:
+        """As Kafka (KIP-306): a failed authentication is answered, and its connection closed, only
+        after connection.failed.authentication.delay.ms, so guessing passwords is slow. Nothing
+        else of this connection is read meanwhile; other connections are served."""
+        self._pause_reading()
+        await asyncio.sleep(self.limits.failed_authentication_delay_ms / 1000)
+
+    def _take_sasl_principal(self) -> None:
         sasl = self.sasl
         assert sasl is not None
         if sasl.authenticated and sasl.principal is not None:

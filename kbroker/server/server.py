@@ -62,6 +62,7 @@ class Server:
             max_request_entries=config.get("socket.request.max.entries"),
             idle_ms=config.get("connections.max.idle.ms"),
             read_timeout_ms=config.get("socket.request.read.timeout.ms"),
+            failed_authentication_delay_ms=config.get("connection.failed.authentication.delay.ms"),
         )
         self.max_connections = config.get("max.connections")
         self.max_per_ip = config.get("max.connections.per.ip")
