@@ -90,6 +90,7 @@ HANDLER_MODULES = (
     "delete_groups",
     "delete_records",
     "delete_topics",
+    "describe_client_quotas",
     "describe_cluster",
     "describe_configs",
     "describe_groups",
