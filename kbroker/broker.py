@@ -14,6 +14,7 @@ from typing import Any
 from kbroker.clock import wall_clock_ms
 from kbroker.cluster.configs import ConfigService
 from kbroker.cluster.controller import ClusterView
+from kbroker.cluster.credentials import UserCredentials
 from kbroker.cluster.fetch_sessions import FetchSessionCache
 from kbroker.cluster.producer_ids import ProducerIdManager
 from kbroker.cluster.replica_fetcher import FetcherConfig
@@ -28,7 +29,6 @@ from kbroker.coordinator.txn_coordinator import TransactionCoordinator, TxnConfi
 from kbroker.coordinator.txn_markers import MarkerSender
 from kbroker.metadata.local_store import LocalMetadataStore
 from kbroker.metadata.store import BrokerEndpoint, BrokerIdInUse, BrokerRegistration, MetadataStore
-from kbroker.security.credentials import UserCredentials
 from kbroker.server.server import Server
 from kbroker.storage.log import Log
 from kbroker.storage.log_dir_health import LogDirHealth

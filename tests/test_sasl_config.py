@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from kbroker.cli.common import load_command_config
 from kbroker.config import BrokerConfig, ConfigError
-from kbroker.security.client_config import ClientConfigError, ClientSecurity, load_command_config
+from kbroker.security.client_config import ClientConfigError, ClientSecurity
 from kbroker.security.jaas import JaasError, parse_login_module
 from kbroker.security.sasl_config import SaslCredentials, SaslListenerSettings
 from kbroker.security.sasl_server import Admission, SaslSession

@@ -5,9 +5,11 @@ from __future__ import annotations
 import argparse
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 from kbroker.client import BrokerUnreachable, Client
-from kbroker.security.client_config import ClientConfigError, load_command_config
+from kbroker.config import parse_properties as parse_properties_text
+from kbroker.security.client_config import ClientConfigError, ClientSecurity
 from protocol.errors import ErrorCode, KafkaError
 
 
@@ -90,6 +92,17 @@ def flag(properties: dict[str, str], name: str, default: bool = False) -> bool:
     """A boolean property as Java's `Boolean.parseBoolean` reads it: only "true" (any case) is true."""
     value = properties.get(name)
     return default if value is None else value.strip().lower() == "true"
+
+
+def load_command_config(path: str | None) -> ClientSecurity:
+    """The security settings of `--command-config FILE` (plaintext without one)."""
+    if path is None:
+        return ClientSecurity()
+    try:
+        text = Path(path).read_text()
+    except OSError as e:
+        raise ClientConfigError(f"--command-config {path}: {e.strerror or e}") from None
+    return ClientSecurity.from_properties(parse_properties_text(text))
 
 
 @contextmanager

@@ -19,7 +19,6 @@ import argparse
 
 from kbroker.cli.common import CommandError, connect
 from kbroker.client import Client, check
-from kbroker.security.credentials import scram_credentials
 from kbroker.security.scram import (
     BY_WIRE_TYPE,
     DEFAULT_ITERATIONS,
@@ -29,6 +28,7 @@ from kbroker.security.scram import (
     ScramCredential,
     ScramMechanism,
     new_salt,
+    scram_credentials,
 )
 from protocol.errors import ErrorCode
 

@@ -6,8 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from kbroker.handlers import RequestContext
-from kbroker.security.credentials import scram_credentials
-from kbroker.security.scram import MECHANISMS
+from kbroker.security.scram import MECHANISMS, scram_credentials
 from protocol.errors import ErrorCode
 
 API_KEY = 50

@@ -22,7 +22,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kbroker.config import parse_properties
 from kbroker.security import jaas, tls
 from kbroker.security.sasl_config import (
     KAFKA_DEFAULT_MECHANISM,
@@ -64,17 +63,6 @@ class ClientSecurity:
         context = _tls_context(props) if protocol in ("SSL", "SASL_SSL") else None
         credentials = _credentials(props) if protocol.startswith("SASL_") else None
         return cls(protocol, context, credentials)
-
-
-def load_command_config(path: str | None) -> ClientSecurity:
-    """The security settings of `--command-config FILE` (plaintext without one)."""
-    if path is None:
-        return ClientSecurity()
-    try:
-        text = Path(path).read_text()
-    except OSError as e:
-        raise ClientConfigError(f"--command-config {path}: {e.strerror or e}") from None
-    return ClientSecurity.from_properties(parse_properties(text))
 
 
 def _tls_context(props: Mapping[str, str]) -> ssl.SSLContext:

@@ -68,8 +68,10 @@ def _api_name(api_key: int) -> str:
 
 
 class SaslSession:
-    def __init__(self, settings: SaslListenerSettings, scram_credentials: ScramLookup) -> None:
+    def __init__(self, settings: SaslListenerSettings, scram_credentials: ScramLookup,
+                 api_versions_range: tuple[int, int] = (0, 4)) -> None:
         self.settings = settings
+        self._api_versions_range = api_versions_range  # the ApiVersions versions the broker serves
         self._scram_credentials = scram_credentials
         self._state = _State.INITIAL
         self.raw_tokens = False  # a v0 handshake: tokens without Kafka request headers
@@ -112,9 +114,8 @@ class SaslSession:
             if api_key == SASL_HANDSHAKE:
                 return Admission.SASL, ""
             if api_key == API_VERSIONS and state is _State.INITIAL:
-                from kbroker.handlers import api_versions
-
-                if api_versions.MIN_VERSION <= api_version <= api_versions.MAX_VERSION:
+                low, high = self._api_versions_range
+                if low <= api_version <= high:
                     self._state = _State.HANDSHAKE  # an unsupported version may be retried with another
                 return Admission.SERVE, ""
             return Admission.CLOSE, f"Unexpected Kafka request of type {_api_name(api_key)} during SASL handshake."

@@ -18,12 +18,15 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import logging
 import re
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from kbroker.security.sasl_error import SaslError
+
+log = logging.getLogger("kbroker.sasl")
 
 MIN_ITERATIONS = 4096  # Kafka's ScramMechanism.minIterations, for both hashes
 MAX_ITERATIONS = 16384  # what AlterUserScramCredentials accepts
@@ -90,6 +93,21 @@ class ScramCredential:
                        base64.b64decode(fields["server_key"], validate=True), int(fields["iterations"]))
         except (KeyError, ValueError) as e:
             raise ValueError(f"not a SCRAM credential: {e}") from None
+
+
+def scram_credentials(configs: Mapping[str, str], user: str = "") -> dict[str, ScramCredential]:
+    """The SCRAM credentials among a user's stored configs (`SCRAM-SHA-256` -> credential text),
+    by mechanism name; a value that is not a credential is logged (not its content) and left out."""
+    found = {}
+    for mechanism in MECHANISMS:
+        text = configs.get(mechanism)
+        if text is None:
+            continue
+        try:
+            found[mechanism] = ScramCredential.from_text(text)
+        except ValueError:
+            log.error("the stored %s credential of user %r is not a SCRAM credential; ignoring it", mechanism, user)
+    return found
 
 
 def new_salt() -> bytes:

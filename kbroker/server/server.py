@@ -21,6 +21,7 @@ from collections import Counter
 from typing import TYPE_CHECKING
 
 from kbroker.config import parse_ip_overrides
+from kbroker.handlers import api_versions
 from kbroker.log_limiter import RateLimitedLog
 from kbroker.security.sasl_config import SaslListenerSettings
 from kbroker.security.sasl_server import SaslSession
@@ -158,7 +159,10 @@ class Server:
         with contextlib.suppress(OSError):
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         mapper = listener.tls.principal_mapper if listener.tls is not None else None
-        session = SaslSession(listener.sasl, self.broker.credentials.scram) if listener.sasl is not None else None
+        session = None
+        if listener.sasl is not None:
+            session = SaslSession(listener.sasl, self.broker.credentials.scram,
+                                  (api_versions.MIN_VERSION, api_versions.MAX_VERSION))
         connection = ServedConnection(self, ip, listener.name, mapper, session)
         self._connections.add(connection)
         self._per_ip[ip] += 1

@@ -10,26 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 
 from kbroker.metadata.store import MetadataStore, desanitize_entity_name
-from kbroker.security.scram import MECHANISMS, ScramCredential
+from kbroker.security.scram import ScramCredential, scram_credentials
 
 log = logging.getLogger("kbroker.credentials")
-
-
-def scram_credentials(configs: Mapping[str, str], user: str = "") -> dict[str, ScramCredential]:
-    """The SCRAM credentials among a user's stored configs, by mechanism name."""
-    found = {}
-    for mechanism in MECHANISMS:
-        text = configs.get(mechanism)
-        if text is None:
-            continue
-        try:
-            found[mechanism] = ScramCredential.from_text(text)
-        except ValueError:
-            log.error("the stored %s credential of user %r is not a SCRAM credential; ignoring it", mechanism, user)
-    return found
 
 
 class UserCredentials:
