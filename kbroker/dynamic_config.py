@@ -269,9 +269,9 @@ def _refuse_unhonoured(props: Mapping[str, str]) -> None:
 
 def unhonoured_stored(configs: Mapping[str, str]) -> list[str]:
     """Stored dynamic configs (written by another tool) that ask for security kbroker lacks: TLS
-    settings too, which kbroker reads from server.properties only and so would not apply."""
+    and SASL settings too, which kbroker reads from server.properties only and so would not apply."""
     return sorted(n for n, v in configs.items()
-                  if is_unhonoured_security_setting(n, v) or tls_setting_name(n) is not None)
+                  if is_unhonoured_security_setting(n, v) or tls_setting_name(n) is not None or is_sasl_setting(n))
 
 
 def reportable_broker_configs() -> list[str]:
@@ -280,5 +280,6 @@ def reportable_broker_configs() -> list[str]:
     accepted = {
         n for n in kafka.DYNAMIC_BROKER_CONFIGS
         if not is_unhonoured_security_setting(n) and n not in RESTART_ONLY and tls_setting_name(n) is None
+        and not is_sasl_setting(n)
     }
     return sorted(set(BROKER_CONFIG_DEFS) | accepted)
