@@ -15,6 +15,7 @@ from typing import Any
 from kbroker.clock import wall_clock_ms
 from kbroker.cluster.configs import ConfigService
 from kbroker.cluster.controller import ClusterView
+from kbroker.cluster.credentials import UserCredentials
 from kbroker.cluster.fetch_sessions import FetchSessionCache
 from kbroker.cluster.metadata_cache import MetadataCache
 from kbroker.cluster.producer_ids import ProducerIdManager
@@ -69,6 +70,8 @@ class Broker:
                 else config.cluster_id
             self.cluster_id = load_or_create_meta(log_dirs, config.broker_id, cluster_id)
             self.configs = ConfigService(self)  # applies the stored dynamic broker configs to `config`
+            self.credentials = UserCredentials(self.store, self.store_writer)  # SCRAM credentials, for SASL listeners
+            self.credentials.load()
         except BaseException:
             self.store.close()
             raise
@@ -107,6 +110,7 @@ class Broker:
                                        self.store_writer, config.inter_broker_listener,
                                        tls.client_context() if tls else None)
             self.cluster.unclean_election = config.get("unclean.leader.election.enable")
+            self.cluster.inter_broker_sasl = config.inter_broker_sasl
             self.topics.cluster = self.cluster
         # In a cluster, ids carry the broker id in their high bits, so brokers never hand out the same one.
         self.producer_ids = ProducerIdManager(log_dirs[0], namespace=config.broker_id if self.cluster else 0)
@@ -177,9 +181,11 @@ class Broker:
         self.groups.start_timers()
         self.transactions.load()
         self.configs.start(asyncio.get_running_loop())
+        self.credentials.start(asyncio.get_running_loop())
         for listener in self.config.listeners_parsed():
             port = await self.server.start(listener.host, listener.port, listener.name,
-                                           self.config.listener_tls.get(listener.name))
+                                           self.config.listener_tls.get(listener.name),
+                                           self.config.listener_sasl.get(listener.name))
             self.bound.append((listener.name, listener.host, port))
         # Once it can be reached: the other brokers (and the controller) learn of it now.
         await self._register()
@@ -364,6 +370,7 @@ class Broker:
         if self.cluster is not None:
             await self._controlled_shutdown()
         self.configs.stop()
+        self.credentials.stop()
         await self.server.stop()
         await self.replicas.stop()
         await self.log_mover.stop()

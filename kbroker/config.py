@@ -19,7 +19,8 @@ from typing import Any
 
 from kbroker.kafka_configs import DYNAMIC_BROKER_CONFIGS, DYNAMIC_DEFAULTS
 from kbroker.properties import parse_properties
-from kbroker.security import tls
+from kbroker.security import sasl_config, tls
+from kbroker.security.sasl_config import SaslConfigError, SaslCredentials, SaslListenerSettings
 from kbroker.security.tls import TlsConfigError, TlsSettings
 from kbroker.storage.encryption import KeyFileError, Keyring, load_key_file
 from kbroker.storage.log_config import TOPIC_CONFIG_DEFAULTS, LogConfig
@@ -105,6 +106,9 @@ _DEFS = [
     ConfigDef("socket.request.read.timeout.ms", _int, "30000",
               "A request whose first bytes arrived must be complete within this long, or the connection "
               "is closed (a client trickling bytes cannot hold a connection and its buffers forever)."),
+    ConfigDef("connection.failed.authentication.delay.ms", _int, "100",
+              "How long a connection whose SASL authentication failed waits before its answer and its close "
+              "(slows down password guessing, KIP-306)."),
     ConfigDef("socket.request.max.entries", _int, "100000",
               "Array entries (topics, partitions, groups...) one request may hold in all; a request with more "
               "is refused and its connection closed (kbroker's own: each entry costs Python objects)."),
@@ -238,28 +242,27 @@ TOPIC_CONFIG_SYNONYMS: dict[str, list[tuple[str, int]]] = {
 # not be ignored: the broker refuses to start instead of serving with less protection than asked
 # for. Names as Kafka's KafkaConfig; the list shrinks as each feature is implemented.
 UNHONOURED_SECURITY_PREFIXES = (
-    "sasl.", "quota.", "delegation.token.", "password.encoder.", "listener.name.",
+    "quota.", "delegation.token.", "password.encoder.", "listener.name.",
     "replication.quota.", "leader.replication.throttled.", "follower.replication.throttled.",
     "zookeeper.ssl.",  # TLS to ZooKeeper: kbroker's ZooKeeper session is plaintext
 )
 UNHONOURED_SECURITY_NAMES = frozenset({
     "authorizer.class.name", "super.users", "allow.everyone.if.no.acl.found", "principal.builder.class",
-    "connections.max.reauth.ms", "security.providers", "client.quota.callback.class",
-    "max.connection.creation.rate", "sasl.mechanism.inter.broker.protocol",
+    "security.providers", "client.quota.callback.class", "max.connection.creation.rate",
     "control.plane.listener.name", "producer.id.quota.window.num", "zookeeper.set.acl", "zookeeper.clientCnxnSocket",
 })
 # Values that ask for nothing beyond what kbroker does: an empty authorizer, no SASL between brokers.
 _HARMLESS_VALUES = {
     "authorizer.class.name": {""},
-    "security.inter.broker.protocol": {"PLAINTEXT", "SSL"},
-    "connections.max.reauth.ms": {"0"},
+    "security.inter.broker.protocol": {"PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"},
     "zookeeper.ssl.client.enable": {"false"},
     "zookeeper.set.acl": {"false"},
     "allow.everyone.if.no.acl.found": {"true", "false"},  # only read by an authorizer, which is refused
 }
 # Kafka's default mapping of listener names to security protocols.
 DEFAULT_SECURITY_PROTOCOL_MAP = {name: name for name in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")}
-SUPPORTED_SECURITY_PROTOCOLS = frozenset({"PLAINTEXT", "SSL"})
+SUPPORTED_SECURITY_PROTOCOLS = frozenset({"PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"})
+TLS_PROTOCOLS = frozenset({"SSL", "SASL_SSL"})
 _LISTENER_PREFIX = re.compile(r"listener\.name\.([^.]+)\.(.*)", re.DOTALL)
 
 
@@ -276,6 +279,8 @@ def is_unhonoured_security_setting(name: str, value: str | None = None) -> bool:
     tls_name = tls_setting_name(name)
     if tls_name is not None:
         return tls_name not in tls.HONOURED
+    if sasl_config.is_sasl_setting(name):
+        return not sasl_config.is_honoured(name)
     if name not in UNHONOURED_SECURITY_NAMES and not name.startswith(UNHONOURED_SECURITY_PREFIXES) \
             and name != "security.inter.broker.protocol":
         return False
@@ -375,11 +380,12 @@ class BrokerConfig:
             raise ConfigError(
                 f"refusing to start: {', '.join(refused)} "
                 f"{'asks' if len(refused) == 1 else 'ask'} for security kbroker does not implement yet "
-                "(SASL, ACLs, quotas, TLS settings other than those in docs/security.md); remove the setting "
+                "(ACLs, quotas, TLS and SASL settings other than those in docs/security.md); remove the setting "
                 "to run without it"
             )
         for name in sorted(set(props) - set(BROKER_CONFIG_DEFS)):
-            if tls_setting_name(name) is None:  # the TLS settings are read per listener
+            # The TLS and SASL settings are read per listener.
+            if tls_setting_name(name) is None and not sasl_config.is_sasl_setting(name):
                 log.warning("ignoring unknown property %s", name)
         self.values: dict[str, Any] = {}
         for definition in _DEFS:
@@ -418,7 +424,9 @@ class BrokerConfig:
         self._advertised = parse_listeners(advertised, "advertised.listeners") if advertised else None
         self.security_protocols = self._check_security_protocols(props)
         self.listener_tls = self._tls_of_listeners(props)
+        self.listener_sasl = self._sasl_of_listeners(props)
         self.inter_broker_listener = self._inter_broker_listener(props)
+        self.inter_broker_sasl = self._inter_broker_sasl(props)
         if self.num_partitions < 1:
             raise ConfigError("num.partitions must be at least 1")
         self._check_connection_settings()
@@ -482,6 +490,10 @@ class BrokerConfig:
                      "socket.request.read.timeout.ms", "socket.request.max.bytes", "socket.request.max.entries"):
             if self.values[name] < 1:
                 raise ConfigError(f"{name} must be at least 1")
+        delay = self.values["connection.failed.authentication.delay.ms"]
+        if not 0 <= delay < self.values["connections.max.idle.ms"]:
+            raise ConfigError(f"connection.failed.authentication.delay.ms={delay} should always be at least 0 and "
+                              f"less than connections.max.idle.ms={self.values['connections.max.idle.ms']}")
         queued = self.values["queued.max.request.bytes"]
         if 0 < queued < self.socket_request_max_bytes:
             # As Kafka: the pool must hold the largest request, or that request could never be read.
@@ -516,13 +528,33 @@ class BrokerConfig:
         try:
             TlsSettings.from_properties(tls_properties(props, None))
             for name, protocol in self.security_protocols.items():
-                if protocol == "SSL":
+                if protocol in TLS_PROTOCOLS:
                     settings = TlsSettings.from_properties(tls_properties(props, name))
                     settings.server_context()  # loads the key store: a bad key or password fails here
                     result[name] = settings
         except TlsConfigError as e:
             raise ConfigError(f"refusing to start: {e}") from None
         return result
+
+    def _sasl_of_listeners(self, props: Mapping[str, str]) -> dict[str, SaslListenerSettings]:
+        """The SASL settings of each SASL listener; a mechanism or setting kbroker cannot apply
+        stops the start."""
+        try:
+            sasl_config.check_global(props)
+            return {name: sasl_config.listener_settings(props, name)
+                    for name, protocol in self.security_protocols.items() if protocol in sasl_config.SASL_PROTOCOLS}
+        except SaslConfigError as e:
+            raise ConfigError(f"refusing to start: {e}") from None
+
+    def _inter_broker_sasl(self, props: Mapping[str, str]) -> SaslCredentials | None:
+        """How this broker logs in to the others when the inter-broker listener is SASL."""
+        settings = self.listener_sasl.get(self.inter_broker_listener)
+        if settings is None:
+            return None
+        try:
+            return sasl_config.inter_broker_credentials(props, self.inter_broker_listener, settings)
+        except SaslConfigError as e:
+            raise ConfigError(f"refusing to start: {e}") from None
 
     def _inter_broker_listener(self, props: Mapping[str, str]) -> str:
         """Kafka's rule: `inter.broker.listener.name`, or else the listener named after

@@ -22,6 +22,7 @@ from kbroker.config import (
     parse_ip_overrides,
     tls_setting_name,
 )
+from kbroker.security.sasl_config import is_sasl_setting
 from protocol.errors import ErrorCode, KafkaError
 
 LISTENER_CONFIG = re.compile(r"listener\.name\.[^.]*\.(.*)")
@@ -250,6 +251,14 @@ def _refuse_unhonoured(props: Mapping[str, str]) -> None:
             f"{', '.join(tls)}: kbroker reads TLS settings at start only; set "
             f"{'it' if len(tls) == 1 else 'them'} in server.properties and restart",
         )
+    sasl = sorted(n for n in props if is_sasl_setting(n))
+    if sasl:
+        # Kafka reloads JAAS entries and mechanisms at run time; kbroker reads them at start only.
+        raise KafkaError(
+            ErrorCode.INVALID_CONFIG,
+            f"{', '.join(sasl)}: kbroker reads SASL settings at start only; set "
+            f"{'it' if len(sasl) == 1 else 'them'} in server.properties and restart",
+        )
     restart_only = sorted(n for n in props if n in RESTART_ONLY)
     if restart_only:
         raise KafkaError(
@@ -261,9 +270,9 @@ def _refuse_unhonoured(props: Mapping[str, str]) -> None:
 
 def unhonoured_stored(configs: Mapping[str, str]) -> list[str]:
     """Stored dynamic configs (written by another tool) that ask for security kbroker lacks: TLS
-    settings too, which kbroker reads from server.properties only and so would not apply."""
+    and SASL settings too, which kbroker reads from server.properties only and so would not apply."""
     return sorted(n for n, v in configs.items()
-                  if is_unhonoured_security_setting(n, v) or tls_setting_name(n) is not None)
+                  if is_unhonoured_security_setting(n, v) or tls_setting_name(n) is not None or is_sasl_setting(n))
 
 
 def reportable_broker_configs() -> list[str]:
@@ -272,5 +281,6 @@ def reportable_broker_configs() -> list[str]:
     accepted = {
         n for n in kafka.DYNAMIC_BROKER_CONFIGS
         if not is_unhonoured_security_setting(n) and n not in RESTART_ONLY and tls_setting_name(n) is None
+        and not is_sasl_setting(n)
     }
     return sorted(set(BROKER_CONFIG_DEFS) | accepted)

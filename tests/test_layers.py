@@ -34,39 +34,41 @@ ALLOWED: dict[str, frozenset[str]] = {
     "kbroker.properties": frozenset(),
     # The log, then configuration (topic defaults come from the log's LogConfig) and metadata.
     "kbroker.storage": frozenset({"kbroker.clock", "kbroker.fsutil", "protocol"}),
-    # TLS contexts and principals (stdlib ssl and cryptography only).
-    "kbroker.security": frozenset(),
+    # TLS contexts, principals, SASL mechanisms and sessions (stdlib ssl and cryptography, the protocol).
+    "kbroker.security": frozenset({"protocol"}),
     "kbroker.config": frozenset({"kbroker.kafka_configs", "kbroker.properties", "kbroker.security", "kbroker.storage",
                                  "protocol"}),
     # meta.properties of the log dirs, and new cluster ids.
     "kbroker.meta_properties": frozenset({"kbroker.config", "kbroker.fsutil", "kbroker.properties"}),
-    "kbroker.dynamic_config": frozenset({"kbroker.config", "kbroker.kafka_configs", "protocol"}),
+    "kbroker.dynamic_config": frozenset({"kbroker.config", "kbroker.kafka_configs", "kbroker.security", "protocol"}),
     "kbroker.metadata": frozenset({"kbroker.clock", "kbroker.config", "kbroker.fsutil", "kbroker.meta_properties",
                                    "kbroker.ports", "protocol"}),
     # Replica manager, partitions, fetch sessions, replication, topics, the cluster view.
     "kbroker.cluster": frozenset({"kbroker.clock", "kbroker.config", "kbroker.dynamic_config", "kbroker.fsutil",
-                                  "kbroker.metadata", "kbroker.pacing", "kbroker.storage", "protocol"}),
+                                  "kbroker.metadata", "kbroker.pacing", "kbroker.security", "kbroker.storage",
+                                  "protocol"}),
     # Group and transaction coordinators, over the replica manager.
     "kbroker.coordinator": frozenset({"kbroker.clock", "kbroker.cluster", "kbroker.storage", "protocol"}),
     # One module per API, over the services.
     "kbroker.handlers": frozenset({"kbroker.clock", "kbroker.cluster", "kbroker.config", "kbroker.coordinator",
                                    "kbroker.dynamic_config", "kbroker.kafka_configs", "kbroker.log_limiter",
-                                   "kbroker.pacing", "kbroker.storage", "protocol"}),
+                                   "kbroker.pacing", "kbroker.security", "kbroker.storage", "protocol"}),
     # The network server dispatches to the handlers (one way: handlers never import it).
     "kbroker.server": frozenset({"kbroker.config", "kbroker.handlers", "kbroker.log_limiter", "kbroker.security",
                                  "protocol"}),
     # The wiring of one broker.
     "kbroker.broker": frozenset({"kbroker.clock", "kbroker.cluster", "kbroker.config", "kbroker.coordinator",
-                                 "kbroker.meta_properties", "kbroker.metadata", "kbroker.server", "kbroker.storage"}),
+                                 "kbroker.meta_properties", "kbroker.metadata", "kbroker.security", "kbroker.server",
+                                 "kbroker.storage"}),
     # Clients, tools and benchmarks, outside the broker.
-    "kbroker.client": frozenset({"kbroker.clock", "protocol"}),
+    "kbroker.client": frozenset({"kbroker.clock", "kbroker.security", "protocol"}),
     # Local broker processes (and their ZooKeeper), for the tests, benchmarks and `kbroker cluster`.
     "kbroker.launcher": frozenset({"kbroker.metadata", "kbroker.ports"}),
     "kbroker.bench": frozenset({"kbroker.client", "kbroker.config", "kbroker.launcher", "kbroker.metadata",
                                 "kbroker.ports", "kbroker.properties", "protocol"}),
     "kbroker.cli": frozenset({"kbroker.clock", "kbroker.bench", "kbroker.broker", "kbroker.client", "kbroker.config",
                               "kbroker.fsutil", "kbroker.launcher", "kbroker.metadata", "kbroker.partitioner",
-                              "kbroker.ports", "protocol"}),
+                              "kbroker.ports", "kbroker.security", "protocol"}),
 }
 
 # unit -> the units it may name in type hints only (under `if TYPE_CHECKING:`), against the layers.

@@ -465,3 +465,43 @@ def test_an_election_that_read_an_old_epoch_cannot_reuse_it(zk_connect: str, mon
     finally:
         slow.close()
         fast.close()
+
+
+# -- users' SCRAM credentials ----------------------------------------------------------------------
+
+
+def test_user_configs_are_shared_and_announced(backend: Backend, store: MetadataStore) -> None:
+    changes = Recorder()
+    peer = backend.peer(store)
+    unwatch = peer.watch_config_changes(changes)
+    store.set_user_configs("alice", {"SCRAM-SHA-256": "salt=a,stored_key=b,server_key=c,iterations=4096"})
+    store.set_user_configs("bob smith*", {"SCRAM-SHA-512": "salt=d,stored_key=e,server_key=f,iterations=8192"})
+    store.set_user_configs("gone", {"SCRAM-SHA-512": "x"})
+    store.set_user_configs("gone", {})
+    # Kafka's sanitized entity names in the notifications (a space as %20, '*' as %2A).
+    assert changes.wait_count(4)[:4] == [("users", "alice"), ("users", "bob%20smith%2A"), ("users", "gone"),
+                                         ("users", "gone")]
+    unwatch()
+    other = backend.open()
+    assert other.get_user_configs("alice") == {"SCRAM-SHA-256": "salt=a,stored_key=b,server_key=c,iterations=4096"}
+    assert other.get_user_configs("nobody") == {}
+    assert other.list_user_configs() == {
+        "alice": {"SCRAM-SHA-256": "salt=a,stored_key=b,server_key=c,iterations=4096"},
+        "bob smith*": {"SCRAM-SHA-512": "salt=d,stored_key=e,server_key=f,iterations=8192"},
+    }
+
+
+def test_user_znodes_are_kafkas(zk_connect: str, zk_raw: KazooClient) -> None:
+    store = ZooKeeperMetadataStore(zk_connect)
+    try:
+        store.set_user_configs("carol@example.com", {"SCRAM-SHA-512": "salt=s,stored_key=k,server_key=v,iterations=4096"})
+        assert read_json(zk_raw, "/config/users/carol%40example.com") == {
+            "version": 1, "config": {"SCRAM-SHA-512": "salt=s,stored_key=k,server_key=v,iterations=4096"}}
+        changes = sorted(zk_raw.get_children("/config/changes"))
+        assert read_json(zk_raw, f"/config/changes/{changes[-1]}") == {
+            "version": 2, "entity_path": "users/carol%40example.com"}
+        # A user Kafka's kafka-configs.sh wrote is read, its sanitized name decoded.
+        zk_raw.create("/config/users/dave%2Bops", b'{"version":1,"config":{"SCRAM-SHA-256":"salt=x"}}')
+        assert store.list_user_configs()["dave+ops"] == {"SCRAM-SHA-256": "salt=x"}
+    finally:
+        store.close()

@@ -115,6 +115,8 @@ public final class KafkaHarness {
         SCENARIOS.put("txn_offsets", KafkaHarness::txnOffsets);
         SCENARIOS.put("txn_fencing", KafkaHarness::txnFencing);
         SCENARIOS.put("observe", KafkaHarness::observe);
+        SCENARIOS.put("scram_users", KafkaHarness::scramUsers);
+        SCENARIOS.put("produce_paced", KafkaHarness::producePaced);
     }
 
     public static void main(String[] argv) throws Exception {
@@ -469,6 +471,46 @@ public final class KafkaHarness {
             }
         }
         return map("sent", sent);
+    }
+
+    /** One producer sending `count` records `pause_ms` apart, each acknowledged before the next:
+     * with a short session lifetime (connections.max.reauth.ms) the client re-authenticates
+     * (KIP-368) on its connection meanwhile. */
+    static Map<String, Object> producePaced(Args args) throws Exception {
+        String topic = args.get("topic");
+        int count = args.getInt("count");
+        long pauseMs = args.getInt("pause_ms");
+        List<Object> offsets = new ArrayList<>();
+        try (KafkaProducer<byte[], byte[]> producer = producer(args, Map.of(ProducerConfig.ACKS_CONFIG, "all"))) {
+            for (int i = 0; i < count; i++) {
+                RecordMetadata m = producer.send(new ProducerRecord<>(topic, bytes("paced-" + i)))
+                    .get(WAIT_MS, TimeUnit.MILLISECONDS);
+                offsets.add(m.offset());
+                Thread.sleep(pauseMs);  // the pacing is the scenario: time for the session to age
+            }
+        }
+        return map("offsets", offsets);
+    }
+
+    // ---------------------------------------------------------------------------------------------
+    // SCRAM credentials (KIP-554)
+
+    /** Upsert `user`'s credential for `mechanism` with `password` and `iterations`, then describe it. */
+    static Map<String, Object> scramUsers(Args args) throws Exception {
+        String user = args.get("user");
+        org.apache.kafka.clients.admin.ScramMechanism mechanism =
+            org.apache.kafka.clients.admin.ScramMechanism.fromMechanismName(args.get("mechanism"));
+        try (Admin admin = admin(args)) {
+            admin.alterUserScramCredentials(List.of(new org.apache.kafka.clients.admin.UserScramCredentialUpsertion(
+                user, new org.apache.kafka.clients.admin.ScramCredentialInfo(mechanism, args.getInt("iterations")),
+                args.get("password")))).all().get(WAIT_MS, TimeUnit.MILLISECONDS);
+            org.apache.kafka.clients.admin.UserScramCredentialsDescription description = admin
+                .describeUserScramCredentials(List.of(user)).description(user).get(WAIT_MS, TimeUnit.MILLISECONDS);
+            List<Object> infos = new ArrayList<>();
+            description.credentialInfos().forEach(info -> infos.add(map(
+                "mechanism", info.mechanism().mechanismName(), "iterations", info.iterations())));
+            return map("user", description.name(), "credentials", infos);
+        }
     }
 
     // ---------------------------------------------------------------------------------------------

@@ -5,8 +5,11 @@ from __future__ import annotations
 import argparse
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 from kbroker.client import BrokerUnreachable, Client
+from kbroker.config import parse_properties as parse_properties_text
+from kbroker.security.client_config import ClientConfigError, ClientSecurity
 from protocol.errors import ErrorCode, KafkaError
 
 
@@ -55,10 +58,18 @@ def describe_error(error: KafkaError) -> str:
     return f"{name}: {text}" if text else name
 
 
-def add_bootstrap_argument(parser: argparse.ArgumentParser) -> None:
+def add_bootstrap_argument(parser: argparse.ArgumentParser, required: bool = True,
+                           config_aliases: tuple[str, ...] = ()) -> None:
+    """--bootstrap-server and --command-config (also under `config_aliases`, e.g. the console
+    producer's --producer.config)."""
     parser.add_argument(
-        "--bootstrap-server", required=True, metavar="HOST:PORT",
+        "--bootstrap-server", required=required, metavar="HOST:PORT",
         help="the broker(s) to connect to, host:port[,host:port...]",
+    )
+    parser.add_argument(
+        "--command-config", *config_aliases, dest="command_config", metavar="FILE",
+        help="client properties for a secured listener, as Kafka's tools take them (security.protocol, "
+             "sasl.mechanism, sasl.jaas.config, ssl.truststore.location, ...)",
     )
 
 
@@ -83,12 +94,25 @@ def flag(properties: dict[str, str], name: str, default: bool = False) -> bool:
     return default if value is None else value.strip().lower() == "true"
 
 
-@contextmanager
-def connect(bootstrap: str, client_id: str = "kbroker-tools", timeout: float = 30.0) -> Iterator[Client]:
-    """A client for the command's lifetime; broker and protocol failures become CommandErrors."""
+def load_command_config(path: str | None) -> ClientSecurity:
+    """The security settings of `--command-config FILE` (plaintext without one)."""
+    if path is None:
+        return ClientSecurity()
     try:
-        client = Client(bootstrap, client_id=client_id, timeout=timeout)
-    except (BrokerUnreachable, ValueError) as e:
+        text = Path(path).read_text()
+    except OSError as e:
+        raise ClientConfigError(f"--command-config {path}: {e.strerror or e}") from None
+    return ClientSecurity.from_properties(parse_properties_text(text))
+
+
+@contextmanager
+def connect(bootstrap: str, client_id: str = "kbroker-tools", timeout: float = 30.0,
+            command_config: str | None = None) -> Iterator[Client]:
+    """A client for the command's lifetime, secured as `command_config` says; broker and protocol
+    failures become CommandErrors."""
+    try:
+        client = Client(bootstrap, client_id=client_id, timeout=timeout, security=load_command_config(command_config))
+    except (BrokerUnreachable, ValueError, ClientConfigError) as e:
         raise CommandError(str(e)) from None
     except KafkaError as e:
         raise CommandError(describe_error(e)) from None

@@ -1,10 +1,12 @@
-"""`kbroker configs`: describe and alter topic and broker configs, like kafka-configs.sh."""
+"""`kbroker configs`: describe and alter topic and broker configs, and users' SCRAM credentials
+(kbroker/cli/scram_users.py), like kafka-configs.sh."""
 
 from __future__ import annotations
 
 import argparse
 import re
 
+from kbroker.cli import scram_users
 from kbroker.cli.common import CommandError, add_bootstrap_argument, connect
 from kbroker.client import Client
 from kbroker.client.admin import (
@@ -18,7 +20,8 @@ from kbroker.client.admin import (
     ConfigEntry,
 )
 
-ENTITY_TYPES = {"topics": TOPIC_RESOURCE, "brokers": BROKER_RESOURCE}
+USERS = -1  # not a config resource: users' SCRAM credentials have their own APIs
+ENTITY_TYPES = {"topics": TOPIC_RESOURCE, "brokers": BROKER_RESOURCE, "users": USERS}
 BROKER_DEFAULT = ""  # the entity name of the cluster-wide broker defaults
 # Without --all, describe shows only what was set on the entity itself.
 _DYNAMIC_SOURCE = {TOPIC_RESOURCE: 1, BROKER_RESOURCE: 2}
@@ -28,12 +31,15 @@ _OUTSIDE_BRACKETS = r"(?=[^\]]*(?:\[|$))"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_bootstrap_argument(parser)
+    add_bootstrap_argument(parser, required=False)
+    parser.add_argument("--zookeeper", metavar="HOST:PORT[/CHROOT]",
+                        help="with --entity-type users: write SCRAM credentials to ZooKeeper directly (the first "
+                             "credential of a cluster whose listeners all need SASL)")
     actions = parser.add_mutually_exclusive_group(required=True)
     actions.add_argument("--describe", action="store_true", help="show the entity's configs")
     actions.add_argument("--alter", action="store_true", help="change the entity's configs")
-    parser.add_argument("--entity-type", choices=sorted(ENTITY_TYPES), help="topics or brokers")
-    parser.add_argument("--entity-name", help="topic name or broker id")
+    parser.add_argument("--entity-type", choices=sorted(ENTITY_TYPES), help="topics, brokers or users")
+    parser.add_argument("--entity-name", help="topic name, broker id or user name")
     parser.add_argument("--entity-default", action="store_true", help="the default config of all brokers")
     parser.add_argument("--topic", help="shorthand for --entity-type topics --entity-name TOPIC")
     parser.add_argument("--broker", help="shorthand for --entity-type brokers --entity-name BROKER")
@@ -48,12 +54,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     resource_type, name = _entity(args)
-    with connect(args.bootstrap_server) as client:
+    if resource_type == USERS:
+        return _run_users(args, name)
+    if args.zookeeper:
+        raise CommandError("--zookeeper is only supported for --entity-type users (SCRAM credentials)")
+    if not args.bootstrap_server:
+        raise CommandError("--bootstrap-server is required")
+    with connect(args.bootstrap_server, command_config=args.command_config) as client:
         if args.describe:
             _describe(client, resource_type, name, args.all)
         else:
             _alter(client, resource_type, name, args)
     return 0
+
+
+def _run_users(args: argparse.Namespace, name: str | None) -> int:
+    if args.append_config or args.subtract_config:
+        raise CommandError("--append-config and --subtract-config do not apply to users")
+    if args.alter and not (args.add_config or args.delete_config):
+        raise CommandError("--alter needs --add-config or --delete-config")
+    additions = parse_config_pairs(args.add_config) if args.add_config else {}
+    deletions = [key.strip() for key in (args.delete_config or "").split(",") if key.strip()]
+    if set(additions) & set(deletions):
+        raise CommandError("a config may be changed only once per command")
+    return scram_users.run(args, name, additions, deletions)
 
 
 # -- entity -----------------------------------------------------------------------------------

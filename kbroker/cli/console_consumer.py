@@ -34,7 +34,7 @@ _POLL_MS = 500
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_bootstrap_argument(parser)
+    add_bootstrap_argument(parser, config_aliases=("--consumer.config",))
     parser.add_argument("--topic", required=True, help="the topic to consume")
     parser.add_argument("--from-beginning", action="store_true",
                         help="start at the earliest offset instead of the latest")
@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
     _check_options(args)
     formatter = Formatter.from_properties(parse_properties(args.property))
     printer = Printer(formatter, args.max_messages)
-    with connect(args.bootstrap_server, client_id="console-consumer") as client:
+    with connect(args.bootstrap_server, client_id="console-consumer", command_config=args.command_config) as client:
         reader = PartitionReader(client, args)
         try:
             _consume(reader, printer, args.timeout_ms)

@@ -32,7 +32,7 @@ _ACKS = {"all": -1, "-1": -1, "0": 0, "1": 1}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_bootstrap_argument(parser)
+    add_bootstrap_argument(parser, config_aliases=("--producer.config",))
     parser.add_argument("--topic", required=True, help="the topic to produce to")
     add_property_argument(
         parser, "line reader property: parse.key, key.separator, parse.headers, headers.delimiter, "
@@ -52,7 +52,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     reader = LineReader.from_properties(parse_properties(args.property))
-    with connect(args.bootstrap_server, client_id="console-producer") as client:
+    with connect(args.bootstrap_server, client_id="console-producer", command_config=args.command_config) as client:
         producer = BatchingProducer(client, args)
         try:
             for number, line in enumerate_lines(read_lines(sys.stdin.fileno(), args.timeout / 1000)):

@@ -85,7 +85,7 @@ def _add_reset_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     action = next(a for a in _ACTIONS if getattr(args, a))
     _check_options(args, action)
-    with connect(args.bootstrap_server, timeout=max(args.timeout, 1) / 1000) as client:
+    with connect(args.bootstrap_server, timeout=max(args.timeout, 1) / 1000, command_config=args.command_config) as client:
         {"list": _list, "describe": _describe, "delete": _delete, "reset_offsets": _reset_offsets,
          "delete_offsets": _delete_offsets}[action](client, args)
     return 0

@@ -24,7 +24,7 @@ def run(args: argparse.Namespace) -> int:
     if args.topic is not None and args.partition is None:
         raise CommandError("Missing required option(s): partition")
     partitions = None if args.all_topic_partitions else [(args.topic, args.partition)]
-    with connect(args.bootstrap_server) as client:
+    with connect(args.bootstrap_server, command_config=args.command_config) as client:
         results = client.elect_leaders(args.election_type == "UNCLEAN", partitions)
     done = sorted(tp for tp, code in results.items() if code == ErrorCode.NO_ERROR)
     not_needed = sorted(tp for tp, code in results.items() if code == ErrorCode.ELECTION_NOT_NEEDED)

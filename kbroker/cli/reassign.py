@@ -29,7 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    with connect(args.bootstrap_server) as client:
+    with connect(args.bootstrap_server, command_config=args.command_config) as client:
         if args.generate:
             return _generate(client, args)
         wanted = _read_assignment(args.reassignment_json_file)

@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     action = next(a for a in _ACTIONS if getattr(args, a))
     if action in ("create", "alter", "delete") and not args.topic:
         raise CommandError(f"--{action} needs --topic")
-    with connect(args.bootstrap_server) as client:
+    with connect(args.bootstrap_server, command_config=args.command_config) as client:
         {"create": _create, "list": _list, "describe": _describe, "alter": _alter, "delete": _delete}[action](
             client, args)
     return 0

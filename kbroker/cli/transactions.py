@@ -44,7 +44,7 @@ def _add_partition_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    with connect(args.bootstrap_server) as client:
+    with connect(args.bootstrap_server, command_config=args.command_config) as client:
         return _ACTIONS[args.action](client, args)
 
 

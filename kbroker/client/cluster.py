@@ -17,6 +17,7 @@ from construct import Container
 
 from kbroker.client.connection import BrokerConnection, parse_bootstrap
 from kbroker.client.errors import BrokerUnreachable, check
+from kbroker.security.client_config import ClientSecurity
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages import BY_KEY
 
@@ -64,9 +65,11 @@ class ClusterMetadata:
 class ClusterClient:
     """Connections to, and metadata of, a cluster reached through `bootstrap` ("host:port[,host:port]")."""
 
-    def __init__(self, bootstrap: str, client_id: str = "kbroker-tools", timeout: float = 30.0) -> None:
+    def __init__(self, bootstrap: str, client_id: str = "kbroker-tools", timeout: float = 30.0,
+                 security: ClientSecurity | None = None) -> None:
         self.client_id = client_id
         self.timeout = timeout
+        self.security = security  # TLS and SASL settings (--command-config); None: plaintext
         self._addresses = parse_bootstrap(bootstrap)
         self._bootstrap = self._connect_any()
         self._nodes: dict[int, BrokerConnection] = {}
@@ -77,7 +80,7 @@ class ClusterClient:
         failures = []
         for host, port in self._addresses:
             try:
-                return BrokerConnection(host, port, self.client_id, self.timeout)
+                return BrokerConnection(host, port, self.client_id, self.timeout, self.security)
             except BrokerUnreachable as e:
                 failures.append(str(e))
         if len(failures) == 1:
@@ -110,7 +113,7 @@ class ClusterClient:
         if f"{host}:{port}" == self._bootstrap.address:
             conn = self._bootstrap
         else:
-            conn = BrokerConnection(host, port, self.client_id, self.timeout)
+            conn = BrokerConnection(host, port, self.client_id, self.timeout, self.security)
         self._nodes[node] = conn
         return conn
 

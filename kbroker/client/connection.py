@@ -10,6 +10,8 @@ from typing import Any
 from construct import ConstructError, Container
 
 from kbroker.client.errors import BrokerUnreachable, check
+from kbroker.security.client_config import ClientSecurity
+from kbroker.security.sasl_client import authenticate_sync
 from protocol.connection import ClientProtocol
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages import BY_KEY
@@ -33,15 +35,20 @@ def parse_bootstrap(bootstrap: str) -> list[tuple[str, int]]:
 class BrokerConnection:
     """One socket to one broker, with the API versions both sides speak."""
 
-    def __init__(self, host: str, port: int, client_id: str, timeout: float) -> None:
+    def __init__(self, host: str, port: int, client_id: str, timeout: float,
+                 security: ClientSecurity | None = None) -> None:
         self.address = f"{host}:{port}"
         try:
             self._sock = socket.create_connection((host, port), timeout=timeout)
+            if security is not None:  # TLS (SSL, SASL_SSL): its handshake here
+                self._sock = security.wrap(self._sock, host)
         except OSError as e:
             raise BrokerUnreachable(f"cannot connect to broker {self.address}: {_reason(e)}") from None
         self._sock.settimeout(timeout)
         self._conn = ClientProtocol(client_id)
         self.versions: dict[int, int] = self._negotiate()
+        if security is not None and security.sasl is not None:  # SASL_PLAINTEXT, SASL_SSL
+            authenticate_sync(self.send, security.sasl)
 
     def _negotiate(self) -> dict[int, int]:
         """The highest version of each API that this module and the broker both know."""

@@ -37,6 +37,7 @@ from kbroker.metadata.store import (
     TopicRecord,
     Unwatch,
 )
+from kbroker.security.sasl_config import SaslCredentials
 from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
@@ -79,6 +80,7 @@ class ClusterView:
         # Brokers reach each other on this listener, with TLS when it is SSL.
         self.inter_broker_listener = inter_broker_listener
         self.inter_broker_ssl = inter_broker_ssl
+        self.inter_broker_sasl: SaslCredentials | None = None  # the login when that listener is SASL
         self.broker_id = broker_id
         self.replicas = replicas
         self.topics = topics
@@ -112,6 +114,7 @@ class ClusterView:
         self.replicas.isr_writer = self.write_isr
         self.replicas.endpoint_of = self.endpoint_of
         self.replicas.inter_broker_ssl = self.inter_broker_ssl
+        self.replicas.inter_broker_sasl = self.inter_broker_sasl
         self._unwatch.append(self.store.watch_brokers(self._hop(self._on_brokers)))
         self._unwatch.append(self.store.watch_topics(self._read_new_topics(self._hop(self._on_topics))))
         self._unwatch.append(self.store.watch_controller(self._claim_vacant_controller(self._hop(self._on_controller))))

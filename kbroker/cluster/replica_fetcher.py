@@ -22,6 +22,7 @@ from typing import Any
 from kbroker.cluster.broker_client import AsyncBrokerClient, BrokerUnavailable
 from kbroker.cluster.fetch_sessions import INITIAL_EPOCH, INVALID_SESSION_ID, next_epoch
 from kbroker.cluster.partition import Partition
+from kbroker.security.sasl_config import SaslCredentials
 from kbroker.storage.log_validator import UnexpectedAppendOffset
 from protocol.errors import ErrorCode, KafkaError
 from protocol.records import LOG_OVERHEAD
@@ -90,12 +91,12 @@ class _Session:
 
 class ReplicaFetcher:
     def __init__(self, local_id: int, leader_id: int, host: str, port: int, config: FetcherConfig,
-                 ssl_context: ssl.SSLContext | None = None) -> None:
+                 ssl_context: ssl.SSLContext | None = None, sasl: SaslCredentials | None = None) -> None:
         self.local_id = local_id
         self.leader_id = leader_id
         self.config = config
         self.client = AsyncBrokerClient(host, port, f"replica-fetcher-{local_id}-{leader_id}",
-                                        ssl_context=ssl_context)
+                                        ssl_context=ssl_context, sasl=sasl)
         self.partitions: dict[tuple[str, int], Partition] = {}
         self._needs_truncation: set[tuple[str, int]] = set()
         self._changed = asyncio.Event()

@@ -27,6 +27,7 @@ from pathlib import Path
 from kbroker.cluster.partition import FetchIsolation, IsrWriter, LogReadResult, Partition, TimestampAndOffset
 from kbroker.cluster.replica_fetcher import FetcherConfig, ReplicaFetcher
 from kbroker.pacing import Pacer
+from kbroker.security.sasl_config import SaslCredentials
 from kbroker.storage.log import Log
 from kbroker.storage.log_config import LogConfig
 from kbroker.storage.log_manager import LogManager
@@ -140,6 +141,7 @@ class ReplicaManager:
         self.log_manager = log_manager
         self.endpoint_of = endpoint_of  # the leader's address on the inter-broker listener
         self.inter_broker_ssl: ssl.SSLContext | None = None  # TLS when that listener is SSL
+        self.inter_broker_sasl: SaslCredentials | None = None  # the login when it is SASL
         self.isr_writer = isr_writer
         self.fetcher_config = fetcher_config or FetcherConfig()
         self._partitions: dict[tuple[str, int], Partition] = {}
@@ -221,7 +223,8 @@ class ReplicaManager:
             endpoint = self.endpoint_of(leader_id) if self.endpoint_of is not None else None
             if endpoint is None:
                 raise KafkaError(ErrorCode.BROKER_NOT_AVAILABLE, f"no address for broker {leader_id}")
-            fetcher = ReplicaFetcher(self.broker_id, leader_id, *endpoint, self.fetcher_config, self.inter_broker_ssl)
+            fetcher = ReplicaFetcher(self.broker_id, leader_id, *endpoint, self.fetcher_config, self.inter_broker_ssl,
+                                     self.inter_broker_sasl)
             self._fetchers[leader_id] = fetcher
         return fetcher
 

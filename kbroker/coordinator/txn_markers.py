@@ -65,7 +65,8 @@ class MarkerSender:
         client = self._clients.get(leader)
         if client is None or client.address != f"{address[0]}:{address[1]}":
             client = self._clients[leader] = AsyncBrokerClient(*address, f"txn-markers-{self.local_id}",
-                                                               ssl_context=self.cluster.inter_broker_ssl)
+                                                               ssl_context=self.cluster.inter_broker_ssl,
+                                                               sasl=self.cluster.inter_broker_sasl)
         topics: dict[str, list[int]] = {}
         for topic, index in owned:
             topics.setdefault(topic, []).append(index)

@@ -26,6 +26,7 @@ from kbroker.metadata.store import (
     TopicRecord,
     Unwatch,
     VersionConflict,
+    sanitize_entity_name,
 )
 from protocol.errors import ErrorCode, KafkaError
 
@@ -67,6 +68,7 @@ class LocalMetadataStore(MetadataStore):
         self.path = Path(directory) / STORE_FILE
         self._topics: dict[str, TopicRecord] = {}
         self._broker_configs: dict[str, dict[str, str]] = {}
+        self._user_configs: dict[str, dict[str, str]] = {}
         self._partition_states: dict[tuple[str, int], PartitionState] = {}
         self._controller_epoch = 0
         self._cluster_id: str | None = None
@@ -94,6 +96,7 @@ class LocalMetadataStore(MetadataStore):
             )
             self._topics[record.name] = record
         self._broker_configs = {k: dict(v) for k, v in document.get("broker_configs", {}).items()}
+        self._user_configs = {k: dict(v) for k, v in document.get("user_configs", {}).items()}
         for topic, states in document.get("partition_states", {}).items():
             for partition, s in states.items():
                 self._partition_states[(topic, int(partition))] = PartitionState(
@@ -114,6 +117,7 @@ class LocalMetadataStore(MetadataStore):
     def _revert(self) -> None:
         self._topics = {}
         self._broker_configs = {}
+        self._user_configs = {}
         self._partition_states = {}
         self._controller_epoch = 0
         self._cluster_id = None
@@ -145,6 +149,8 @@ class LocalMetadataStore(MetadataStore):
             document["partition_states"] = states
         if self._controller_epoch:
             document["controller_epoch"] = self._controller_epoch
+        if self._user_configs:
+            document["user_configs"] = self._user_configs
         if self._cluster_id is not None:
             document["cluster_id"] = self._cluster_id
         write_atomically(self.path, json.dumps(document, indent=1, sort_keys=True))
@@ -213,6 +219,22 @@ class LocalMetadataStore(MetadataStore):
     def _config_changed(self, entity_type: str, entity_name: str) -> None:
         for callback in list(self._config_watchers):
             callback(entity_type, entity_name)
+
+    # -- users (SCRAM credentials) --------------------------------------------------------------
+
+    def get_user_configs(self, user: str) -> dict[str, str]:
+        return dict(self._user_configs.get(user, {}))
+
+    def set_user_configs(self, user: str, configs: Mapping[str, str]) -> None:
+        if configs:
+            self._user_configs[user] = dict(configs)
+        else:
+            self._user_configs.pop(user, None)
+        self._save()
+        self._config_changed("users", sanitize_entity_name(user))
+
+    def list_user_configs(self) -> dict[str, dict[str, str]]:
+        return {user: dict(configs) for user, configs in self._user_configs.items()}
 
     # -- partition leadership -------------------------------------------------------------------
 

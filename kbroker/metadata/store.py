@@ -18,6 +18,7 @@ returns a function that cancels the watch.
 
 from __future__ import annotations
 
+import urllib.parse
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
@@ -91,6 +92,20 @@ class BrokerIdInUse(MetadataConflict):
     """Another live broker (another ZooKeeper session) is registered with this id."""
 
 
+_SANITIZE_SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-_")
+
+
+def sanitize_entity_name(name: str) -> str:
+    """Kafka's Sanitizer.sanitize: a user name as a znode name and in change notifications
+    (URL encoding, with space as %20 and '*' as %2A)."""
+    return "".join(chr(b) if chr(b) in _SANITIZE_SAFE else f"%{b:02X}" for b in name.encode())
+
+
+def desanitize_entity_name(name: str) -> str:
+    """Kafka's Sanitizer.desanitize."""
+    return urllib.parse.unquote(name, errors="strict")
+
+
 class MetadataStore(ABC):
     # -- topics ---------------------------------------------------------------------------------
 
@@ -133,8 +148,25 @@ class MetadataStore(ABC):
     @abstractmethod
     def watch_config_changes(self, callback: Callable[[str, str], None]) -> Unwatch:
         """Call `callback(entity_type, entity_name)` after each later change of dynamic configs:
-        ("topics", name) or ("brokers", id or "<default>"), so every broker can reload what
+        ("topics", name), ("brokers", id or "<default>") or ("users", sanitized user name), so every broker can reload what
         another one changed. Unlike the other watches, nothing is reported right away."""
+
+    # -- users (SCRAM credentials) --------------------------------------------------------------
+
+    @abstractmethod
+    def get_user_configs(self, user: str) -> dict[str, str]:
+        """The stored configs of `user`, as Kafka keeps them in `/config/users/<user>`: SCRAM
+        credentials, `SCRAM-SHA-256` -> `salt=...,stored_key=...,server_key=...,iterations=...`
+        (salted and hashed: never a password). Empty when there are none."""
+
+    @abstractmethod
+    def set_user_configs(self, user: str, configs: Mapping[str, str]) -> None:
+        """Replace the configs of `user`; every broker hears of it through `watch_config_changes`
+        as ("users", sanitize_entity_name(user))."""
+
+    @abstractmethod
+    def list_user_configs(self) -> dict[str, dict[str, str]]:
+        """user -> configs, for every user that has some."""
 
     # -- partition leadership -------------------------------------------------------------------
 

@@ -15,6 +15,7 @@ The layout and JSON are Kafka's (`kafka.zk.ZkData`), so an operator's habits (`z
                                                    "leader_epoch":..,"isr":[..]}
     /config/topics/<topic>                        {"version":1,"config":{..}}
     /config/brokers/<id>|<default>                {"version":1,"config":{..}}
+    /config/users/<sanitized user>                {"version":1,"config":{"SCRAM-SHA-256":"salt=..,stored_key=..,.."}}
     /config/changes/config_change_<seq>           {"version":2,"entity_path":"topics/<topic>"}
 
 Every call blocks until ZooKeeper answers: kazoo runs the session on its own threads, and the
@@ -59,6 +60,8 @@ from kbroker.metadata.store import (
     TopicRecord,
     Unwatch,
     VersionConflict,
+    desanitize_entity_name,
+    sanitize_entity_name,
 )
 from protocol.errors import ErrorCode, KafkaError
 
@@ -71,6 +74,7 @@ BROKER_IDS_PATH = "/brokers/ids"
 TOPICS_PATH = "/brokers/topics"
 TOPIC_CONFIGS_PATH = "/config/topics"
 BROKER_CONFIGS_PATH = "/config/brokers"
+USER_CONFIGS_PATH = "/config/users"
 CONFIG_CHANGES_PATH = "/config/changes"
 CONFIG_CHANGE_PREFIX = "config_change_"
 DELETE_TOPICS_PATH = "/admin/delete_topics"
@@ -369,6 +373,33 @@ class ZooKeeperMetadataStore(MetadataStore):
 
         ChildrenWatch(self._client, CONFIG_CHANGES_PATH, on_children)
         return watch.cancel
+
+    # -- users (SCRAM credentials) --------------------------------------------------------------
+
+    def get_user_configs(self, user: str) -> dict[str, str]:
+        found = self._get(f"{USER_CONFIGS_PATH}/{sanitize_entity_name(user)}")
+        if found is None or not found[0]:
+            return {}
+        return {k: str(v) for k, v in found[0].get("config", {}).items()}
+
+    def set_user_configs(self, user: str, configs: Mapping[str, str]) -> None:
+        # As Kafka's AdminZkClient.changeConfigs: the znode stays (empty) when the last config goes.
+        name = sanitize_entity_name(user)
+        self._set_or_create(f"{USER_CONFIGS_PATH}/{name}", _encode({"version": 1, "config": dict(configs)}))
+        self._notify_config_change("users", name)
+
+    def list_user_configs(self) -> dict[str, dict[str, str]]:
+        try:
+            names = self._client.retry(self._client.get_children, USER_CONFIGS_PATH)
+        except NoNodeError:
+            return {}
+        results = self._get_many([f"{USER_CONFIGS_PATH}/{name}" for name in names])
+        users = {}
+        for name, found in zip(names, results, strict=True):
+            configs = {k: str(v) for k, v in ((found[0] or {}).get("config") or {}).items()} if found else {}
+            if configs:
+                users[desanitize_entity_name(name)] = configs
+        return users
 
     # -- partition leadership -------------------------------------------------------------------
 

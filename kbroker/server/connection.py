@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 from kbroker.handlers import HandlerResult, RequestContext, dispatch, failed, handlers
 from kbroker.log_limiter import RateLimitedLog
 from kbroker.security.principal import ANONYMOUS, SslPrincipalMapper, certificate_principal
+from kbroker.security.sasl_server import Admission, SaslSession
 from protocol.connection import MalformedRequest, Request, decode_request, encode_response
 from protocol.errors import ErrorCode
 
@@ -54,6 +55,7 @@ DECODE_INLINE_LIMIT = 256 * 1024
 # Answers with more entries than this are encoded off the event loop.
 ENCODE_INLINE_ENTRIES = 2000
 _SIZE = struct.Struct(">i")
+SASL_HANDSHAKE_KEY = 17
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +64,7 @@ class ConnectionLimits:
     max_request_entries: int  # socket.request.max.entries: array entries of one request in all
     idle_ms: int  # connections.max.idle.ms: no bytes either way for this long closes the connection
     read_timeout_ms: int  # socket.request.read.timeout.ms: a started frame must arrive within this
+    failed_authentication_delay_ms: int = 100  # connection.failed.authentication.delay.ms
 
 
 @dataclass(slots=True)
@@ -74,18 +77,20 @@ class ServedConnection(asyncio.BufferedProtocol):
     """The broker's handling of one accepted client connection (see the module docstring)."""
 
     def __init__(self, server: Server, ip: str, listener: str = "PLAINTEXT",
-                 principal_mapper: SslPrincipalMapper | None = None) -> None:
+                 principal_mapper: SslPrincipalMapper | None = None, sasl: SaslSession | None = None) -> None:
         self.server = server
         self.broker = server.broker
         self.limits = server.limits
         self.ip = ip
         self.peer = ip
         self.listener = listener  # the name of the listener it came in on
-        # Who the client is: its TLS certificate's subject, mapped by ssl.principal.mapping.rules,
-        # or User:ANONYMOUS (plaintext, or no client certificate). Kept for authorization.
+        # Who the client is: on a SASL listener the user it authenticated as (User:<name>); else
+        # its TLS certificate's subject, mapped by ssl.principal.mapping.rules, or User:ANONYMOUS
+        # (plaintext, or no client certificate). Kept for authorization.
         self.principal = ANONYMOUS
         self._principal_mapper = principal_mapper
         self.tls = principal_mapper is not None
+        self.sasl = sasl  # the SASL exchange and session, on a SASL listener
         self.transport: asyncio.Transport | None = None
         now = time.monotonic()
         self.last_activity = now
@@ -123,7 +128,7 @@ class ServedConnection(asyncio.BufferedProtocol):
         peer = transport.get_extra_info("peername")
         if peer:
             self.peer = f"{peer[0]}:{peer[1]}"
-        if self.tls and not self._authenticate(transport):
+        if self.tls and self.sasl is None and not self._authenticate(transport):
             return
         self._processor = asyncio.get_running_loop().create_task(self._process())
 
@@ -214,6 +219,13 @@ class ServedConnection(asyncio.BufferedProtocol):
                 limited_log.warning("frame-size", "closing %s: frame of %d bytes exceeds socket.request.max.bytes=%d",
                                     self.peer, size, self.limits.max_request_size)
                 self.abort("frame too large")
+                return
+            if self.sasl is not None and not self.sasl.authenticated and size > self.sasl.settings.max_receive_size:
+                # As Kafka: an unauthenticated client gets no more than sasl.server.max.receive.size.
+                limited_log.info("sasl-frame-size", "closing %s: a frame of %d bytes before SASL authentication "
+                                 "exceeds sasl.server.max.receive.size=%d", self.peer, size,
+                                 self.sasl.settings.max_receive_size)
+                self.abort("SASL frame too large")
                 return
             if self._reserved == 0 and size and not self._reserve(size):
                 break  # wait for memory with the header still in the scratch buffer
@@ -368,6 +380,8 @@ class ServedConnection(asyncio.BufferedProtocol):
                 return
 
     async def _handle_frame(self, data: bytes | bytearray) -> bool:
+        if self.sasl is not None and self.sasl.expects_raw_token:
+            return await self._sasl_raw_token(bytes(data))
         entries = self.limits.max_request_entries
         large = len(data) > DECODE_INLINE_LIMIT
         try:
@@ -379,9 +393,98 @@ class ServedConnection(asyncio.BufferedProtocol):
             limited_log.info("malformed", "closing %s: %s", self.peer, e)
             return False
         try:
+            if self.sasl is not None:
+                admission, reason = self.sasl.admit(request.header.api_key, request.header.api_version,
+                                                    time.monotonic())
+                if admission is not Admission.SERVE:
+                    return await self._sasl_request(request, admission, reason)
             return await self._handle(request, large)
         except (ConnectionError, OSError):
             return False
+
+    # -- SASL ---------------------------------------------------------------------------------
+
+    async def _sasl_request(self, request: Request, admission: Admission, reason: str) -> bool:
+        """A request the SASL session decides on (see kbroker.security.sasl_server); False when
+        the connection must close."""
+        sasl = self.sasl
+        assert sasl is not None
+        if admission is Admission.CLOSE:
+            log.debug("closing %s: %s", self.peer, reason)
+            limited_log.info("sasl-close", "closing %s: %s", self.peer, reason)
+            if not sasl.authenticated:  # an expired session closes at once, a failed exchange later
+                await self._delay_failed_authentication()
+            return False
+        header = request.header
+        if admission is Admission.ILLEGAL_STATE:
+            body = failed(request, handlers().get(header.api_key), ErrorCode.ILLEGAL_SASL_STATE, reason).body
+            close = True
+        elif request.body is None:  # a version of SaslHandshake / SaslAuthenticate unknown here
+            limited_log.info("sasl-version", "closing %s: unsupported version %d of api %d during SASL "
+                             "authentication", self.peer, header.api_version, header.api_key)
+            return False
+        elif header.api_key == SASL_HANDSHAKE_KEY:
+            body, close = sasl.handshake(header.api_version, request.body.mechanism)
+        else:
+            body, close = sasl.authenticate(header.api_version, bytes(request.body.auth_bytes), time.monotonic())
+        if close:
+            await self._delay_failed_authentication()
+        if body is not None:
+            parts = self._encode(request, body, None)
+            if parts is None:
+                return False
+            await self._send_answer(parts)
+        self._take_sasl_principal()
+        if close:
+            await self._close_after_answers(f"SASL {'re-' if sasl.reauthenticating else ''}authentication failed")
+        return not close
+
+    async def _sasl_raw_token(self, token: bytes) -> bool:
+        """A bare token after a v0 SaslHandshake: answered with a bare size-prefixed token."""
+        sasl = self.sasl
+        assert sasl is not None
+        answer = sasl.raw_token(token, time.monotonic())
+        if answer is None:
+            limited_log.info("sasl-failed", "closing %s: SASL authentication failed", self.peer)
+            await self._delay_failed_authentication()
+            return False
+        await self._send_answer([_SIZE.pack(len(answer)) + answer])
+        self._take_sasl_principal()
+        return True
+
+    async def _delay_failed_authentication(self) -> None:
+        """As Kafka (KIP-306): a failed authentication is answered, and its connection closed, only
+        after connection.failed.authentication.delay.ms, so guessing passwords is slow. Nothing
+        else of this connection is read meanwhile; other connections are served."""
+        self._pause_reading()
+        await asyncio.sleep(self.limits.failed_authentication_delay_ms / 1000)
+
+    def _take_sasl_principal(self) -> None:
+        sasl = self.sasl
+        assert sasl is not None
+        if sasl.authenticated and sasl.principal is not None:
+            if self.principal != sasl.principal:
+                log.debug("%s authenticated as %s on listener %s", self.peer, sasl.principal, self.listener)
+            self.principal = sasl.principal
+
+    async def _send_answer(self, parts: list) -> None:
+        """Send an answer behind those still owed, in request order."""
+        if self._sender is None:
+            await self._write(parts)
+        else:
+            ready: asyncio.Future[list | None] = asyncio.get_running_loop().create_future()
+            ready.set_result(parts)
+            await self._queue_answer(ready)
+
+    async def _close_after_answers(self, reason: str) -> None:
+        """Close once every answer owed has left (Kafka sends its SASL error answer, then closes)."""
+        if self._sender is not None:
+            with contextlib.suppress(Exception):
+                await self._sender
+        if not self._closing and self.transport is not None:
+            self._closing = True
+            log.debug("closing %s: %s", self.peer, reason)
+            self.transport.close()  # unlike abort(), sends what is buffered first
 
     async def _handle(self, request: Request, large: bool = False) -> bool:
         """Answer one request; False when the connection must close."""
@@ -410,12 +513,7 @@ class ServedConnection(asyncio.BufferedProtocol):
             parts = self._encode(request, result.body, result.version)
         if parts is None:
             return False
-        if self._sender is None:
-            await self._write(parts)  # nothing ahead of it: straight out
-        else:
-            ready: asyncio.Future[list | None] = asyncio.get_running_loop().create_future()
-            ready.set_result(parts)
-            await self._queue_answer(ready)
+        await self._send_answer(parts)  # nothing ahead of it: straight out
         return True
 
     async def _finish(self, request: Request, result: HandlerResult) -> list | None:

@@ -21,7 +21,10 @@ from collections import Counter
 from typing import TYPE_CHECKING
 
 from kbroker.config import parse_ip_overrides
+from kbroker.handlers import api_versions
 from kbroker.log_limiter import RateLimitedLog
+from kbroker.security.sasl_config import SaslListenerSettings
+from kbroker.security.sasl_server import SaslSession
 from kbroker.security.tls import TlsSettings
 from kbroker.server.connection import ConnectionLimits, ServedConnection
 from kbroker.server.memory_pool import MemoryPool
@@ -41,10 +44,12 @@ STALL_WARNING_S = 0.5
 
 
 class _Listener:
-    def __init__(self, sock: socket.socket, name: str, tls: TlsSettings | None) -> None:
+    def __init__(self, sock: socket.socket, name: str, tls: TlsSettings | None,
+                 sasl: SaslListenerSettings | None = None) -> None:
         self.sock = sock
         self.name = name  # the listener's name: Metadata answers with this listener's addresses
         self.tls = tls
+        self.sasl = sasl  # SASL_PLAINTEXT / SASL_SSL: clients authenticate before anything else
         self.ssl_context: ssl.SSLContext | None = tls.server_context() if tls is not None else None
         self.reading = False
 
@@ -58,6 +63,7 @@ class Server:
             max_request_entries=config.get("socket.request.max.entries"),
             idle_ms=config.get("connections.max.idle.ms"),
             read_timeout_ms=config.get("socket.request.read.timeout.ms"),
+            failed_authentication_delay_ms=config.get("connection.failed.authentication.delay.ms"),
         )
         self.max_connections = config.get("max.connections")
         self.max_per_ip = config.get("max.connections.per.ip")
@@ -75,9 +81,10 @@ class Server:
     def connection_count(self) -> int:
         return len(self._connections)
 
-    async def start(self, host: str, port: int, name: str = "PLAINTEXT", tls: TlsSettings | None = None) -> int:
+    async def start(self, host: str, port: int, name: str = "PLAINTEXT", tls: TlsSettings | None = None,
+                    sasl: SaslListenerSettings | None = None) -> int:
         """Listen on host:port (0 picks a free port) as listener `name`, with TLS when `tls` is
-        given; returns the bound port."""
+        given and SASL authentication when `sasl` is; returns the bound port."""
         loop = asyncio.get_running_loop()
         infos = await loop.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
         family, _, _, _, address = infos[0]
@@ -91,7 +98,7 @@ class Server:
             sock.close()
             raise
         try:
-            listener = _Listener(sock, name, tls)
+            listener = _Listener(sock, name, tls, sasl)
         except BaseException:
             sock.close()
             raise
@@ -152,7 +159,11 @@ class Server:
         with contextlib.suppress(OSError):
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         mapper = listener.tls.principal_mapper if listener.tls is not None else None
-        connection = ServedConnection(self, ip, listener.name, mapper)
+        session = None
+        if listener.sasl is not None:
+            session = SaslSession(listener.sasl, self.broker.credentials.scram,
+                                  (api_versions.MIN_VERSION, api_versions.MAX_VERSION))
+        connection = ServedConnection(self, ip, listener.name, mapper, session)
         self._connections.add(connection)
         self._per_ip[ip] += 1
         task = asyncio.get_running_loop().create_task(self._attach(conn, connection, listener))
