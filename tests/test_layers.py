@@ -68,7 +68,7 @@ ALLOWED: dict[str, frozenset[str]] = {
                                 "kbroker.ports", "kbroker.properties", "protocol"}),
     "kbroker.cli": frozenset({"kbroker.clock", "kbroker.bench", "kbroker.broker", "kbroker.client", "kbroker.config",
                               "kbroker.fsutil", "kbroker.launcher", "kbroker.metadata", "kbroker.partitioner",
-                              "kbroker.ports", "kbroker.security", "protocol"}),
+                              "kbroker.ports", "kbroker.properties", "kbroker.security", "protocol"}),
 }
 
 # unit -> the units it may name in type hints only (under `if TYPE_CHECKING:`), against the layers.

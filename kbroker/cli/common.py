@@ -8,7 +8,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from kbroker.client import BrokerUnreachable, Client
-from kbroker.config import parse_properties as parse_properties_text
+from kbroker.properties import parse_properties as parse_properties_text
 from kbroker.security.client_config import ClientConfigError, ClientSecurity
 from protocol.errors import ErrorCode, KafkaError
 
