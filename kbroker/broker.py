@@ -14,7 +14,7 @@ from typing import Any
 
 from kbroker.clock import wall_clock_ms
 from kbroker.cluster.configs import ConfigService
-from kbroker.cluster.controller import ClusterView
+from kbroker.cluster.controller import Controller
 from kbroker.cluster.credentials import UserCredentials
 from kbroker.cluster.fetch_sessions import FetchSessionCache
 from kbroker.cluster.metadata_cache import MetadataCache
@@ -103,10 +103,10 @@ class Broker:
             self.metadata_cache,
             self.store_writer,
         )
-        self.cluster: ClusterView | None = None
+        self.cluster: Controller | None = None
         if config.zookeeper_connect:
             tls = config.inter_broker_tls()
-            self.cluster = ClusterView(self.store, config.broker_id, self.replicas, self.topics, self.metadata_cache,
+            self.cluster = Controller(self.store, config.broker_id, self.replicas, self.topics, self.metadata_cache,
                                        self.store_writer, config.inter_broker_listener,
                                        tls.client_context() if tls else None)
             self.cluster.unclean_election = config.get("unclean.leader.election.enable")

@@ -43,7 +43,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     "kbroker.dynamic_config": frozenset({"kbroker.config", "kbroker.kafka_configs", "kbroker.security", "protocol"}),
     "kbroker.metadata": frozenset({"kbroker.clock", "kbroker.config", "kbroker.fsutil", "kbroker.meta_properties",
                                    "kbroker.ports", "protocol"}),
-    # Replica manager, partitions, fetch sessions, replication, topics, the cluster view.
+    # Replica manager, partitions, fetch sessions, replication, topics, the controller.
     "kbroker.cluster": frozenset({"kbroker.clock", "kbroker.config", "kbroker.dynamic_config", "kbroker.fsutil",
                                   "kbroker.metadata", "kbroker.pacing", "kbroker.security", "kbroker.storage",
                                   "protocol"}),

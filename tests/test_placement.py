@@ -14,7 +14,7 @@ RACKS = {1: "a", 2: "a", 3: "b", 4: "b", 5: "c", 6: "c"}
 
 
 class FixedCluster:
-    """The two things placement asks of the cluster view."""
+    """The two things placement asks of the controller."""
 
     controller_epoch = 1
 

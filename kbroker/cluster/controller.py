@@ -1,6 +1,7 @@
-"""Cluster mode: every broker's view of the cluster, and the controller's leader elections.
+"""The controller of a ZooKeeper cluster: every broker's part, and the elected one's elections.
 
-`ClusterView` runs on every broker of a ZooKeeper cluster. From the store's watches it keeps
+`Controller` runs on every broker of a ZooKeeper cluster, as Kafka's KafkaController does (active
+on the broker that holds `/controller`). From the store's watches it keeps
 the live brokers and each partition's state (leader, leader epoch, ISR), turns the states of the
 partitions assigned to this broker into roles (`ReplicaManager.become_leader/_follower`, the
 equivalent of Kafka's LeaderAndIsr requests), and persists the ISR changes its leaders make with
@@ -72,7 +73,7 @@ def elect_leader(replicas: list[int], state: PartitionState, live: set[int]) -> 
     return next((r for r in replicas if r in live and r in state.isr), NO_LEADER)
 
 
-class ClusterView:
+class Controller:
     def __init__(self, store: MetadataStore, broker_id: int, replicas: ReplicaManager, topics: TopicManager,
                  cache: MetadataCache, writer: StoreWriter, inter_broker_listener: str = "PLAINTEXT",
                  inter_broker_ssl: ssl.SSLContext | None = None) -> None:

@@ -6,10 +6,10 @@ stalled by) the metadata store. `MetadataCache` is that cache: topics by name an
 partitions' leadership states, the live brokers and the controller.
 
 Who feeds it:
-- In a ZooKeeper cluster, `ClusterView`'s watches (topics, partition states, brokers,
+- In a ZooKeeper cluster, `Controller`'s watches (topics, partition states, brokers,
   controller) and `ConfigService`'s config-change notifications (topic overrides).
 - On the embedded single node, `TopicManager`: the records at start, then its own writes.
-- On every broker, `TopicManager` and `ClusterView` put what they have just written to the
+- On every broker, `TopicManager` and `Controller` put what they have just written to the
   store, once the write has succeeded, so the request that made a change sees it when it is
   answered (read your writes); the watch brings the same value again later.
 

@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
-from kbroker.cluster.controller import ClusterView, initial_state
+from kbroker.cluster.controller import Controller, initial_state
 from kbroker.cluster.metadata_cache import MetadataCache
 from kbroker.cluster.replica_manager import INTERNAL_TOPICS as INTERNAL_TOPICS  # re-export: the topic rules
 from kbroker.cluster.replica_manager import ReplicaManager
@@ -73,7 +73,7 @@ class TopicManager:
         self.topic_defaults = dict(topic_defaults)
         self.default_partitions = default_partitions
         self.default_replication_factor = default_replication_factor
-        self.cluster: ClusterView | None = None  # set in a ZooKeeper cluster
+        self.cluster: Controller | None = None  # set in a ZooKeeper cluster
 
     def _placement_order(self) -> list[int]:
         return self.cluster.placement_order() if self.cluster is not None else self.live_brokers()

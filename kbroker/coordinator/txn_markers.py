@@ -3,7 +3,7 @@
 In a cluster the coordinator appends a COMMIT/ABORT marker itself only where this broker leads
 the partition; for the others it sends WriteTxnMarkers to each leader, as Kafka's
 TransactionMarkerChannelManager does, and keeps the transaction in Prepare* until all are written.
-Which broker leads a partition comes from the cluster view (`ClusterView`).
+Which broker leads a partition comes from the cluster's `Controller` (its metadata cache).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from kbroker.cluster.broker_client import AsyncBrokerClient, BrokerUnavailable
 from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from kbroker.cluster.controller import ClusterView
+    from kbroker.cluster.controller import Controller
 
 WRITE_TXN_MARKERS = 27
 # Marker answers after which a partition needs nothing more: written, or superseded by a newer
@@ -31,7 +31,7 @@ class MarkerSender:
 
     RETRY_S = 0.1
 
-    def __init__(self, cluster: ClusterView, local_id: int) -> None:
+    def __init__(self, cluster: Controller, local_id: int) -> None:
         self.cluster = cluster
         self.local_id = local_id
         self._clients: dict[int, AsyncBrokerClient] = {}

@@ -1,7 +1,7 @@
 """AlterPartitionReassignments: move a partition's replicas to other brokers (KIP-455).
 
 New replicas join first and catch up; the old ones are dropped only once every target replica
-is in sync (see ClusterView.reassign). On one node there is nowhere to move to.
+is in sync (see Controller.reassign). On one node there is nowhere to move to.
 """
 
 from __future__ import annotations

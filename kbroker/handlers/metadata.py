@@ -8,7 +8,7 @@ import uuid
 from typing import Any
 
 from kbroker.cluster.authorization import cluster_operations, topic_operations
-from kbroker.cluster.controller import ClusterView
+from kbroker.cluster.controller import Controller
 from kbroker.cluster.metadata_cache import MetadataCache, TopicRecord
 from kbroker.cluster.topics import INTERNAL_TOPICS, TopicSpec, validate_topic_name
 from kbroker.handlers import Pacer, RequestContext
@@ -162,7 +162,7 @@ def describe_partition(ctx: RequestContext, topic: str, index: int, replicas: li
     }
 
 
-def _cluster_partition(cache: MetadataCache, cluster: ClusterView, topic: str, index: int, replicas: list[int],
+def _cluster_partition(cache: MetadataCache, cluster: Controller, topic: str, index: int, replicas: list[int],
                        ctx: RequestContext) -> MetadataResponsePartition:
     """Leadership as the cluster's partition state says, with the replicas that are not alive."""
     state = cache.state_of(topic, index)
