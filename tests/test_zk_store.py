@@ -30,7 +30,8 @@ from kbroker.metadata.store import (
     PartitionState,
     VersionConflict,
 )
-from kbroker.metadata.zk_store import ZooKeeperMetadataStore, kafka_uuid
+from kbroker.metadata.zk_layout import kafka_uuid
+from kbroker.metadata.zk_store import ZooKeeperMetadataStore
 from protocol.errors import ErrorCode, KafkaError
 
 WAIT_S = 10.0

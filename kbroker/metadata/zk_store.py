@@ -1,22 +1,5 @@
-"""The cluster's metadata store: ZooKeeper, through kazoo, in Kafka's znode layout.
-
-The layout and JSON are Kafka's (`kafka.zk.ZkData`), so an operator's habits (`zkCli.sh get
-/controller`, `ls /brokers/ids`) work on a kbroker cluster:
-
-    /cluster/id                                   {"version":"1","id":"<cluster id>"}
-    /controller                      ephemeral    {"version":2,"brokerid":1,"timestamp":"...","kraftControllerEpoch":-1}
-    /controller_epoch                             "3" (plain decimal)
-    /brokers/ids/<id>                ephemeral    {"version":5,"host":..,"port":..,"endpoints":["PLAINTEXT://h:p"],
-                                                   "listener_security_protocol_map":{..},"jmx_port":-1,
-                                                   "features":{},"timestamp":"..."[,"rack":..]}
-    /brokers/topics/<topic>                       {"version":3,"topic_id":"<base64 uuid>","partitions":{"0":[1,2]},
-                                                   "adding_replicas":{},"removing_replicas":{}}
-    /brokers/topics/<topic>/partitions/<p>/state  {"controller_epoch":..,"leader":..,"version":1,
-                                                   "leader_epoch":..,"isr":[..]}
-    /config/topics/<topic>                        {"version":1,"config":{..}}
-    /config/brokers/<id>|<default>                {"version":1,"config":{..}}
-    /config/users/<sanitized user>                {"version":1,"config":{"SCRAM-SHA-256":"salt=..,stored_key=..,.."}}
-    /config/changes/config_change_<seq>           {"version":2,"entity_path":"topics/<topic>"}
+"""The cluster's metadata store: ZooKeeper, through kazoo, in Kafka's znode layout
+(`zk_layout.py`: paths and JSON documents).
 
 Every call blocks until ZooKeeper answers: kazoo runs the session on its own threads, and the
 store is meant to be called from any of them. Watch callbacks run on kazoo's event thread (see
@@ -25,11 +8,9 @@ store is meant to be called from any of them. Watch callbacks run on kazoo's eve
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import json
 import logging
-import re
 import threading
 import uuid
 from collections.abc import Callable, Mapping
@@ -50,7 +31,6 @@ from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 from kbroker.clock import wall_clock_ms
 from kbroker.meta_properties import new_cluster_id
 from kbroker.metadata.store import (
-    BrokerEndpoint,
     BrokerIdInUse,
     BrokerRegistration,
     MetadataConflict,
@@ -63,45 +43,43 @@ from kbroker.metadata.store import (
     desanitize_entity_name,
     sanitize_entity_name,
 )
+from kbroker.metadata.zk_layout import (
+    BROKER_CONFIGS_PATH,
+    BROKER_IDS_PATH,
+    CLUSTER_ID_PATH,
+    CONFIG_CHANGE_EXPIRATION_MS,
+    CONFIG_CHANGE_PREFIX,
+    CONFIG_CHANGES_PATH,
+    CONTROLLER_EPOCH_PATH,
+    CONTROLLER_PATH,
+    DELETE_TOPICS_PATH,
+    TOP_LEVEL_PATHS,
+    TOPIC_CONFIGS_PATH,
+    TOPICS_PATH,
+    USER_CONFIGS_PATH,
+    broker_path,
+    change_sequence,
+    config_entity,
+    decode_broker,
+    decode_state,
+    decode_topic,
+    encode_broker,
+    encode_json,
+    encode_state,
+    encode_topic,
+    legal_topic,
+    partition_state_path,
+    topic_path,
+)
 from protocol.errors import ErrorCode, KafkaError
 
 log = logging.getLogger("kbroker.metadata.zk")
 
-CLUSTER_ID_PATH = "/cluster/id"
-CONTROLLER_PATH = "/controller"
-CONTROLLER_EPOCH_PATH = "/controller_epoch"
-BROKER_IDS_PATH = "/brokers/ids"
-TOPICS_PATH = "/brokers/topics"
-TOPIC_CONFIGS_PATH = "/config/topics"
-BROKER_CONFIGS_PATH = "/config/brokers"
-USER_CONFIGS_PATH = "/config/users"
-CONFIG_CHANGES_PATH = "/config/changes"
-CONFIG_CHANGE_PREFIX = "config_change_"
-DELETE_TOPICS_PATH = "/admin/delete_topics"
-# The persistent paths a Kafka broker creates at start (those kbroker uses).
-TOP_LEVEL_PATHS = (BROKER_IDS_PATH, TOPICS_PATH, TOPIC_CONFIGS_PATH, BROKER_CONFIGS_PATH, CONFIG_CHANGES_PATH,
-                   DELETE_TOPICS_PATH)
-CLUSTER_DEFAULT = "<default>"
-# Kafka's brokers purge change notifications older than this (changeExpirationMs).
-CONFIG_CHANGE_EXPIRATION_MS = 15 * 60 * 1000
-_LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]+")
 _CAS_ATTEMPTS = 20  # a compare-and-set loop only repeats while others keep winning
 
 
 class ZooKeeperUnavailable(MetadataUnavailable):
     """The store could not open a session with ZooKeeper."""
-
-
-def topic_path(topic: str) -> str:
-    return f"{TOPICS_PATH}/{topic}"
-
-
-def partition_state_path(topic: str, partition: int) -> str:
-    return f"{TOPICS_PATH}/{topic}/partitions/{partition}/state"
-
-
-def broker_path(broker_id: int) -> str:
-    return f"{BROKER_IDS_PATH}/{broker_id}"
 
 
 class ZooKeeperMetadataStore(MetadataStore):
@@ -225,7 +203,7 @@ class ZooKeeperMetadataStore(MetadataStore):
         """Kafka's change notification: brokers watching /config/changes reload the entity."""
         self._client.create(
             f"{CONFIG_CHANGES_PATH}/{CONFIG_CHANGE_PREFIX}",
-            _encode({"version": 2, "entity_path": f"{entity_type}/{entity_name}"}),
+            encode_json({"version": 2, "entity_path": f"{entity_type}/{entity_name}"}),
             sequence=True,
         )
         self._purge_config_changes()
@@ -246,10 +224,10 @@ class ZooKeeperMetadataStore(MetadataStore):
     def create_topic(
         self, name: str, topic_id: uuid.UUID, assignment: Mapping[int, list[int]], configs: Mapping[str, str]
     ) -> None:
-        if not _legal(name):
+        if not legal_topic(name):
             raise KafkaError(ErrorCode.INVALID_TOPIC, f"topic name {name!r} is illegal")
         config_path = f"{TOPIC_CONFIGS_PATH}/{name}"
-        config_data = _encode({"version": 1, "config": dict(configs)})
+        config_data = encode_json({"version": 1, "config": dict(configs)})
         for _ in range(_CAS_ATTEMPTS):
             # The config and the topic appear together (Kafka writes the config first, then the
             # topic, so a watcher of topics always finds its config); a stale config is replaced.
@@ -259,7 +237,7 @@ class ZooKeeperMetadataStore(MetadataStore):
                 transaction.create(config_path, config_data)
             else:
                 transaction.set_data(config_path, config_data, version=stale.version)
-            transaction.create(topic_path(name), _encode_topic(topic_id, assignment))
+            transaction.create(topic_path(name), encode_topic(topic_id, assignment))
             results = transaction.commit()
             if not _failed(results):
                 return
@@ -271,7 +249,7 @@ class ZooKeeperMetadataStore(MetadataStore):
         raise MetadataConflict(f"could not create topic {name}: its config keeps changing")
 
     def delete_topic(self, name: str) -> None:
-        if not _legal(name) or self._client.exists(topic_path(name)) is None:
+        if not legal_topic(name) or self._client.exists(topic_path(name)) is None:
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{name}' does not exist.")
         # Kafka's controller order: the topic with its partition states, then its config.
         try:
@@ -283,12 +261,12 @@ class ZooKeeperMetadataStore(MetadataStore):
                 self._client.delete(path)
 
     def get_topic(self, name: str) -> TopicRecord | None:
-        if not _legal(name):
+        if not legal_topic(name):
             return None
         topic, config = self._get_many([topic_path(name), f"{TOPIC_CONFIGS_PATH}/{name}"])
         if topic is None:
             return None
-        return _decode_topic(name, topic[0], config[0] if config else None)
+        return decode_topic(name, topic[0], config[0] if config else None)
 
     def list_topics(self) -> list[TopicRecord]:
         names = self._client.retry(self._client.get_children, TOPICS_PATH)
@@ -298,20 +276,20 @@ class ZooKeeperMetadataStore(MetadataStore):
         for i, name in enumerate(names):
             topic, config = results[2 * i], results[2 * i + 1]
             if topic is not None:  # deleted since it was listed
-                records.append(_decode_topic(name, topic[0], config[0] if config else None))
+                records.append(decode_topic(name, topic[0], config[0] if config else None))
         return records
 
     def add_partitions(self, name: str, assignment: Mapping[int, list[int]]) -> None:
         path = topic_path(name)
         for _ in range(_CAS_ATTEMPTS):
-            current = self._get(path) if _legal(name) else None
+            current = self._get(path) if legal_topic(name) else None
             if current is None:
                 raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{name}' does not exist.")
             document, stat = current
             partitions = {**document.get("partitions", {}), **{str(p): list(r) for p, r in assignment.items()}}
             document = {**document, "version": 3, "partitions": partitions}
             try:
-                self._client.set(path, _encode(document), version=stat.version)
+                self._client.set(path, encode_json(document), version=stat.version)
                 return
             except BadVersionError:
                 continue  # changed meanwhile: merge into the newer assignment
@@ -320,9 +298,9 @@ class ZooKeeperMetadataStore(MetadataStore):
         raise MetadataConflict(f"could not add partitions to {name}: its assignment keeps changing")
 
     def set_topic_configs(self, name: str, configs: Mapping[str, str]) -> None:
-        if not _legal(name) or self._client.exists(topic_path(name)) is None:
+        if not legal_topic(name) or self._client.exists(topic_path(name)) is None:
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{name}' does not exist.")
-        self._set_or_create(f"{TOPIC_CONFIGS_PATH}/{name}", _encode({"version": 1, "config": dict(configs)}))
+        self._set_or_create(f"{TOPIC_CONFIGS_PATH}/{name}", encode_json({"version": 1, "config": dict(configs)}))
         self._notify_config_change("topics", name)
 
     def watch_topics(self, callback: Callable[[set[str]], None]) -> Unwatch:
@@ -340,7 +318,7 @@ class ZooKeeperMetadataStore(MetadataStore):
     # -- configs --------------------------------------------------------------------------------
 
     def get_broker_configs(self, broker_id: int | None) -> dict[str, str]:
-        found = self._get(f"{BROKER_CONFIGS_PATH}/{_entity(broker_id)}")
+        found = self._get(f"{BROKER_CONFIGS_PATH}/{config_entity(broker_id)}")
         if found is None or not found[0]:
             return {}
         return {k: str(v) for k, v in found[0].get("config", {}).items()}
@@ -348,20 +326,20 @@ class ZooKeeperMetadataStore(MetadataStore):
     def set_broker_configs(self, broker_id: int | None, configs: Mapping[str, str]) -> None:
         # Kafka keeps the entity's znode, with an empty config, when its last override goes.
         self._set_or_create(
-            f"{BROKER_CONFIGS_PATH}/{_entity(broker_id)}", _encode({"version": 1, "config": dict(configs)})
+            f"{BROKER_CONFIGS_PATH}/{config_entity(broker_id)}", encode_json({"version": 1, "config": dict(configs)})
         )
-        self._notify_config_change("brokers", _entity(broker_id))
+        self._notify_config_change("brokers", config_entity(broker_id))
 
     def watch_config_changes(self, callback: Callable[[str, str], None]) -> Unwatch:
         watch = _Cancellable()
         existing = self._client.retry(self._client.get_children, CONFIG_CHANGES_PATH)
-        last_seen = max((_sequence(c) for c in existing), default=-1)
+        last_seen = max((change_sequence(c) for c in existing), default=-1)
 
         def on_children(children: list[str]) -> bool | None:
             nonlocal last_seen
             if watch.cancelled:
                 return False
-            new = sorted((s, c) for c in children if (s := _sequence(c)) > last_seen)
+            new = sorted((s, c) for c in children if (s := change_sequence(c)) > last_seen)
             found = self._get_many([f"{CONFIG_CHANGES_PATH}/{c}" for _, c in new])
             for (sequence, _), result in zip(new, found, strict=True):
                 last_seen = sequence
@@ -385,7 +363,7 @@ class ZooKeeperMetadataStore(MetadataStore):
     def set_user_configs(self, user: str, configs: Mapping[str, str]) -> None:
         # As Kafka's AdminZkClient.changeConfigs: the znode stays (empty) when the last config goes.
         name = sanitize_entity_name(user)
-        self._set_or_create(f"{USER_CONFIGS_PATH}/{name}", _encode({"version": 1, "config": dict(configs)}))
+        self._set_or_create(f"{USER_CONFIGS_PATH}/{name}", encode_json({"version": 1, "config": dict(configs)}))
         self._notify_config_change("users", name)
 
     def list_user_configs(self) -> dict[str, dict[str, str]]:
@@ -404,8 +382,8 @@ class ZooKeeperMetadataStore(MetadataStore):
     # -- partition leadership -------------------------------------------------------------------
 
     def get_partition_state(self, topic: str, partition: int) -> PartitionState | None:
-        found = self._get(partition_state_path(topic, partition)) if _legal(topic) else None
-        return None if found is None else _decode_state(found[0], found[1].version)
+        found = self._get(partition_state_path(topic, partition)) if legal_topic(topic) else None
+        return None if found is None else decode_state(found[0], found[1].version)
 
     def create_partition_states(self, topic: str, states: Mapping[int, PartitionState]) -> None:
         for _ in range(_CAS_ATTEMPTS):
@@ -423,7 +401,7 @@ class ZooKeeperMetadataStore(MetadataStore):
                 if request.get() is None:
                     transaction.create(path)
             for partition, state in sorted(states.items()):
-                transaction.create(partition_state_path(topic, partition), _encode_state(state))
+                transaction.create(partition_state_path(topic, partition), encode_state(state))
             results = transaction.commit()
             if not _failed(results):
                 return
@@ -437,10 +415,10 @@ class ZooKeeperMetadataStore(MetadataStore):
     def set_partition_state(self, topic: str, partition: int, state: PartitionState, expected_version: int) -> int:
         path = partition_state_path(topic, partition)
         what = f"state of {topic}-{partition}"
-        if not _legal(topic):
+        if not legal_topic(topic):
             raise VersionConflict(what, expected_version, None)
         try:
-            stat = self._client.set(path, _encode_state(state), version=expected_version)
+            stat = self._client.set(path, encode_state(state), version=expected_version)
         except BadVersionError:
             current = self._client.exists(path)
             raise VersionConflict(what, expected_version, None if current is None else current.version) from None
@@ -456,7 +434,7 @@ class ZooKeeperMetadataStore(MetadataStore):
         def on_data(data: bytes | None, stat: ZnodeStat | None) -> bool | None:
             if watch.cancelled:
                 return False
-            state = None if data is None or stat is None else _decode_state(json.loads(data), stat.version)
+            state = None if data is None or stat is None else decode_state(json.loads(data), stat.version)
             _call(callback, state)
             return None
 
@@ -475,7 +453,7 @@ class ZooKeeperMetadataStore(MetadataStore):
 
     def _create_registration(self, registration: BrokerRegistration) -> None:
         path = broker_path(registration.broker_id)
-        data = _encode_broker(registration)
+        data = encode_broker(registration)
         for _ in range(_CAS_ATTEMPTS):
             try:
                 self._client.create(path, data, ephemeral=True)
@@ -502,7 +480,7 @@ class ZooKeeperMetadataStore(MetadataStore):
     def _read_brokers(self, children: list[str]) -> dict[int, BrokerRegistration]:
         ids = sorted(int(c) for c in children if c.isdigit())
         results = self._get_many([broker_path(i) for i in ids])
-        return {i: _decode_broker(i, found[0]) for i, found in zip(ids, results, strict=True) if found is not None}
+        return {i: decode_broker(i, found[0]) for i, found in zip(ids, results, strict=True) if found is not None}
 
     def watch_brokers(self, callback: Callable[[dict[int, BrokerRegistration]], None]) -> Unwatch:
         watch = _Cancellable()
@@ -522,7 +500,7 @@ class ZooKeeperMetadataStore(MetadataStore):
         """Kafka's election: create the ephemeral /controller and bump /controller_epoch in one
         transaction, the epoch compared by version, so two winners (or two equal epochs) are
         impossible even if ZooKeeper sessions race."""
-        controller_data = _encode({"version": 2, "brokerid": broker_id, "timestamp": str(wall_clock_ms()),
+        controller_data = encode_json({"version": 2, "brokerid": broker_id, "timestamp": str(wall_clock_ms()),
                                    "kraftControllerEpoch": -1})
         for _ in range(_CAS_ATTEMPTS):
             epoch, epoch_version = self._read_controller_epoch()
@@ -585,7 +563,7 @@ class ZooKeeperMetadataStore(MetadataStore):
         if found is None:
             # If another broker was first, its id is the one read back.
             with contextlib.suppress(NodeExistsError):
-                self._client.create(CLUSTER_ID_PATH, _encode({"version": "1", "id": proposed or new_cluster_id()}),
+                self._client.create(CLUSTER_ID_PATH, encode_json({"version": "1", "id": proposed or new_cluster_id()}),
                                     makepath=True)
             found = self._get(CLUSTER_ID_PATH)
             assert found is not None
@@ -613,16 +591,6 @@ def _call(callback: Callable[..., None], *args: Any) -> None:
         log.exception("metadata watch callback %r failed", callback)
 
 
-def _encode(document: Mapping[str, Any]) -> bytes:
-    return json.dumps(document, separators=(",", ":")).encode()
-
-
-def _legal(topic: str) -> bool:
-    """Names that are one path segment; anything else cannot be a topic (and must not be let
-    near a path: "a/partitions" would read another topic's subtree)."""
-    return bool(_LEGAL_TOPIC.fullmatch(topic)) and topic not in (".", "..")
-
-
 def _failed(results: list[Any]) -> bool:
     return any(isinstance(r, Exception) for r in results)
 
@@ -634,91 +602,3 @@ def _first_error(results: list[Any]) -> Exception:
     )
 
 
-def _entity(broker_id: int | None) -> str:
-    return CLUSTER_DEFAULT if broker_id is None else str(broker_id)
-
-
-def _sequence(child: str) -> int:
-    suffix = child[len(CONFIG_CHANGE_PREFIX):] if child.startswith(CONFIG_CHANGE_PREFIX) else ""
-    return int(suffix) if suffix.isdigit() else -1
-
-
-def kafka_uuid(topic_id: uuid.UUID) -> str:
-    """Kafka's Uuid.toString: URL-safe base64 of the 16 bytes, without padding."""
-    return base64.urlsafe_b64encode(topic_id.bytes).decode().rstrip("=")
-
-
-def parse_kafka_uuid(text: str) -> uuid.UUID:
-    return uuid.UUID(bytes=base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
-
-
-def _encode_topic(topic_id: uuid.UUID, assignment: Mapping[int, list[int]]) -> bytes:
-    return _encode({
-        "version": 3,
-        "topic_id": kafka_uuid(topic_id),
-        "partitions": {str(p): list(r) for p, r in sorted(assignment.items())},
-        "adding_replicas": {},
-        "removing_replicas": {},
-    })
-
-
-def _decode_topic(name: str, document: dict[str, Any], config: dict[str, Any] | None) -> TopicRecord:
-    topic_id = document.get("topic_id")
-    return TopicRecord(
-        name=name,
-        # A topic written by a Kafka older than 2.8 has no id: give it a stable one.
-        topic_id=parse_kafka_uuid(topic_id) if topic_id else uuid.uuid5(uuid.NAMESPACE_URL, f"kafka-topic:{name}"),
-        assignment={int(p): list(r) for p, r in document.get("partitions", {}).items()},
-        configs={k: str(v) for k, v in ((config or {}).get("config") or {}).items()},
-    )
-
-
-def _encode_state(state: PartitionState) -> bytes:
-    return _encode({"controller_epoch": state.controller_epoch, "leader": state.leader, "version": 1,
-                    "leader_epoch": state.leader_epoch, "isr": list(state.isr)})
-
-
-def _decode_state(document: dict[str, Any], version: int) -> PartitionState:
-    return PartitionState(
-        leader=int(document["leader"]),
-        leader_epoch=int(document["leader_epoch"]),
-        isr=[int(b) for b in document["isr"]],
-        controller_epoch=int(document["controller_epoch"]),
-        version=version,
-    )
-
-
-def _encode_broker(registration: BrokerRegistration) -> bytes:
-    # Like Kafka: the top-level host/port (for old clients) are those of the first PLAINTEXT endpoint.
-    plaintext = next((e for e in registration.endpoints if e.security_protocol == "PLAINTEXT"), None)
-    document: dict[str, Any] = {
-        "features": {},
-        "listener_security_protocol_map": {e.listener: e.security_protocol for e in registration.endpoints},
-        "endpoints": [f"{e.listener}://{_bracket(e.host)}:{e.port}" for e in registration.endpoints],
-        "jmx_port": -1,
-        "port": plaintext.port if plaintext else -1,
-        "host": plaintext.host if plaintext else None,
-        "version": 5,
-        "timestamp": str(registration.timestamp_ms),
-    }
-    if registration.rack is not None:
-        document["rack"] = registration.rack
-    return _encode(document)
-
-
-def _decode_broker(broker_id: int, document: dict[str, Any]) -> BrokerRegistration:
-    protocols = document.get("listener_security_protocol_map") or {}
-    endpoints = []
-    for text in document.get("endpoints", []):
-        match = re.fullmatch(r"([A-Za-z0-9_]+)://(\[[^\]]*\]|[^:]*):(-?\d+)", text)
-        if match is None:
-            log.warning("broker %d: cannot parse endpoint %r", broker_id, text)
-            continue
-        listener = match.group(1)
-        endpoints.append(BrokerEndpoint(listener, match.group(2).strip("[]"), int(match.group(3)),
-                                        protocols.get(listener, listener)))
-    return BrokerRegistration(broker_id, tuple(endpoints), document.get("rack"), int(document.get("timestamp", 0)))
-
-
-def _bracket(host: str) -> str:
-    return f"[{host}]" if ":" in host else host

@@ -16,7 +16,7 @@ from pathlib import Path
 from confluent_kafka.admin import AdminClient, NewTopic
 from kazoo.client import KazooClient
 
-from kbroker.metadata.zk_store import parse_kafka_uuid
+from kbroker.metadata.zk_layout import parse_kafka_uuid
 from tests.brokers import free_port
 from tests.conftest import require_zookeeper
 
