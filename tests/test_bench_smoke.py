@@ -199,3 +199,17 @@ def test_encryption_at_rest_against_plaintext(tmp_path: Path) -> None:
         assert case["ratios"]["plaintext"]["mb_per_s"] > 0
     assert "log.encryption.key.file" in results["servers"]["kbroker"]
     assert "encryption at rest: produce" in (tmp_path / "encryption" / "summary.md").read_text()
+
+
+def test_tls_against_plaintext(tmp_path: Path) -> None:
+    """The measured clients reach the TLS broker on its SSL listener only (a plaintext client
+    there, or a TLS client on its PLAINTEXT port, fails the run), the plain one as usual."""
+    results = bench(tmp_path, "tls", "tls", "--duration", "0.3", "--partitions", "1",
+                    "--mib-per-partition", "0.2", "--passes", "1")
+    produce, consume = results["tls"]
+    for case in (produce, consume):
+        assert set(case["servers"]) == {"kbroker", "plaintext"}
+        assert case["ratios"]["plaintext"]["mb_per_s"] > 0
+        assert all(run.get("errors", 0) == 0 for run in case["servers"]["kbroker"]["runs"])
+    assert "SSL listener" in results["servers"]["kbroker"]
+    assert "TLS: produce" in (tmp_path / "tls" / "summary.md").read_text()

@@ -170,8 +170,8 @@ def produce_case(env: Env, message_size: int, config: dict[str, Any], partitions
         server.create_topic(topics[server.name], partitions)
 
     def run_once(server: Server, step: Step) -> dict[str, Any]:
-        spec = {"bootstrap": server.bootstrap, "topic": topics[server.name], "message_size": message_size,
-                "duration_s": duration_s, "config": config, "keyed": keyed}
+        spec = {"bootstrap": server.client_bootstrap, "topic": topics[server.name], "message_size": message_size,
+                "duration_s": duration_s, "config": {**config, **server.client_settings}, "keyed": keyed}
         cpu_before, parts_before = server.cpu_seconds(), server.cpu_parts()
         results = run_workers([("produce", spec)] * producers, step.update)
         return _throughput(server, results, cpu_before, message_size, parts_before)
@@ -236,8 +236,8 @@ def consume_case(env: Env, cold: bool, partitions: int, message_size: int, bytes
         restart_s = None
         if cold and server.can_restart:
             restart_s = round(server.restart(drop_page_cache=True), 3)
-        spec = {"bootstrap": server.bootstrap, "topic": topic, "partitions": partitions, "passes": passes,
-                "message_size": message_size, "config": config}
+        spec = {"bootstrap": server.client_bootstrap, "topic": topic, "partitions": partitions, "passes": passes,
+                "message_size": message_size, "config": {**config, **server.client_settings}}
         cpu_before = server.cpu_seconds()
         result = run_workers([("consume", spec)], step.update)[0]
         elapsed = result["end"] - result["start"]

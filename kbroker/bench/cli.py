@@ -14,6 +14,7 @@ from typing import Any
 
 from kbroker.bench import benchmarks, report
 from kbroker.bench.benchmarks import MIB, BenchError, Env
+from kbroker.bench.certificates import create_local_tls
 from kbroker.bench.references import KafkaServer, MockServer, kafka_reference_status
 from kbroker.bench.servers import (
     ExternalServer,
@@ -26,6 +27,7 @@ from kbroker.bench.servers import (
 from kbroker.bench.ui import UI, make_ui
 from kbroker.bench.workers import WorkerError
 from kbroker.metadata.zookeeper_process import ZooKeeperNotFound, find_zookeeper
+from kbroker.ports import free_port
 from kbroker.properties import parse_properties as parse_properties_file
 
 PROJECT_CONF = Path(__file__).resolve().parents[2] / "conf"
@@ -107,14 +109,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     profiles.add_argument("--duration", type=float, default=3.0, help="seconds per produce run")
     _latency_options(profiles)
 
-    encryption = command("encryption", "produce and consume throughput with encryption at rest "
-                         "(log.encryption.key.file), as ratios to a plaintext kbroker in the same run")
-    encryption.add_argument("--message-size", type=int, default=1024)
-    _producer_options(encryption, linger_ms=5)
-    encryption.add_argument("--duration", type=float, default=3.0, help="seconds per produce run")
-    encryption.add_argument("--partitions", type=int, default=4, help="partitions of the consumed topic")
-    encryption.add_argument("--mib-per-partition", type=float, default=16.0)
-    encryption.add_argument("--passes", type=int, default=3, help="reads of the whole topic per consume run")
+    for name, what in (("encryption", "with encryption at rest (log.encryption.key.file)"),
+                       ("tls", "with the clients on an SSL listener (TLS)")):
+        against_plaintext = command(name, f"produce and consume throughput {what}, as ratios to a "
+                                    "plaintext kbroker in the same run")
+        against_plaintext.add_argument("--message-size", type=int, default=1024)
+        _producer_options(against_plaintext, linger_ms=5)
+        against_plaintext.add_argument("--duration", type=float, default=3.0, help="seconds per produce run")
+        against_plaintext.add_argument("--partitions", type=int, default=4, help="partitions of the consumed topic")
+        against_plaintext.add_argument("--mib-per-partition", type=float, default=16.0)
+        against_plaintext.add_argument("--passes", type=int, default=3,
+                                       help="reads of the whole topic per consume run")
 
     everything = command("all", "every benchmark with default sizes (a few minutes)")
     everything.add_argument("--smoke", action="store_true", help="tiny sizes and durations: checks the harness")
@@ -206,7 +211,7 @@ class Session:
         return [self._kafka]
 
     def kbroker(self, config_file: str | None = None, overrides: dict[str, str] | None = None,
-                brokers: int = 1, min_insync_replicas: int = 2) -> Server:
+                brokers: int = 1, min_insync_replicas: int = 2, port: int | None = None) -> Server:
         """A started kbroker: one broker, or with `brokers` > 1 a cluster on its own ZooKeeper."""
         if brokers < 1:
             raise BenchError("--brokers must be at least 1")
@@ -220,7 +225,7 @@ class Session:
         if brokers > 1:
             server = KbrokerClusterServer(data_dir, brokers, min_insync_replicas, config_file, overrides)
         else:
-            server = KbrokerServer(data_dir, config_file=config_file, overrides=overrides)
+            server = KbrokerServer(data_dir, port=port, config_file=config_file, overrides=overrides)
         self.started.append(server)
         with self.ui.step(f"starting {server.label}"):
             server.start()
@@ -358,21 +363,49 @@ def bench_encryption(session: Session, args: argparse.Namespace) -> dict[str, An
     overrides = _pairs(args.override, "--override")
     encrypted = session.kbroker(args.server_config, {**overrides, "log.encryption.key.file": str(key_file)})
     encrypted.description += " with log.encryption.key.file (AES-256-GCM)"
-    plaintext = session.kbroker(args.server_config, overrides)
-    plaintext.name = "plaintext"  # the reference the encrypting broker's ratios are taken against
-    plaintext.description += " without encryption at rest"
-    env = Env([encrypted, plaintext], session.ui, args.runs, args.out, args.work_dir, session.notes)
+    return {"encryption": _against_plaintext(session, args, encrypted, "encryption at rest")}
+
+
+def bench_tls(session: Session, args: argparse.Namespace) -> dict[str, Any]:
+    """Two kbrokers with the same settings, one serving the benchmark's clients on an SSL
+    listener (TLS with server authentication, a throwaway CA): their produce and page-cache
+    consume throughputs alternate, and "kbroker/plaintext" is the ratio."""
+    if args.bootstrap:
+        session.notes.append("tls skipped: it starts a TLS and a plaintext broker of its own")
+        return {}
+    cert_dir = new_data_dir(args.work_dir, "kbroker-bench-tls-")
+    session.data_dirs.append(cert_dir)
+    tls = create_local_tls(cert_dir)
+    overrides = _pairs(args.override, "--override")
+    port, tls_port = free_port(), free_port()
+    secured = session.kbroker(args.server_config, {
+        **overrides, "listeners": f"PLAINTEXT://127.0.0.1:{port},SSL://127.0.0.1:{tls_port}",
+        "ssl.keystore.type": "PEM", "ssl.keystore.location": str(tls.key_store)}, port=port)
+    # Topics are made over the PLAINTEXT listener; the measured clients use the SSL one.
+    secured.client_address = f"127.0.0.1:{tls_port}"
+    secured.client_settings = {"security.protocol": "SSL", "ssl.ca.location": str(tls.ca)}
+    secured.description += " with its clients on an SSL listener (TLS, server authentication)"
+    return {"tls": _against_plaintext(session, args, secured, "TLS")}
+
+
+def _against_plaintext(session: Session, args: argparse.Namespace, treated: Server, what: str) -> list[dict[str, Any]]:
+    """Produce and page-cache consume on `treated` and on a plain kbroker with the same settings,
+    alternated, so each ratio comes from one run."""
+    plaintext = session.kbroker(args.server_config, _pairs(args.override, "--override"))
+    plaintext.name = "plaintext"  # the reference the treated broker's ratios are taken against
+    plaintext.description += f" without {what}"
+    env = Env([treated, plaintext], session.ui, args.runs, args.out, args.work_dir, session.notes)
     config = _producer_config(args)
     produce = benchmarks.produce_case(env, args.message_size, config, 1, 1, args.duration,
-                                      label=f"encryption at rest: produce {args.message_size} B acks={args.acks} "
+                                      label=f"{what}: produce {args.message_size} B acks={args.acks} "
                                             f"{args.compression}")
     preload = {"acks": "1", "linger.ms": 50, "batch.size": 1_000_000}
     consume = benchmarks.consume_case(env, False, args.partitions, args.message_size,
                                       int(args.mib_per_partition * MIB), args.passes, {}, preload)
-    consume["name"] = f"encryption at rest: {consume['name']}"
-    for server in (encrypted, plaintext):  # idle brokers would share the machine with later benchmarks
+    consume["name"] = f"{what}: {consume['name']}"
+    for server in (treated, plaintext):  # idle brokers would share the machine with later benchmarks
         server.close()
-    return {"encryption": [produce, consume]}
+    return [produce, consume]
 
 
 def bench_all(session: Session, args: argparse.Namespace) -> dict[str, Any]:
@@ -421,6 +454,7 @@ def bench_all(session: Session, args: argparse.Namespace) -> dict[str, Any]:
                                        "duration": duration, "partitions": 2 if smoke else 4,
                                        "mib_per_partition": 0.25 if smoke else 16.0, "passes": 1 if smoke else 3})
     results.update(bench_encryption(session, encryption))
+    results.update(bench_tls(session, encryption))
     return results
 
 
@@ -456,7 +490,7 @@ def _cluster_cases(session: Session, args: argparse.Namespace, base: dict[str, A
 BENCHMARKS: dict[str, Callable[[Session, argparse.Namespace], dict[str, Any]]] = {
     "produce": bench_produce, "consume": bench_consume, "latency": bench_latency,
     "partitions": bench_partitions, "memory": bench_memory, "profiles": bench_profiles,
-    "encryption": bench_encryption, "all": bench_all,
+    "encryption": bench_encryption, "tls": bench_tls, "all": bench_all,
 }
 
 

@@ -241,7 +241,7 @@ def _profile(plt: Any, out: Path, profile: dict[str, Any]) -> str:
 def summary_lines(results: dict[str, Any]) -> list[str]:
     """A markdown summary: every case's medians and ratios, then the targets."""
     lines = [f"# kbroker bench: {results.get('command', '')}", ""]
-    for section in ("produce", "consume", "partitions", "encryption"):
+    for section in ("produce", "consume", "partitions", "encryption", "tls"):
         cases = results.get(section, [])
         if not cases:
             continue

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 from kbroker.client import Client
@@ -76,9 +77,18 @@ class Server:
     def replication_factor(self) -> int:
         return self.brokers
 
+    # Where the measured clients connect, and with which client settings: the broker's own
+    # (PLAINTEXT) bootstrap unless a benchmark points them at another listener (TLS).
+    client_address: str | None = None
+    client_settings: Mapping[str, str] = {}
+
     @property
     def bootstrap(self) -> str:
         raise NotImplementedError
+
+    @property
+    def client_bootstrap(self) -> str:
+        return self.client_address or self.bootstrap
 
     @property
     def pid(self) -> int | None:
