@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from kbroker.clock import wall_clock_ms
+from kbroker.cluster.acls import AclService, AclStoreUnreadable
 from kbroker.cluster.configs import ConfigService
 from kbroker.cluster.controller import ClusterView
 from kbroker.cluster.fetch_sessions import FetchSessionCache
@@ -69,6 +70,7 @@ class Broker:
                 else config.cluster_id
             self.cluster_id = load_or_create_meta(log_dirs, config.broker_id, cluster_id)
             self.configs = ConfigService(self)  # applies the stored dynamic broker configs to `config`
+            self.acls = self._open_acls(config)
         except BaseException:
             self.store.close()
             raise
@@ -157,6 +159,19 @@ class Broker:
         self._tasks: set[asyncio.Task[None]] = set()
         self._stopped = asyncio.Event()
 
+    def _open_acls(self, config: BrokerConfig) -> AclService | None:
+        """The authorizer when `authorizer.class.name` names one of Kafka's (config.py refuses any
+        other), with every ACL of the store; None: every request is allowed, as in Kafka."""
+        if not config.get("authorizer.class.name"):
+            return None
+        acls = AclService(self.store, self.store_writer, config.get("super.users"),
+                          config.get("allow.everyone.if.no.acl.found"))
+        try:
+            acls.load()
+        except AclStoreUnreadable as e:  # authorizing without them could allow what they deny
+            raise ConfigError(f"refusing to start: {e}") from None
+        return acls
+
     @staticmethod
     def _open_store(config: BrokerConfig, log_dirs: list[Path]) -> MetadataStore:
         """ZooKeeper when `zookeeper.connect` is set (a cluster), else the embedded local store."""
@@ -177,6 +192,8 @@ class Broker:
         self.groups.start_timers()
         self.transactions.load()
         self.configs.start(asyncio.get_running_loop())
+        if self.acls is not None:
+            self.acls.start(asyncio.get_running_loop())
         for listener in self.config.listeners_parsed():
             port = await self.server.start(listener.host, listener.port, listener.name,
                                            self.config.listener_tls.get(listener.name))
@@ -364,6 +381,8 @@ class Broker:
         if self.cluster is not None:
             await self._controlled_shutdown()
         self.configs.stop()
+        if self.acls is not None:
+            self.acls.stop()
         await self.server.stop()
         await self.replicas.stop()
         await self.log_mover.stop()

@@ -90,6 +90,13 @@ _DEFS = [
               "How long a starting broker waits to reach ZooKeeper (default: the session timeout)."),
     ConfigDef("num.partitions", _int, "1", "Partitions of auto-created topics and topics created without a count."),
     ConfigDef("default.replication.factor", _int, "1", "Replication factor of auto-created topics."),
+    # Authorization (docs/security.md, "Authorization").
+    ConfigDef("authorizer.class.name", _str, "",
+              "Kafka's AclAuthorizer or StandardAuthorizer turns ACLs on (kbroker's authorizer decides as they do); "
+              "empty: every request is allowed. Any other class refuses the start."),
+    ConfigDef("super.users", _str, "", "Principals allowed everything, separated by semicolons (User:admin;User:b)."),
+    ConfigDef("allow.everyone.if.no.acl.found", _bool, "false",
+              "With an authorizer, allow a request on a resource that has no ACL at all."),
     ConfigDef("auto.create.topics.enable", _bool, "true", "Create a topic when Metadata asks for an unknown one."),
     ConfigDef("delete.topic.enable", _bool, "true", "Allow DeleteTopics."),
     ConfigDef("socket.request.max.bytes", _int, "104857600", "Largest request frame accepted."),
@@ -243,19 +250,22 @@ UNHONOURED_SECURITY_PREFIXES = (
     "zookeeper.ssl.",  # TLS to ZooKeeper: kbroker's ZooKeeper session is plaintext
 )
 UNHONOURED_SECURITY_NAMES = frozenset({
-    "authorizer.class.name", "super.users", "allow.everyone.if.no.acl.found", "principal.builder.class",
+    "authorizer.class.name", "principal.builder.class",
     "connections.max.reauth.ms", "security.providers", "client.quota.callback.class",
     "max.connection.creation.rate", "sasl.mechanism.inter.broker.protocol",
     "control.plane.listener.name", "producer.id.quota.window.num", "zookeeper.set.acl", "zookeeper.clientCnxnSocket",
 })
-# Values that ask for nothing beyond what kbroker does: an empty authorizer, no SASL between brokers.
+# Kafka's authorizers, which kbroker's own authorizer stands in for (kbroker/security/acl.py):
+# the ZooKeeper-mode AclAuthorizer and KRaft's StandardAuthorizer decide alike.
+KAFKA_AUTHORIZERS = frozenset({"kafka.security.authorizer.AclAuthorizer",
+                               "org.apache.kafka.metadata.authorizer.StandardAuthorizer"})
+# Values that ask for nothing beyond what kbroker does: no authorizer or Kafka's, no SASL between brokers.
 _HARMLESS_VALUES = {
-    "authorizer.class.name": {""},
+    "authorizer.class.name": {"", *KAFKA_AUTHORIZERS},
     "security.inter.broker.protocol": {"PLAINTEXT", "SSL"},
     "connections.max.reauth.ms": {"0"},
     "zookeeper.ssl.client.enable": {"false"},
     "zookeeper.set.acl": {"false"},
-    "allow.everyone.if.no.acl.found": {"true", "false"},  # only read by an authorizer, which is refused
 }
 # Kafka's default mapping of listener names to security protocols.
 DEFAULT_SECURITY_PROTOCOL_MAP = {name: name for name in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")}

@@ -46,9 +46,9 @@ REFUSED = [
     {"ssl.principal.mapping.rules": "RULE:^CN=(.*)$/$1/L,garbage"},
     {"zookeeper.ssl.client.enable": "true"},
     {"zookeeper.set.acl": "true"},
-    # Neither TLS nor SASL.
-    {"authorizer.class.name": "kafka.security.authorizer.AclAuthorizer"},
-    {"super.users": "User:admin"},
+    # Neither TLS nor SASL: an authorizer kbroker cannot stand in for.
+    {"authorizer.class.name": "com.example.MyAuthorizer"},
+    {"authorizer.class.name": "kafka.security.auth.SimpleAclAuthorizer"},  # removed in Kafka 3.0
     {"principal.builder.class": "com.example.Builder"},
     {"quota.window.num": "11"},
     {"connections.max.reauth.ms": "3600000"},
@@ -68,6 +68,10 @@ def test_unhonoured_security_settings_are_config_errors(props: dict[str, str]) -
      "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_SSL:SASL_SSL"},
     {"listeners": "CLIENT://127.0.0.1:9092", "listener.security.protocol.map": "CLIENT:PLAINTEXT"},
     {"authorizer.class.name": ""},
+    # Kafka's authorizers: kbroker's decides as they do (docs/security.md, "Authorization").
+    {"authorizer.class.name": "kafka.security.authorizer.AclAuthorizer", "super.users": "User:admin"},
+    {"authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+     "allow.everyone.if.no.acl.found": "true"},
     {"security.inter.broker.protocol": "PLAINTEXT"},
     {"connections.max.reauth.ms": "0"},
     # TLS settings that every SSL listener honours (there is none here, as Kafka allows).

@@ -42,16 +42,17 @@ ALLOWED: dict[str, frozenset[str]] = {
     "kbroker.meta_properties": frozenset({"kbroker.config", "kbroker.fsutil", "kbroker.properties"}),
     "kbroker.dynamic_config": frozenset({"kbroker.config", "kbroker.kafka_configs", "protocol"}),
     "kbroker.metadata": frozenset({"kbroker.clock", "kbroker.config", "kbroker.fsutil", "kbroker.meta_properties",
-                                   "kbroker.ports", "protocol"}),
+                                   "kbroker.ports", "kbroker.security", "protocol"}),
     # Replica manager, partitions, fetch sessions, replication, topics, the cluster view.
     "kbroker.cluster": frozenset({"kbroker.clock", "kbroker.config", "kbroker.dynamic_config", "kbroker.fsutil",
-                                  "kbroker.metadata", "kbroker.pacing", "kbroker.storage", "protocol"}),
+                                  "kbroker.metadata", "kbroker.pacing", "kbroker.security", "kbroker.storage",
+                                  "protocol"}),
     # Group and transaction coordinators, over the replica manager.
     "kbroker.coordinator": frozenset({"kbroker.clock", "kbroker.cluster", "kbroker.storage", "protocol"}),
     # One module per API, over the services.
     "kbroker.handlers": frozenset({"kbroker.clock", "kbroker.cluster", "kbroker.config", "kbroker.coordinator",
                                    "kbroker.dynamic_config", "kbroker.kafka_configs", "kbroker.log_limiter",
-                                   "kbroker.pacing", "kbroker.storage", "protocol"}),
+                                   "kbroker.pacing", "kbroker.security", "kbroker.storage", "protocol"}),
     # The network server dispatches to the handlers (one way: handlers never import it).
     "kbroker.server": frozenset({"kbroker.config", "kbroker.handlers", "kbroker.log_limiter", "kbroker.security",
                                  "protocol"}),
@@ -66,7 +67,7 @@ ALLOWED: dict[str, frozenset[str]] = {
                                 "kbroker.ports", "kbroker.properties", "protocol"}),
     "kbroker.cli": frozenset({"kbroker.clock", "kbroker.bench", "kbroker.broker", "kbroker.client", "kbroker.config",
                               "kbroker.fsutil", "kbroker.launcher", "kbroker.metadata", "kbroker.partitioner",
-                              "kbroker.ports", "protocol"}),
+                              "kbroker.ports", "kbroker.security", "protocol"}),
 }
 
 # unit -> the units it may name in type hints only (under `if TYPE_CHECKING:`), against the layers.

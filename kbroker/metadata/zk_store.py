@@ -16,6 +16,12 @@ The layout and JSON are Kafka's (`kafka.zk.ZkData`), so an operator's habits (`z
     /config/topics/<topic>                        {"version":1,"config":{..}}
     /config/brokers/<id>|<default>                {"version":1,"config":{..}}
     /config/changes/config_change_<seq>           {"version":2,"entity_path":"topics/<topic>"}
+    /kafka-acl/<ResourceType>/<name>              {"version":1,"acls":[{"principal","permissionType",
+                                                   "operation","host"}]}  (LITERAL patterns)
+    /kafka-acl-extended/prefixed/<ResourceType>/<name>                      (PREFIXED patterns)
+    /kafka-acl-changes/acl_changes_<seq>          "Topic:<name>" (a LITERAL pattern changed)
+    /kafka-acl-extended-changes/acl_changes_<seq> {"version":1,"resourceType":"Topic","name":..,
+                                                   "patternType":"PREFIXED"}
 
 Every call blocks until ZooKeeper answers: kazoo runs the session on its own threads, and the
 store is meant to be called from any of them. Watch callbacks run on kazoo's event thread (see
@@ -59,6 +65,16 @@ from kbroker.metadata.store import (
     TopicRecord,
     Unwatch,
     VersionConflict,
+    decode_acl_entries,
+    encode_acl_entries,
+)
+from kbroker.security.acl import (
+    AccessControlEntry,
+    PatternType,
+    ResourcePattern,
+    parse_pattern_type,
+    parse_resource_type,
+    resource_type_name,
 )
 from protocol.errors import ErrorCode, KafkaError
 
@@ -74,9 +90,16 @@ BROKER_CONFIGS_PATH = "/config/brokers"
 CONFIG_CHANGES_PATH = "/config/changes"
 CONFIG_CHANGE_PREFIX = "config_change_"
 DELETE_TOPICS_PATH = "/admin/delete_topics"
+# ACLs as Kafka's ZkAclStore keeps them: literal patterns, prefixed ones, and their change queues.
+LITERAL_ACL_PATH = "/kafka-acl"
+PREFIXED_ACL_PATH = "/kafka-acl-extended/prefixed"
+LITERAL_ACL_CHANGES_PATH = "/kafka-acl-changes"
+PREFIXED_ACL_CHANGES_PATH = "/kafka-acl-extended-changes"
+ACL_CHANGE_PREFIX = "acl_changes_"
 # The persistent paths a Kafka broker creates at start (those kbroker uses).
 TOP_LEVEL_PATHS = (BROKER_IDS_PATH, TOPICS_PATH, TOPIC_CONFIGS_PATH, BROKER_CONFIGS_PATH, CONFIG_CHANGES_PATH,
-                   DELETE_TOPICS_PATH)
+                   DELETE_TOPICS_PATH, LITERAL_ACL_PATH, PREFIXED_ACL_PATH, LITERAL_ACL_CHANGES_PATH,
+                   PREFIXED_ACL_CHANGES_PATH)
 CLUSTER_DEFAULT = "<default>"
 # Kafka's brokers purge change notifications older than this (changeExpirationMs).
 CONFIG_CHANGE_EXPIRATION_MS = 15 * 60 * 1000
@@ -224,18 +247,18 @@ class ZooKeeperMetadataStore(MetadataStore):
             _encode({"version": 2, "entity_path": f"{entity_type}/{entity_name}"}),
             sequence=True,
         )
-        self._purge_config_changes()
+        self._purge_changes(CONFIG_CHANGES_PATH)
 
-    def _purge_config_changes(self) -> None:
+    def _purge_changes(self, root: str) -> None:
         """Delete notifications older than Kafka's 15 minutes, which every broker has seen."""
         horizon = wall_clock_ms() - CONFIG_CHANGE_EXPIRATION_MS
-        children = self._client.get_children(CONFIG_CHANGES_PATH)
-        stats = [self._client.exists_async(f"{CONFIG_CHANGES_PATH}/{c}") for c in children]
+        children = self._client.get_children(root)
+        stats = [self._client.exists_async(f"{root}/{c}") for c in children]
         for child, request in zip(children, stats, strict=True):
             stat = request.get()
             if stat is not None and stat.ctime < horizon:
                 with contextlib.suppress(NoNodeError):
-                    self._client.delete(f"{CONFIG_CHANGES_PATH}/{child}")
+                    self._client.delete(f"{root}/{child}")
 
     # -- topics ---------------------------------------------------------------------------------
 
@@ -368,6 +391,92 @@ class ZooKeeperMetadataStore(MetadataStore):
             return None
 
         ChildrenWatch(self._client, CONFIG_CHANGES_PATH, on_children)
+        return watch.cancel
+
+    # -- ACLs -------------------------------------------------------------------------------------
+
+    def list_acls(self) -> dict[ResourcePattern, frozenset[AccessControlEntry]]:
+        patterns: list[ResourcePattern] = []
+        for root, pattern_type in ((LITERAL_ACL_PATH, PatternType.LITERAL), (PREFIXED_ACL_PATH, PatternType.PREFIXED)):
+            for type_name in self._client.retry(self._client.get_children, root):
+                resource_type = parse_resource_type(type_name)
+                names = self._client.retry(self._client.get_children, f"{root}/{type_name}")
+                patterns += [ResourcePattern(resource_type, name, pattern_type) for name in names]
+        found = self._get_many([acl_path(p) for p in patterns])
+        return {p: decode_acl_entries(r[0]) for p, r in zip(patterns, found, strict=True)
+                if r is not None and r[0] is not None}
+
+    def get_acls(self, pattern: ResourcePattern) -> frozenset[AccessControlEntry]:
+        found = self._get(acl_path(pattern))
+        return decode_acl_entries(found[0]) if found is not None and found[0] is not None else frozenset()
+
+    def update_acls(self, pattern: ResourcePattern, add: frozenset[AccessControlEntry],
+                    remove: frozenset[AccessControlEntry]) -> frozenset[AccessControlEntry]:
+        path = acl_path(pattern)
+        for _ in range(_CAS_ATTEMPTS):
+            found = self._get(path)
+            current = decode_acl_entries(found[0]) if found is not None and found[0] is not None else frozenset()
+            entries = (current - remove) | add
+            if entries == current:
+                return current
+            try:
+                if found is None:
+                    self._client.create(path, _encode(encode_acl_entries(entries)), makepath=True)
+                elif entries:
+                    self._client.set(path, _encode(encode_acl_entries(entries)), version=found[1].version)
+                else:
+                    self._client.delete(path, version=found[1].version)
+            except (BadVersionError, NodeExistsError, NoNodeError):
+                continue  # another broker changed it meanwhile: read again
+            self._notify_acl_change(pattern)
+            return entries
+        raise MetadataConflict(f"{path} keeps being changed by others")
+
+    def _notify_acl_change(self, pattern: ResourcePattern) -> None:
+        """Kafka's notifications: every broker reloads the pattern named."""
+        type_name = resource_type_name(pattern.resource_type)
+        if pattern.pattern_type == PatternType.LITERAL:
+            root, data = LITERAL_ACL_CHANGES_PATH, f"{type_name}:{pattern.name}".encode()
+        else:
+            root, data = PREFIXED_ACL_CHANGES_PATH, _encode(
+                {"version": 1, "resourceType": type_name, "name": pattern.name, "patternType": pattern.pattern_type.name})
+        self._client.create(f"{root}/{ACL_CHANGE_PREFIX}", data, sequence=True)
+        self._purge_changes(root)
+
+    def watch_acl_changes(self, callback: Callable[[ResourcePattern], None]) -> Unwatch:
+        watches = [self._watch_acl_queue(root, callback) for root in (LITERAL_ACL_CHANGES_PATH, PREFIXED_ACL_CHANGES_PATH)]
+
+        def cancel() -> None:
+            for each in watches:
+                each()
+        return cancel
+
+    def _watch_acl_queue(self, root: str, callback: Callable[[ResourcePattern], None]) -> Unwatch:
+        watch = _Cancellable()
+        existing = self._client.retry(self._client.get_children, root)
+        last_seen = max((_sequence(c, ACL_CHANGE_PREFIX) for c in existing), default=-1)
+
+        def on_children(children: list[str]) -> bool | None:
+            nonlocal last_seen
+            if watch.cancelled:
+                return False
+            new = sorted((s, c) for c in children if (s := _sequence(c, ACL_CHANGE_PREFIX)) > last_seen)
+            pending = [self._client.get_async(f"{root}/{c}") for _, c in new]
+            for (sequence, _), request in zip(new, pending, strict=True):
+                last_seen = sequence
+                try:
+                    data, _stat = request.get()
+                except NoNodeError:
+                    continue  # purged before we read it
+                try:
+                    pattern = _decode_acl_change(root, data)
+                except ValueError:
+                    log.warning("ignoring an unreadable ACL change notification %r", data)
+                    continue
+                _call(callback, pattern)
+            return None
+
+        ChildrenWatch(self._client, root, on_children)
         return watch.cancel
 
     # -- partition leadership -------------------------------------------------------------------
@@ -607,9 +716,35 @@ def _entity(broker_id: int | None) -> str:
     return CLUSTER_DEFAULT if broker_id is None else str(broker_id)
 
 
-def _sequence(child: str) -> int:
-    suffix = child[len(CONFIG_CHANGE_PREFIX):] if child.startswith(CONFIG_CHANGE_PREFIX) else ""
+def _sequence(child: str, prefix: str = CONFIG_CHANGE_PREFIX) -> int:
+    suffix = child[len(prefix):] if child.startswith(prefix) else ""
     return int(suffix) if suffix.isdigit() else -1
+
+
+def acl_path(pattern: ResourcePattern) -> str:
+    """The znode of a pattern's ACLs. A name that is not one path segment cannot be stored
+    there (it would name another znode): refused as Kafka's InvalidRequestException would."""
+    if "/" in pattern.name or pattern.name in (".", "..") or "\x00" in pattern.name:
+        raise KafkaError(ErrorCode.INVALID_REQUEST, f"resource name {pattern.name!r} cannot be stored in ZooKeeper")
+    root = LITERAL_ACL_PATH if pattern.pattern_type == PatternType.LITERAL else PREFIXED_ACL_PATH
+    return f"{root}/{resource_type_name(pattern.resource_type)}/{pattern.name}"
+
+
+def _decode_acl_change(root: str, data: bytes) -> ResourcePattern:
+    if root == LITERAL_ACL_CHANGES_PATH:
+        type_name, sep, name = data.decode().partition(":")
+        if not sep:
+            raise ValueError("no resource type")
+        return ResourcePattern(parse_resource_type(type_name), name, PatternType.LITERAL)
+    try:
+        document = json.loads(data)
+        return ResourcePattern(parse_resource_type(document["resourceType"]), str(document["name"]),
+                               parse_pattern_type(document["patternType"]))
+    except (KeyError, TypeError, json.JSONDecodeError) as e:
+        raise ValueError(str(e)) from None
+
+
+
 
 
 def kafka_uuid(topic_id: uuid.UUID) -> str:
