@@ -176,7 +176,10 @@ class Broker:
     def _open_store(config: BrokerConfig, log_dirs: list[Path]) -> MetadataStore:
         """ZooKeeper when `zookeeper.connect` is set (a cluster), else the embedded local store."""
         if not config.zookeeper_connect:
-            return LocalMetadataStore(log_dirs[0])
+            try:
+                return LocalMetadataStore(log_dirs[0])
+            except (ValueError, KeyError, TypeError) as e:  # e.g. ACLs it cannot read: never serve without them
+                raise ConfigError(f"refusing to start: the metadata store in {log_dirs[0]} cannot be read: {e}") from None
         from kbroker.metadata.zk_store import ZooKeeperMetadataStore
 
         return ZooKeeperMetadataStore(
