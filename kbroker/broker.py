@@ -164,8 +164,7 @@ class Broker:
         other), with every ACL of the store; None: every request is allowed, as in Kafka."""
         if not config.get("authorizer.class.name"):
             return None
-        acls = AclService(self.store, self.store_writer, config.get("super.users"),
-                          config.get("allow.everyone.if.no.acl.found"))
+        acls = AclService(self.store, self.store_writer, config.super_users, config.allow_everyone_if_no_acl_found)
         try:
             acls.load()
         except AclStoreUnreadable as e:  # authorizing without them could allow what they deny

@@ -94,9 +94,6 @@ _DEFS = [
     ConfigDef("authorizer.class.name", _str, "",
               "Kafka's AclAuthorizer or StandardAuthorizer turns ACLs on (kbroker's authorizer decides as they do); "
               "empty: every request is allowed. Any other class refuses the start."),
-    ConfigDef("super.users", _str, "", "Principals allowed everything, separated by semicolons (User:admin;User:b)."),
-    ConfigDef("allow.everyone.if.no.acl.found", _bool, "false",
-              "With an authorizer, allow a request on a resource that has no ACL at all."),
     ConfigDef("auto.create.topics.enable", _bool, "true", "Create a topic when Metadata asks for an unknown one."),
     ConfigDef("delete.topic.enable", _bool, "true", "Allow DeleteTopics."),
     ConfigDef("socket.request.max.bytes", _int, "104857600", "Largest request frame accepted."),
@@ -259,6 +256,9 @@ UNHONOURED_SECURITY_NAMES = frozenset({
 # the ZooKeeper-mode AclAuthorizer and KRaft's StandardAuthorizer decide alike.
 KAFKA_AUTHORIZERS = frozenset({"kafka.security.authorizer.AclAuthorizer",
                                "org.apache.kafka.metadata.authorizer.StandardAuthorizer"})
+# The authorizer's own settings: in Kafka they are the authorizer's, not KafkaConfig's, so
+# DescribeConfigs does not list them (BrokerConfig.super_users / allow_everyone_if_no_acl_found).
+AUTHORIZER_SETTINGS = frozenset({"super.users", "allow.everyone.if.no.acl.found"})
 # Values that ask for nothing beyond what kbroker does: no authorizer or Kafka's, no SASL between brokers.
 _HARMLESS_VALUES = {
     "authorizer.class.name": {"", *KAFKA_AUTHORIZERS},
@@ -388,7 +388,7 @@ class BrokerConfig:
                 "(SASL, ACLs, quotas, TLS settings other than those in docs/security.md); remove the setting "
                 "to run without it"
             )
-        for name in sorted(set(props) - set(BROKER_CONFIG_DEFS)):
+        for name in sorted(set(props) - set(BROKER_CONFIG_DEFS) - AUTHORIZER_SETTINGS):
             if tls_setting_name(name) is None:  # the TLS settings are read per listener
                 log.warning("ignoring unknown property %s", name)
         self.values: dict[str, Any] = {}
@@ -572,6 +572,15 @@ class BrokerConfig:
 
     def get(self, name: str) -> Any:
         return self.values.get(name)
+
+    @property
+    def super_users(self) -> str:
+        return self.raw.get("super.users", "")
+
+    @property
+    def allow_everyone_if_no_acl_found(self) -> bool:
+        """Kafka reads the authorizer's setting as Java's Boolean.parseBoolean: only "true" is true."""
+        return self.raw.get("allow.everyone.if.no.acl.found", "false").strip().lower() == "true"
 
     def listeners_parsed(self) -> list[Listener]:
         return list(self._listeners)
