@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from kbroker.clock import wall_clock_ms
+from kbroker.cluster.acls import AclService, AclStoreUnreadable
 from kbroker.cluster.configs import ConfigService
 from kbroker.cluster.controller import Controller
 from kbroker.cluster.credentials import UserCredentials
@@ -72,6 +73,7 @@ class Broker:
             self.configs = ConfigService(self)  # applies the stored dynamic broker configs to `config`
             self.credentials = UserCredentials(self.store, self.store_writer)  # SCRAM credentials, for SASL listeners
             self.credentials.load()
+            self.acls = self._open_acls(config)
         except BaseException:
             self.store.close()
             raise
@@ -161,11 +163,26 @@ class Broker:
         self._tasks: set[asyncio.Task[None]] = set()
         self._stopped = asyncio.Event()
 
+    def _open_acls(self, config: BrokerConfig) -> AclService | None:
+        """The authorizer when `authorizer.class.name` names one of Kafka's (config.py refuses any
+        other), with every ACL of the store; None: every request is allowed, as in Kafka."""
+        if not config.get("authorizer.class.name"):
+            return None
+        acls = AclService(self.store, self.store_writer, config.super_users, config.allow_everyone_if_no_acl_found)
+        try:
+            acls.load()
+        except AclStoreUnreadable as e:  # authorizing without them could allow what they deny
+            raise ConfigError(f"refusing to start: {e}") from None
+        return acls
+
     @staticmethod
     def _open_store(config: BrokerConfig, log_dirs: list[Path]) -> MetadataStore:
         """ZooKeeper when `zookeeper.connect` is set (a cluster), else the embedded local store."""
         if not config.zookeeper_connect:
-            return LocalMetadataStore(log_dirs[0])
+            try:
+                return LocalMetadataStore(log_dirs[0])
+            except (ValueError, KeyError, TypeError) as e:  # e.g. ACLs it cannot read: never serve without them
+                raise ConfigError(f"refusing to start: the metadata store in {log_dirs[0]} cannot be read: {e}") from None
         from kbroker.metadata.zk_store import ZooKeeperMetadataStore
 
         return ZooKeeperMetadataStore(
@@ -182,6 +199,8 @@ class Broker:
         self.transactions.load()
         self.configs.start(asyncio.get_running_loop())
         self.credentials.start(asyncio.get_running_loop())
+        if self.acls is not None:
+            self.acls.start(asyncio.get_running_loop())
         for listener in self.config.listeners_parsed():
             port = await self.server.start(listener.host, listener.port, listener.name,
                                            self.config.listener_tls.get(listener.name),
@@ -371,6 +390,8 @@ class Broker:
             await self._controlled_shutdown()
         self.configs.stop()
         self.credentials.stop()
+        if self.acls is not None:
+            self.acls.stop()
         await self.server.stop()
         await self.replicas.stop()
         await self.log_mover.stop()

@@ -91,6 +91,10 @@ _DEFS = [
               "How long a starting broker waits to reach ZooKeeper (default: the session timeout)."),
     ConfigDef("num.partitions", _int, "1", "Partitions of auto-created topics and topics created without a count."),
     ConfigDef("default.replication.factor", _int, "1", "Replication factor of auto-created topics."),
+    # Authorization (docs/security.md, "Authorization").
+    ConfigDef("authorizer.class.name", _str, "",
+              "Kafka's AclAuthorizer or StandardAuthorizer turns ACLs on (kbroker's authorizer decides as they do); "
+              "empty: every request is allowed. Any other class refuses the start."),
     ConfigDef("auto.create.topics.enable", _bool, "true", "Create a topic when Metadata asks for an unknown one."),
     ConfigDef("delete.topic.enable", _bool, "true", "Allow DeleteTopics."),
     ConfigDef("socket.request.max.bytes", _int, "104857600", "Largest request frame accepted."),
@@ -247,17 +251,23 @@ UNHONOURED_SECURITY_PREFIXES = (
     "zookeeper.ssl.",  # TLS to ZooKeeper: kbroker's ZooKeeper session is plaintext
 )
 UNHONOURED_SECURITY_NAMES = frozenset({
-    "authorizer.class.name", "super.users", "allow.everyone.if.no.acl.found", "principal.builder.class",
+    "authorizer.class.name", "principal.builder.class",
     "security.providers", "client.quota.callback.class", "max.connection.creation.rate",
     "control.plane.listener.name", "producer.id.quota.window.num", "zookeeper.set.acl", "zookeeper.clientCnxnSocket",
 })
-# Values that ask for nothing beyond what kbroker does: an empty authorizer, no SASL between brokers.
+# Kafka's authorizers, which kbroker's own authorizer stands in for (kbroker/security/acl.py):
+# the ZooKeeper-mode AclAuthorizer and KRaft's StandardAuthorizer decide alike.
+KAFKA_AUTHORIZERS = frozenset({"kafka.security.authorizer.AclAuthorizer",
+                               "org.apache.kafka.metadata.authorizer.StandardAuthorizer"})
+# The authorizer's own settings: in Kafka they are the authorizer's, not KafkaConfig's, so
+# DescribeConfigs does not list them (BrokerConfig.super_users / allow_everyone_if_no_acl_found).
+AUTHORIZER_SETTINGS = frozenset({"super.users", "allow.everyone.if.no.acl.found"})
+# Values that ask for nothing beyond what kbroker does: no authorizer or Kafka's, no SASL between brokers.
 _HARMLESS_VALUES = {
-    "authorizer.class.name": {""},
+    "authorizer.class.name": {"", *KAFKA_AUTHORIZERS},
     "security.inter.broker.protocol": {"PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"},
     "zookeeper.ssl.client.enable": {"false"},
     "zookeeper.set.acl": {"false"},
-    "allow.everyone.if.no.acl.found": {"true", "false"},  # only read by an authorizer, which is refused
 }
 # Kafka's default mapping of listener names to security protocols.
 DEFAULT_SECURITY_PROTOCOL_MAP = {name: name for name in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")}
@@ -380,10 +390,10 @@ class BrokerConfig:
             raise ConfigError(
                 f"refusing to start: {', '.join(refused)} "
                 f"{'asks' if len(refused) == 1 else 'ask'} for security kbroker does not implement yet "
-                "(ACLs, quotas, TLS and SASL settings other than those in docs/security.md); remove the setting "
+                "(quotas, TLS and SASL settings other than those in docs/security.md); remove the setting "
                 "to run without it"
             )
-        for name in sorted(set(props) - set(BROKER_CONFIG_DEFS)):
+        for name in sorted(set(props) - set(BROKER_CONFIG_DEFS) - AUTHORIZER_SETTINGS):
             # The TLS and SASL settings are read per listener.
             if tls_setting_name(name) is None and not sasl_config.is_sasl_setting(name):
                 log.warning("ignoring unknown property %s", name)
@@ -594,6 +604,15 @@ class BrokerConfig:
 
     def get(self, name: str) -> Any:
         return self.values.get(name)
+
+    @property
+    def super_users(self) -> str:
+        return self.raw.get("super.users", "")
+
+    @property
+    def allow_everyone_if_no_acl_found(self) -> bool:
+        """Kafka reads the authorizer's setting as Java's Boolean.parseBoolean: only "true" is true."""
+        return self.raw.get("allow.everyone.if.no.acl.found", "false").strip().lower() == "true"
 
     def listeners_parsed(self) -> list[Listener]:
         return list(self._listeners)

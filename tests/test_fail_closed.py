@@ -49,9 +49,9 @@ REFUSED = [
     {"ssl.principal.mapping.rules": "RULE:^CN=(.*)$/$1/L,garbage"},
     {"zookeeper.ssl.client.enable": "true"},
     {"zookeeper.set.acl": "true"},
-    # Neither TLS nor SASL.
-    {"authorizer.class.name": "kafka.security.authorizer.AclAuthorizer"},
-    {"super.users": "User:admin"},
+    # Neither TLS nor SASL: an authorizer kbroker cannot stand in for.
+    {"authorizer.class.name": "com.example.MyAuthorizer"},
+    {"authorizer.class.name": "kafka.security.auth.SimpleAclAuthorizer"},  # removed in Kafka 3.0
     {"principal.builder.class": "com.example.Builder"},
     {"quota.window.num": "11"},
     {"delegation.token.secret.key": "s"},
@@ -70,6 +70,10 @@ def test_unhonoured_security_settings_are_config_errors(props: dict[str, str]) -
      "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_SSL:SASL_SSL"},
     {"listeners": "CLIENT://127.0.0.1:9092", "listener.security.protocol.map": "CLIENT:PLAINTEXT"},
     {"authorizer.class.name": ""},
+    # Kafka's authorizers: kbroker's decides as they do (docs/security.md, "Authorization").
+    {"authorizer.class.name": "kafka.security.authorizer.AclAuthorizer", "super.users": "User:admin"},
+    {"authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+     "allow.everyone.if.no.acl.found": "true"},
     {"security.inter.broker.protocol": "PLAINTEXT"},
     {"connections.max.reauth.ms": "0"},
     {"connections.max.reauth.ms": "3600000", "sasl.enabled.mechanisms": "SCRAM-SHA-512"},
@@ -117,3 +121,32 @@ def test_the_cli_reads_refusals_from_a_properties_file(tmp_path: Path) -> None:
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 1
     assert "ssl.keystore.type=PKCS12" in result.stderr and "PEM" in result.stderr
+
+
+# -- authorization -------------------------------------------------------------------------------
+
+
+def test_an_unknown_authorizer_refuses_the_start(tmp_path: Path) -> None:
+    broker = BrokerProcess(tmp_path)
+    args = broker.command() + ["--override", "authorizer.class.name=com.example.OpenDoorAuthorizer"]
+    result = subprocess.run(args, cwd=PROJECT, capture_output=True, text=True, timeout=60)
+    assert result.returncode != 0
+    assert "refusing to start" in result.stderr and "authorizer.class.name" in result.stderr
+    assert "started" not in result.stdout
+
+
+def test_acls_that_cannot_be_read_refuse_the_start_instead_of_allowing(tmp_path: Path) -> None:
+    """An ACL entry the store cannot read (here a DENY without its operation) must not be taken
+    for no ACL: with allow.everyone.if.no.acl.found that would open the resource to everyone."""
+    broker = BrokerProcess(tmp_path)
+    broker.log_dir.mkdir(parents=True)
+    (broker.log_dir / "__kbroker_metadata.json").write_text(
+        '{"version": 1, "topics": [], "broker_configs": {}, "acls": [{"resource_type": "Topic", '
+        '"pattern_type": "LITERAL", "name": "payroll", "version": 1, '
+        '"acls": [{"principal": "User:*", "permissionType": "Deny", "host": "*"}]}]}')
+    args = broker.command() + ["--override", "authorizer.class.name=kafka.security.authorizer.AclAuthorizer",
+                               "--override", "allow.everyone.if.no.acl.found=true"]
+    result = subprocess.run(args, cwd=PROJECT, capture_output=True, text=True, timeout=60)
+    assert result.returncode != 0
+    assert "refusing to start" in result.stderr and "cannot be read" in result.stderr
+    assert "started" not in result.stdout

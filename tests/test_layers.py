@@ -42,7 +42,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     "kbroker.meta_properties": frozenset({"kbroker.config", "kbroker.fsutil", "kbroker.properties"}),
     "kbroker.dynamic_config": frozenset({"kbroker.config", "kbroker.kafka_configs", "kbroker.security", "protocol"}),
     "kbroker.metadata": frozenset({"kbroker.clock", "kbroker.config", "kbroker.fsutil", "kbroker.meta_properties",
-                                   "kbroker.ports", "protocol"}),
+                                   "kbroker.ports", "kbroker.security", "protocol"}),
     # Replica manager, partitions, fetch sessions, replication, topics, the controller.
     "kbroker.cluster": frozenset({"kbroker.clock", "kbroker.config", "kbroker.dynamic_config", "kbroker.fsutil",
                                   "kbroker.metadata", "kbroker.pacing", "kbroker.security", "kbroker.storage",

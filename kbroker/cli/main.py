@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 from kbroker.bench import cli as bench
 from kbroker.cli import (
+    acls,
     cluster,
     configs,
     console_consumer,
@@ -46,6 +47,7 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callab
                  reassign.add_arguments, reassign.run),
     "transactions": ("list, describe and abort hanging transactions (like kafka-transactions.sh)",
                      transactions.add_arguments, transactions.run),
+    "acls": ("add, remove and list ACLs (like kafka-acls.sh)", acls.add_arguments, acls.run),
     "bench": ("benchmark kbroker against librdkafka's mock cluster (throughput, latency, memory)",
               bench.add_arguments, bench.run),
 }

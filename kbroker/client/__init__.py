@@ -18,7 +18,7 @@ administers groups).
 
 from __future__ import annotations
 
-from kbroker.client.admin import AdminClient
+from kbroker.client.admin import AclAdmin, AdminClient
 from kbroker.client.data import DataClient
 from kbroker.client.errors import BrokerUnreachable
 from kbroker.client.groups import GroupsClient
@@ -28,6 +28,6 @@ from kbroker.client.transactions import TransactionsClient
 __all__ = ["BrokerUnreachable", "Client", "Record"]
 
 
-class Client(AdminClient, DataClient, GroupsClient, TransactionsClient):
+class Client(AdminClient, AclAdmin, DataClient, GroupsClient, TransactionsClient):
     """Blocking client for a cluster reached through `bootstrap` ("host:port[,host:port]"):
     every part of the package over one set of connections and one metadata cache."""

@@ -14,6 +14,7 @@ from kbroker.client.errors import check, error_for
 from protocol.errors import KafkaError
 
 CREATE_TOPICS = 19
+DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS = 29, 30, 31
 DELETE_TOPICS = 20
 DESCRIBE_CONFIGS = 32
 CREATE_PARTITIONS = 37
@@ -141,6 +142,25 @@ class AdminClient(ClusterClient):
                                                           list(p.removing_replicas))
                             for t in response.topics for p in t.partitions})
         return ongoing
+
+
+class AclAdmin(ClusterClient):
+    """CreateAcls, DescribeAcls, DeleteAcls. Bindings and filters are the wire's dicts (codes of
+    Kafka's ResourceType, PatternType, AclOperation, AclPermissionType)."""
+
+    def create_acls(self, creations: list[dict[str, Any]]) -> list[KafkaError | None]:
+        response = self.request(CREATE_ACLS, {"creations": creations})
+        return [error_for(r.error_code, r.error_message) if r.error_code else None for r in response.results]
+
+    def describe_acls(self, acl_filter: dict[str, Any]) -> list[Container]:
+        """The resources (type, name, pattern type) with their matching ACLs; raises the error."""
+        response = self.request(DESCRIBE_ACLS, acl_filter)
+        check(response.error_code, response.error_message)
+        return list(response.resources)
+
+    def delete_acls(self, filters: list[dict[str, Any]]) -> list[Container]:
+        """Per filter, its error code and the ACLs it removed."""
+        return list(self.request(DELETE_ACLS, {"filters": filters}).filter_results)
 
 
 def _broker_node(resource_type: int, name: str) -> int | None:

@@ -32,6 +32,7 @@ class RequestContext:
     peer: str
     listener: str = "PLAINTEXT"  # the listener the request came in on: answers give its addresses
     principal: str = "User:ANONYMOUS"  # who sent it (a TLS client's certificate subject)
+    host: str = ""  # the client's address, which ACLs may name
 
     @property
     def version(self) -> int:
@@ -85,11 +86,14 @@ HANDLER_MODULES = (
     "alter_replica_log_dirs",
     "alter_user_scram_credentials",
     "api_versions",
+    "create_acls",
     "create_partitions",
     "create_topics",
+    "delete_acls",
     "delete_groups",
     "delete_records",
     "delete_topics",
+    "describe_acls",
     "describe_client_quotas",
     "describe_cluster",
     "describe_configs",

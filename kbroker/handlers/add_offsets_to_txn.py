@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from kbroker.handlers import RequestContext
+from kbroker.handlers.authorize import Op, Resource, allowed
 from protocol.errors import ErrorCode, KafkaError
 
 API_KEY = 25
@@ -13,6 +14,10 @@ MAX_VERSION = 4
 
 
 async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    if not allowed(ctx, Op.WRITE, Resource.TRANSACTIONAL_ID, request.transactional_id):
+        raise KafkaError(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    if not allowed(ctx, Op.READ, Resource.GROUP, request.group_id):
+        raise KafkaError(ErrorCode.GROUP_AUTHORIZATION_FAILED)
     try:
         ctx.broker.transactions.add_offsets(
             request.transactional_id, request.producer_id, request.producer_epoch, request.group_id

@@ -6,7 +6,7 @@ from collections import Counter
 from typing import Any
 
 from kbroker.cluster.configs import ResourceType
-from kbroker.handlers import RequestContext
+from kbroker.handlers import RequestContext, authorize
 from protocol.errors import ErrorCode, KafkaError
 
 API_KEY = 33
@@ -28,6 +28,17 @@ def with_repeats(resources: Any) -> list[tuple[Any, bool]]:
     return [(r, counts[(r.resource_type, r.resource_name)] > 1) for r in resources]
 
 
+def check_config_access(ctx: RequestContext, resource: Any, operation: authorize.Op) -> None:
+    """Kafka: a topic's configs need the operation on the topic, a broker's (and its loggers')
+    on the cluster."""
+    kind = resource.resource_type
+    if kind == ResourceType.TOPIC and not authorize.allowed(ctx, operation, authorize.Resource.TOPIC,
+                                                            resource.resource_name):
+        raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Topic authorization failed.")
+    if kind in (ResourceType.BROKER, ResourceType.BROKER_LOGGER) and not authorize.cluster_allowed(ctx, operation):
+        raise KafkaError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed.")
+
+
 def resource_result(resource: Any, error: KafkaError | None = None) -> dict[str, Any]:
     return {
         "resource_type": resource.resource_type,
@@ -41,6 +52,7 @@ async def _alter(ctx: RequestContext, resource: Any, validate_only: bool, repeat
     try:
         if repeated:
             raise KafkaError(ErrorCode.INVALID_REQUEST, "Each resource must appear at most once.")
+        check_config_access(ctx, resource, authorize.Op.ALTER_CONFIGS)
         await _apply(ctx, resource, validate_only)
     except KafkaError as e:
         return resource_result(resource, e)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from kbroker.handlers import RequestContext
+from kbroker.handlers.authorize import Op, require_cluster
 from protocol.errors import ErrorCode
 
 API_KEY = 45
@@ -17,6 +18,7 @@ MAX_VERSION = 0
 
 
 async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    require_cluster(ctx, Op.ALTER)
     responses = [
         {"name": t.name, "partitions": [await _reassign(ctx, t.name, p.partition_index, p.replicas)
                                         for p in t.partitions]}

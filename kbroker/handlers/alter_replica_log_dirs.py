@@ -15,6 +15,7 @@ from collections import defaultdict
 from typing import Any
 
 from kbroker.handlers import Pacer, RequestContext
+from kbroker.handlers.authorize import Op, require_cluster
 from protocol.errors import ErrorCode, KafkaError
 
 API_KEY = 34
@@ -23,6 +24,7 @@ MAX_VERSION = 2
 
 
 async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    require_cluster(ctx, Op.ALTER)
     # As Kafka reads the request: one destination per partition, the last one named wins.
     destinations: dict[tuple[str, int], str] = {}
     for directory in request.dirs:

@@ -6,6 +6,7 @@ from collections import Counter
 from typing import Any
 
 from kbroker.handlers import Pacer, RequestContext
+from kbroker.handlers.authorize import Op, Resource, allowed
 from protocol.errors import ErrorCode, KafkaError
 
 API_KEY = 37
@@ -24,6 +25,10 @@ async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
         await pacer.tick()
         if counts[topic.name] > 1:
             results.append(_result(topic.name, KafkaError(ErrorCode.INVALID_REQUEST, "Duplicate topic in request.")))
+            continue
+        if not allowed(ctx, Op.ALTER, Resource.TOPIC, topic.name):
+            results.append(_result(topic.name, KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                                                          "The topic authorization is failed.")))
             continue
         assignment = [list(a.broker_ids) for a in topic.assignments] if topic.assignments is not None else None
         try:

@@ -7,6 +7,7 @@ from typing import Any
 
 from kbroker.cluster.topics import MAX_PARTITIONS_PER_REQUEST, TopicSpec
 from kbroker.handlers import Pacer, RequestContext
+from kbroker.handlers.authorize import Op, Resource, allowed, cluster_allowed
 from protocol.errors import ErrorCode, KafkaError
 
 API_KEY = 19
@@ -30,12 +31,22 @@ async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
         error = KafkaError(ErrorCode.POLICY_VIOLATION, "Excessively large number of partitions per request.")
         return {"throttle_time_ms": 0, "topics": await pacer.map(request.topics, lambda t: _error(t.name, error))}
     results = []
+    # Kafka: CREATE on the cluster allows every topic, else CREATE on each topic.
+    may_create = cluster_allowed(ctx, Op.CREATE)
     for topic in request.topics:
         await pacer.tick()
         if counts[topic.name] > 1:
             results.append(_error(topic.name, KafkaError(ErrorCode.INVALID_REQUEST, "Duplicate topic name.")))
             continue
-        results.append(await _create(ctx, topic, request.validate_only, pacer))
+        if not (may_create or allowed(ctx, Op.CREATE, Resource.TOPIC, topic.name)):
+            results.append(_error(topic.name, KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Authorization failed.")))
+            continue
+        result = await _create(ctx, topic, request.validate_only, pacer)
+        if result["error_code"] == ErrorCode.NO_ERROR and not allowed(ctx, Op.DESCRIBE_CONFIGS, Resource.TOPIC,
+                                                                      topic.name):
+            # Created, but the caller may not see its configs (Kafka's topic config error).
+            result = {**result, "configs": None, "topic_config_error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED}
+        results.append(result)
     return {"throttle_time_ms": 0, "topics": results}
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from kbroker.handlers import Pacer, RequestContext
+from kbroker.handlers.authorize import Op, Resource, allowed
 from protocol.errors import ErrorCode, KafkaError
 
 API_KEY = 21
@@ -23,6 +24,8 @@ async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
 
 
 def _delete(ctx: RequestContext, topic: str, index: int, offset: int) -> dict[str, Any]:
+    if not allowed(ctx, Op.DELETE, Resource.TOPIC, topic):
+        return {"partition_index": index, "low_watermark": -1, "error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED}
     try:
         low_watermark = ctx.broker.replicas.delete_records(topic, index, offset)
     except KafkaError as e:

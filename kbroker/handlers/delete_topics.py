@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from kbroker.handlers import Pacer, RequestContext
+from kbroker.handlers.authorize import Op, Resource, allowed
 from protocol.errors import ErrorCode, KafkaError
 
 API_KEY = 20
@@ -32,6 +33,12 @@ async def _delete(ctx: RequestContext, name: str | None, topic_id: Any, pacer: P
             if record is None:
                 raise KafkaError(ErrorCode.UNKNOWN_TOPIC_ID)
             name = record.name
+            if not allowed(ctx, Op.DESCRIBE, Resource.TOPIC, name):
+                # Named by id only: the name stays hidden from a caller who may not describe it.
+                return {"name": None, "topic_id": topic_id, "error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                        "error_message": None}
+        if not allowed(ctx, Op.DELETE, Resource.TOPIC, name):
+            raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
         await pacer.tick()
         record = await topics.delete_paced(name, pacer)
     except KafkaError as e:

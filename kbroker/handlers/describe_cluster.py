@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from kbroker.cluster.authorization import cluster_operations
 from kbroker.handlers import RequestContext
+from kbroker.handlers.authorize import NOT_REQUESTED, Op, Resource, cluster_allowed, operations
 from protocol.errors import ErrorCode
 
 API_KEY = 60
@@ -28,11 +28,18 @@ async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
             {"broker_id": b["node_id"], "host": b["host"], "port": b["port"], "rack": b["rack"]}
             for b in broker.broker_endpoints(ctx.listener)
         ],
-        "cluster_authorized_operations": cluster_operations(request.include_cluster_authorized_operations),
+        "cluster_authorized_operations": _cluster_operations(ctx, request.include_cluster_authorized_operations),
     }
     if ctx.version >= 1 and request.endpoint_type != BROKERS_ENDPOINT:
         return {**response, **_endpoint_error(request.endpoint_type), "brokers": []}
     return response
+
+
+def _cluster_operations(ctx: RequestContext, requested: bool) -> int:
+    """Kafka: the bitfield when asked, 0 for a caller who may not describe the cluster."""
+    if not requested:
+        return NOT_REQUESTED
+    return operations(ctx, Resource.CLUSTER, "kafka-cluster") if cluster_allowed(ctx, Op.DESCRIBE) else 0
 
 
 def _endpoint_error(endpoint_type: int) -> dict[str, Any]:

@@ -7,7 +7,8 @@ from typing import Any
 from kbroker.cluster.configs import ResourceType, describe_loggers
 from kbroker.cluster.topics import validate_topic_name
 from kbroker.config import BROKER_CONFIG_DEFS
-from kbroker.handlers import RequestContext, each
+from kbroker.handlers import RequestContext, authorize, each
+from kbroker.handlers.alter_configs import check_config_access
 from protocol.errors import ErrorCode, KafkaError
 
 API_KEY = 32
@@ -31,6 +32,10 @@ def _describe(ctx: RequestContext, resource: Any, synonyms: bool, documentation:
         "configs": [],
     }
     keys = list(resource.configuration_keys) if resource.configuration_keys is not None else None
+    try:
+        check_config_access(ctx, resource, authorize.Op.DESCRIBE_CONFIGS)
+    except KafkaError as e:
+        return {**result, "error_code": e.code, "error_message": e.message}
     try:
         configs = _configs(ctx, resource.resource_type, resource.resource_name, keys, synonyms)
     except KafkaError as e:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from kbroker.cluster.authorization import group_operations
 from kbroker.coordinator.group import Group, GroupState
 from kbroker.handlers import Pacer, RequestContext
+from kbroker.handlers.authorize import NOT_REQUESTED, Op, Resource, allowed, operations
 from protocol.errors import ErrorCode, KafkaError
 
 API_KEY = 15
@@ -15,14 +15,18 @@ MAX_VERSION = 5
 
 
 async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
-    operations = group_operations(ctx.version >= 3 and request.include_authorized_operations)
-    groups = await Pacer().map(request.groups, lambda g: _describe(ctx, g, operations))
+    asked = ctx.version >= 3 and request.include_authorized_operations
+    groups = await Pacer().map(request.groups, lambda g: _describe(ctx, g, asked))
     return {"throttle_time_ms": 0, "groups": groups}
 
 
-def _describe(ctx: RequestContext, group_id: str, operations: int) -> dict[str, Any]:
+def _describe(ctx: RequestContext, group_id: str, asked: bool) -> dict[str, Any]:
     result = {"group_id": group_id, "error_code": ErrorCode.NO_ERROR, "group_state": GroupState.DEAD.value,
-              "protocol_type": "", "protocol_data": "", "members": [], "authorized_operations": operations}
+              "protocol_type": "", "protocol_data": "", "members": [], "authorized_operations": NOT_REQUESTED}
+    if not allowed(ctx, Op.DESCRIBE, Resource.GROUP, group_id):
+        return {**result, "group_state": "", "error_code": ErrorCode.GROUP_AUTHORIZATION_FAILED}
+    if asked:
+        result["authorized_operations"] = operations(ctx, Resource.GROUP, group_id)
     try:
         group = ctx.broker.groups.describe(group_id)
     except KafkaError as e:

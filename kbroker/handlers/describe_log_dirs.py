@@ -13,6 +13,7 @@ from typing import Any
 
 from kbroker.cluster.replica_manager import LogDirDescription
 from kbroker.handlers import RequestContext
+from kbroker.handlers.authorize import Op, cluster_allowed
 from protocol.errors import ErrorCode
 
 API_KEY = 35
@@ -21,6 +22,8 @@ MAX_VERSION = 4
 
 
 async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    if not cluster_allowed(ctx, Op.DESCRIBE):
+        return {"throttle_time_ms": 0, "error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "results": []}
     wanted = None if request.topics is None else {(t.topic, p) for t in request.topics for p in t.partitions}
     results = [_describe_dir(d) for d in ctx.broker.replicas.describe_log_dirs(wanted)]
     return {"throttle_time_ms": 0, "error_code": ErrorCode.NO_ERROR, "results": results}

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from kbroker.handlers import Pacer, RequestContext
+from kbroker.handlers.authorize import Op, Resource, allowed
 from protocol.errors import ErrorCode, KafkaError
 
 API_KEY = 61
@@ -22,6 +23,9 @@ async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
 
 
 def _describe(ctx: RequestContext, topic: str, index: int) -> dict[str, Any]:
+    if not allowed(ctx, Op.READ, Resource.TOPIC, topic):
+        return {"partition_index": index, "error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED, "error_message": None,
+                "active_producers": []}
     try:
         active = ctx.broker.replicas.active_producers(topic, index)
     except KafkaError as e:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from kbroker.cluster.authorization import topic_operations
 from kbroker.cluster.topics import INTERNAL_TOPICS, validate_topic_name
 from kbroker.handlers import RequestContext
+from kbroker.handlers.authorize import Op, Resource, allowed, allowed_names, operations
 from kbroker.handlers.metadata import describe_partition
 from protocol.errors import ErrorCode, KafkaError
 
@@ -22,8 +22,8 @@ async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
     cursor = request.cursor
     start_topic = cursor.topic_name if cursor is not None else ""
     all_topics = not request.topics
-    if all_topics:
-        names = set(ctx.broker.metadata_cache.topic_names())
+    if all_topics:  # topics the caller may not describe are left out, never named
+        names = allowed_names(ctx, Op.DESCRIBE, Resource.TOPIC, ctx.broker.metadata_cache.topic_names())
     else:
         names = {t.name for t in request.topics}
         if cursor is not None and cursor.topic_name not in names:
@@ -42,6 +42,9 @@ def _page(ctx: RequestContext, names: list[str], first_partition: int, limit: in
     for position, name in enumerate(names):
         if remaining <= 0:
             return _response(topics, {"topic_name": name, "partition_index": 0})
+        if not allowed(ctx, Op.DESCRIBE, Resource.TOPIC, name):
+            topics.append(_topic_error(name, ErrorCode.TOPIC_AUTHORIZATION_FAILED))
+            continue
         record = ctx.broker.metadata_cache.topic(name)
         if record is None:
             if not skip_missing:
@@ -56,7 +59,7 @@ def _page(ctx: RequestContext, names: list[str], first_partition: int, limit: in
             "topic_id": record.topic_id,
             "is_internal": name in INTERNAL_TOPICS,
             "partitions": [describe_partition(ctx, name, i, record.assignment[i]) for i in shown],
-            "topic_authorized_operations": topic_operations(True),  # always reported by this API
+            "topic_authorized_operations": operations(ctx, Resource.TOPIC, name),  # always reported by this API
         })
         if len(shown) < len(indexes):
             return _response(topics, {"topic_name": name, "partition_index": indexes[len(shown)]})

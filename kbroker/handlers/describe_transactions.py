@@ -6,6 +6,7 @@ from collections import defaultdict
 from typing import Any
 
 from kbroker.handlers import RequestContext
+from kbroker.handlers.authorize import Op, Resource, allowed
 from protocol.errors import ErrorCode, KafkaError
 
 API_KEY = 65
@@ -20,6 +21,8 @@ async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
 def _describe(ctx: RequestContext, transactional_id: str) -> dict[str, Any]:
     empty = {"transactional_id": transactional_id, "transaction_state": "", "transaction_timeout_ms": 0,
              "transaction_start_time_ms": -1, "producer_id": -1, "producer_epoch": -1, "topics": []}
+    if not allowed(ctx, Op.DESCRIBE, Resource.TRANSACTIONAL_ID, transactional_id):
+        return {**empty, "error_code": ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED}
     try:
         txn = ctx.broker.transactions.describe(transactional_id)
     except KafkaError as e:
@@ -35,5 +38,7 @@ def _describe(ctx: RequestContext, transactional_id: str) -> dict[str, Any]:
         "transaction_start_time_ms": txn.start_ms,
         "producer_id": txn.producer_id,
         "producer_epoch": txn.producer_epoch,
-        "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()],
+        # Only the topics the caller may describe (Kafka's rule).
+        "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()
+                   if allowed(ctx, Op.DESCRIBE, Resource.TOPIC, t)],
     }

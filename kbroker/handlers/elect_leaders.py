@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from kbroker.handlers import RequestContext
+from kbroker.handlers.authorize import Op, require_cluster
 from protocol.errors import ErrorCode
 
 API_KEY = 43
@@ -20,6 +21,7 @@ PREFERRED, UNCLEAN = 0, 1
 
 
 async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    require_cluster(ctx, Op.ALTER)
     election_type = request.election_type if ctx.version >= 1 else PREFERRED
     if election_type not in (PREFERRED, UNCLEAN):
         return {"throttle_time_ms": 0, "error_code": ErrorCode.INVALID_REQUEST, "replica_election_results": []}

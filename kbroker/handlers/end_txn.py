@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from kbroker.handlers import RequestContext
-from protocol.errors import KafkaError
+from kbroker.handlers.authorize import Op, Resource, allowed
+from protocol.errors import ErrorCode, KafkaError
 
 API_KEY = 26
 MIN_VERSION = 0
@@ -13,6 +14,8 @@ MAX_VERSION = 4  # v5 (KIP-890 part 2) is unstable in Kafka 3.9
 
 
 async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    if not allowed(ctx, Op.WRITE, Resource.TRANSACTIONAL_ID, request.transactional_id):
+        raise KafkaError(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     try:
         ctx.broker.transactions.end_transaction(
             request.transactional_id, request.producer_id, request.producer_epoch, request.committed

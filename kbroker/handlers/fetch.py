@@ -24,6 +24,7 @@ from kbroker.cluster.fetch_sessions import (
 from kbroker.cluster.partition import LogReadResult
 from kbroker.cluster.replica_manager import FetchParams, PartitionFetch
 from kbroker.handlers import Pacer, RequestContext
+from kbroker.handlers.authorize import Op, Resource, allowed_names, cluster_allowed
 from protocol.errors import ErrorCode
 from protocol.messages.fetch import FetchableTopicResponse, FetchResponse, PartitionData
 
@@ -65,7 +66,7 @@ async def handle(ctx: RequestContext, request: Any) -> FetchResponse:
     names, partitions = await _partition_fetches(ctx, wanted, pacer)
     params = FetchParams(replica_id, request.max_wait_ms, request.min_bytes, request.max_bytes,
                          read_committed=request.isolation_level == READ_COMMITTED)
-    results = await ctx.broker.replicas.fetch(params, partitions, ctx.now_ms(), pacer)
+    results = await _fetch_authorized(ctx, params, partitions, pacer)
     reads = list(zip(keys, names, results, strict=True))
     if session is not None:
         reads = _news(session, reads)
@@ -81,6 +82,23 @@ async def handle(ctx: RequestContext, request: Any) -> FetchResponse:
 # What one partition contributes to a fetch response: its session key, its topic name (None: an
 # unknown topic id) and what the replica manager read.
 _Read = tuple[PartitionKey, str | None, LogReadResult]
+
+
+async def _fetch_authorized(ctx: RequestContext, params: FetchParams, partitions: list[PartitionFetch],
+                            pacer: Pacer) -> list[LogReadResult]:
+    """Kafka's checks: a follower needs CLUSTER_ACTION on the cluster, a consumer READ on each
+    topic; what is refused answers TOPIC_AUTHORIZATION_FAILED and is never read."""
+    if params.replica_id >= 0:
+        permitted = {p.topic for p in partitions} if cluster_allowed(ctx, Op.CLUSTER_ACTION) else set()
+    else:
+        permitted = allowed_names(ctx, Op.READ, Resource.TOPIC, (p.topic for p in partitions if p.topic is not None))
+    # An unknown topic id is not a name to refuse: the replica manager answers it as unknown.
+    readable = [p for p in partitions if p.topic is None or p.topic in permitted]
+    if len(readable) == len(partitions):
+        return await ctx.broker.replicas.fetch(params, partitions, ctx.now_ms(), pacer)
+    read = iter(await ctx.broker.replicas.fetch(params, readable, ctx.now_ms(), pacer))
+    refused = LogReadResult(ErrorCode.TOPIC_AUTHORIZATION_FAILED, hosted=False)
+    return [next(read) if p.topic is None or p.topic in permitted else refused for p in partitions]
 
 
 def _session_error(code: ErrorCode) -> FetchResponse:

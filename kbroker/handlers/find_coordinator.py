@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from kbroker.handlers import Pacer, RequestContext
+from kbroker.handlers.authorize import Op, Resource, allowed
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.find_coordinator import Coordinator, FindCoordinatorResponse
 
@@ -37,6 +38,10 @@ def _find(ctx: RequestContext, key: str, key_type: int) -> Coordinator:
 def _coordinator(ctx: RequestContext, key: str, key_type: int) -> Coordinator:
     if key_type not in (GROUP, TRANSACTION):
         raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unknown coordinator type {key_type}")
+    if key_type == GROUP and not allowed(ctx, Op.DESCRIBE, Resource.GROUP, key):
+        raise KafkaError(ErrorCode.GROUP_AUTHORIZATION_FAILED, "Group authorization failed.")
+    if key_type == TRANSACTION and not allowed(ctx, Op.DESCRIBE, Resource.TRANSACTIONAL_ID, key):
+        raise KafkaError(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "Transactional Id authorization failed.")
     if key_type == TRANSACTION and not key:
         raise KafkaError(ErrorCode.INVALID_REQUEST, "empty transactional id")
     topic = ctx.broker.groups.topic if key_type == GROUP else ctx.broker.transactions.topic

@@ -9,8 +9,8 @@ from typing import Any
 from kbroker import dynamic_config
 from kbroker.cluster.configs import ResourceType, set_logger_level
 from kbroker.config import BUILT_IN_DEFAULTS
-from kbroker.handlers import RequestContext
-from kbroker.handlers.alter_configs import resource_result, with_repeats
+from kbroker.handlers import RequestContext, authorize
+from kbroker.handlers.alter_configs import check_config_access, resource_result, with_repeats
 from kbroker.kafka_configs import TOPIC_CONFIG_TYPES
 from protocol.errors import ErrorCode, KafkaError
 
@@ -39,6 +39,7 @@ async def _alter(ctx: RequestContext, resource: Any, validate_only: bool, repeat
     try:
         if repeated:
             raise KafkaError(ErrorCode.INVALID_REQUEST, "Each resource must appear at most once.")
+        check_config_access(ctx, resource, authorize.Op.ALTER_CONFIGS)
         _check_ops(resource.resource_type, resource.configs)
         await _apply(ctx, resource, validate_only)
     except KafkaError as e:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from kbroker.handlers import RequestContext
+from kbroker.handlers.authorize import Op, Resource, allowed, any_topic_writable, cluster_allowed
 from protocol.errors import ErrorCode, KafkaError
 
 API_KEY = 22
@@ -17,6 +18,13 @@ MAX_VERSION = 5
 
 
 async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    # Kafka: WRITE on the transactional id; an idempotent producer needs IDEMPOTENT_WRITE on the
+    # cluster or WRITE on some topic (KIP-679).
+    if request.transactional_id is not None:
+        if not allowed(ctx, Op.WRITE, Resource.TRANSACTIONAL_ID, request.transactional_id):
+            raise KafkaError(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    elif not (cluster_allowed(ctx, Op.IDEMPOTENT_WRITE) or any_topic_writable(ctx)):
+        raise KafkaError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
     if request.transactional_id is None:
         return _result(ErrorCode.NO_ERROR, ctx.broker.producer_ids.next_id(), 0)
     try:

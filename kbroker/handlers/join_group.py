@@ -6,6 +6,8 @@ from typing import Any
 
 from kbroker.coordinator.group_membership import JoinRequest
 from kbroker.handlers import RequestContext
+from kbroker.handlers.authorize import Op, Resource, allowed
+from protocol.errors import ErrorCode, KafkaError
 
 API_KEY = 11
 MIN_VERSION = 0
@@ -13,6 +15,8 @@ MAX_VERSION = 9
 
 
 async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    if not allowed(ctx, Op.READ, Resource.GROUP, request.group_id):
+        raise KafkaError(ErrorCode.GROUP_AUTHORIZATION_FAILED)
     join = JoinRequest(
         group_id=request.group_id,
         member_id=request.member_id,

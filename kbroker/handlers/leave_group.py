@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from kbroker.handlers import RequestContext
-from protocol.errors import ErrorCode
+from kbroker.handlers.authorize import Op, Resource, allowed
+from protocol.errors import ErrorCode, KafkaError
 
 API_KEY = 13
 MIN_VERSION = 0
@@ -13,6 +14,8 @@ MAX_VERSION = 5
 
 
 async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    if not allowed(ctx, Op.READ, Resource.GROUP, request.group_id):
+        raise KafkaError(ErrorCode.GROUP_AUTHORIZATION_FAILED)
     if ctx.version < 3:
         error, errors = ctx.broker.groups.leave(request.group_id, [(request.member_id, None)])
         # One member, one error: before v3 it is the response's only error code.

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from kbroker.handlers import Pacer, RequestContext
+from kbroker.handlers.authorize import Op, Resource, allowed_names
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.list_offsets import (
     ListOffsetsPartitionResponse,
@@ -25,10 +26,15 @@ async def handle(ctx: RequestContext, request: Any) -> ListOffsetsResponse:
     committed = ctx.version >= 2 and request.isolation_level == READ_COMMITTED
     pacer = Pacer()
     topics: list[ListOffsetsTopicResponse] = []
+    describable = allowed_names(ctx, Op.DESCRIBE, Resource.TOPIC, (t.name for t in request.topics))
     for topic in request.topics:
         partitions: list[ListOffsetsPartitionResponse] = []
         for partition in topic.partitions:
-            partitions.append(_lookup(ctx, topic.name, partition, committed))
+            if topic.name not in describable:
+                partitions.append({"partition_index": partition.partition_index, "timestamp": -1, "offset": -1,
+                                   "leader_epoch": -1, "error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED})
+            else:
+                partitions.append(_lookup(ctx, topic.name, partition, committed))
             await pacer.tick()
         topics.append({"name": topic.name, "partitions": partitions})
     return {"throttle_time_ms": 0, "topics": topics}

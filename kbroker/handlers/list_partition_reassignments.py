@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from kbroker.handlers import RequestContext
+from kbroker.handlers.authorize import Op, require_cluster
 from protocol.errors import ErrorCode
 
 API_KEY = 46
@@ -13,6 +14,7 @@ MAX_VERSION = 0
 
 
 async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    require_cluster(ctx, Op.DESCRIBE)
     cluster = ctx.broker.cluster
     ongoing = dict(cluster.reassignments) if cluster is not None else {}
     if request.topics is not None:

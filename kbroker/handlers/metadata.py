@@ -7,11 +7,12 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from kbroker.cluster.authorization import cluster_operations, topic_operations
 from kbroker.cluster.controller import Controller
 from kbroker.cluster.metadata_cache import MetadataCache, TopicRecord
 from kbroker.cluster.topics import INTERNAL_TOPICS, TopicSpec, validate_topic_name
 from kbroker.handlers import Pacer, RequestContext
+from kbroker.handlers.authorize import NOT_REQUESTED, Op, Resource, allowed, allowed_names, cluster_allowed
+from kbroker.handlers.authorize import operations as authorized_operations
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.metadata import MetadataResponse, MetadataResponsePartition, MetadataResponseTopic
 
@@ -27,7 +28,8 @@ async def handle(ctx: RequestContext, request: Any) -> MetadataResponse:
     auto_create = request.allow_auto_topic_creation if ctx.version >= 4 else True
     pacer = Pacer()
     if request.topics is None or (ctx.version == 0 and not request.topics):  # v0: an empty list means all
-        names = broker.metadata_cache.topic_names()
+        # Topics the caller may not describe are left out, never named (Kafka's rule).
+        names = sorted(allowed_names(ctx, Op.DESCRIBE, Resource.TOPIC, broker.metadata_cache.topic_names()))
         topics = await _describe_all(ctx, names, False, operations, pacer)
     else:
         names, topic_ids = await _requested(ctx.version, request.topics, pacer)
@@ -43,8 +45,17 @@ async def handle(ctx: RequestContext, request: Any) -> MetadataResponse:
         "cluster_id": broker.cluster_id,
         "controller_id": _controller(ctx),
         "topics": topics,
-        "cluster_authorized_operations": cluster_operations(request.include_cluster_authorized_operations),
+        "cluster_authorized_operations": _cluster_operations(ctx, request.include_cluster_authorized_operations),
     }
+
+
+def _cluster_operations(ctx: RequestContext, requested: bool) -> int:
+    """v8-v10: the cluster's bitfield when asked, 0 for a caller who may not describe the cluster."""
+    if not requested or ctx.version > 10:
+        return NOT_REQUESTED
+    if not cluster_allowed(ctx, Op.DESCRIBE):
+        return 0
+    return authorized_operations(ctx, Resource.CLUSTER, "kafka-cluster")
 
 
 async def _requested(version: int, topics: Any, pacer: Pacer) -> tuple[list[str | None], list[uuid.UUID]]:
@@ -85,6 +96,10 @@ def _describe_topic_id(ctx: RequestContext, topic_id: uuid.UUID, operations: boo
     record = ctx.broker.metadata_cache.topic_by_id(topic_id)
     if record is None:
         return _unknown_id(topic_id)
+    if not allowed(ctx, Op.DESCRIBE, Resource.TOPIC, record.name):
+        # Ids are not secret (Kafka): the id comes back with the error, the name does not.
+        return {"error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED, "name": None, "topic_id": topic_id,
+                "partitions": []}
     return _describe_record(ctx, record.name, record, operations)
 
 
@@ -97,6 +112,9 @@ def _unknown_id(topic_id: uuid.UUID) -> MetadataResponseTopic:
 async def _describe_topic(ctx: RequestContext, name: str, auto_create: bool, operations: bool,
                           pacer: Pacer) -> MetadataResponseTopic:
     broker = ctx.broker
+    if not allowed(ctx, Op.DESCRIBE, Resource.TOPIC, name):
+        # Named explicitly: refused without saying whether it exists.
+        return {"error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED, "name": name, "topic_id": ZERO_UUID}
     try:
         validate_topic_name(name)  # before any lookup: an illegal name costs nothing but this check
     except KafkaError as e:
@@ -105,6 +123,9 @@ async def _describe_topic(ctx: RequestContext, name: str, auto_create: bool, ope
     if record is None:
         if not (auto_create and broker.config.auto_create_topics_enable):
             return {"error_code": ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "name": name}
+        if not (cluster_allowed(ctx, Op.CREATE) or allowed(ctx, Op.CREATE, Resource.TOPIC, name)):
+            return {"error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED, "name": name, "topic_id": ZERO_UUID,
+                    "is_internal": name in INTERNAL_TOPICS}
         try:
             record = await broker.topics.create_paced(TopicSpec(name), pacer)
         except KafkaError as e:
@@ -125,7 +146,8 @@ def _describe_record(ctx: RequestContext, name: str, record: TopicRecord,
         "topic_id": record.topic_id,
         "is_internal": name in INTERNAL_TOPICS,
         "partitions": [describe_partition(ctx, name, i, r) for i, r in sorted(record.assignment.items())],
-        "topic_authorized_operations": topic_operations(operations),
+        "topic_authorized_operations": (authorized_operations(ctx, Resource.TOPIC, name)
+                                        if operations and ctx.version >= 8 else NOT_REQUESTED),
     }
 
 

@@ -6,6 +6,7 @@ from collections import defaultdict
 from typing import Any
 
 from kbroker.handlers import Pacer, RequestContext
+from kbroker.handlers.authorize import Op, Resource, allowed, allowed_names
 from protocol.coordinator_records import OffsetValue
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.offset_fetch import (
@@ -33,17 +34,25 @@ async def handle(ctx: RequestContext, request: Any) -> OffsetFetchResponse:
 async def _fetch_group(ctx: RequestContext, group_id: str, topics: Any, stable: bool,
                        pacer: Pacer) -> OffsetFetchResponseGroup:
     """One group's answer, in v8+'s shape; before v8 its topics and error code are the answer's own."""
+    if not allowed(ctx, Op.DESCRIBE, Resource.GROUP, group_id):
+        return {"group_id": group_id, "error_code": ErrorCode.GROUP_AUTHORIZATION_FAILED, "topics": []}
     try:
         committed = ctx.broker.groups.committed_offsets(group_id)
     except KafkaError as e:
         return {"group_id": group_id, "error_code": e.code, "topics": []}
+    # Offsets of topics the caller may not describe: left out of "all", refused when named.
     if topics is None:
-        wanted: Any = sorted(committed.items())
+        describable = allowed_names(ctx, Op.DESCRIBE, Resource.TOPIC, (t for t, _ in committed))
+        wanted: Any = sorted(item for item in committed.items() if item[0][0] in describable)
     else:
+        describable = allowed_names(ctx, Op.DESCRIBE, Resource.TOPIC, (t.name for t in topics))
         wanted = (((t.name, p), committed.get((t.name, p))) for t in topics for p in t.partition_indexes)
     by_topic: dict[str, list[OffsetFetchResponsePartitions]] = defaultdict(list)
     for (topic, partition), value in wanted:
         await pacer.tick()
+        if topic not in describable:
+            by_topic[topic].append({**_partition(partition, None), "error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED})
+            continue
         entry = _partition(partition, value)
         if stable and ctx.broker.groups.has_pending(group_id, (topic, partition)):
             # An open transaction may still change this offset (KIP-447): the client retries.

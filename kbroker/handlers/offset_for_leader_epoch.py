@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from kbroker.handlers import Pacer, RequestContext
+from kbroker.handlers.authorize import Op, Resource, allowed_names, cluster_allowed
 from protocol.errors import ErrorCode, KafkaError
 
 API_KEY = 23
@@ -16,8 +17,15 @@ UNDEFINED = -1
 
 async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
     pacer = Pacer()
+    # Followers have CLUSTER_ACTION; consumers (KIP-320) need DESCRIBE on the topic.
+    if cluster_allowed(ctx, Op.CLUSTER_ACTION):
+        describable = {t.topic for t in request.topics}
+    else:
+        describable = allowed_names(ctx, Op.DESCRIBE, Resource.TOPIC, (t.topic for t in request.topics))
     topics = [
-        {"topic": t.topic, "partitions": await pacer.map(t.partitions, lambda p, t=t: _lookup(ctx, t.topic, p))}
+        {"topic": t.topic, "partitions": await pacer.map(t.partitions, lambda p, t=t: _lookup(ctx, t.topic, p))
+         if t.topic in describable else [{"partition": p.partition, "leader_epoch": UNDEFINED, "end_offset": UNDEFINED,
+                                          "error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED} for p in t.partitions]}
         for t in request.topics
     ]
     return {"throttle_time_ms": 0, "topics": topics}

@@ -8,6 +8,7 @@ from typing import Any
 
 from kbroker.cluster.replica_manager import Appended, AppendResult, VerifyTransaction
 from kbroker.handlers import CloseConnection, Deferred, Pacer, RequestContext
+from kbroker.handlers.authorize import Op, Resource, allowed, allowed_names
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.produce import PartitionProduceResponse, ProduceResponse, TopicProduceResponse
 from protocol.records import (
@@ -27,10 +28,18 @@ ADVERTISED_MIN = 0
 MIN_VERSION = 3
 MAX_VERSION = 11
 ZSTD = 4
+TRANSACTIONAL_FLAG = 0x10  # bit 4 of a batch's attributes
 _BATCH_LENGTH = struct.Struct(">i")
 
 
 async def handle(ctx: RequestContext, request: Any) -> ProduceResponse | Deferred | None:
+    # Kafka's order: the transactional id (the whole request), then WRITE on each topic.
+    if _has_transactional_records(request) and not (
+            request.transactional_id is not None
+            and allowed(ctx, Op.WRITE, Resource.TRANSACTIONAL_ID, request.transactional_id)):
+        raise KafkaError(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                         "Transactional Id authorization failed.")
+    writable = allowed_names(ctx, Op.WRITE, Resource.TOPIC, (t.name for t in request.topic_data))
     pacer = Pacer()
     # Per topic, per partition: its answer already (refused by the request-level checks), or
     # where its result will be among the appended entries.
@@ -40,6 +49,10 @@ async def handle(ctx: RequestContext, request: Any) -> ProduceResponse | Deferre
         slots: list[PartitionProduceResponse | int] = []
         for data in topic.partition_data:
             await pacer.tick()
+            if topic.name not in writable:
+                slots.append(_answer(data.index, AppendResult.failed(
+                    KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED))))
+                continue
             try:
                 _check_records(ctx.version, data.records)
             except KafkaError as e:
@@ -101,6 +114,13 @@ def _answer(index: int, result: AppendResult) -> PartitionProduceResponse:
         "record_errors": [{"batch_index": i, "batch_index_error_message": m} for i, m in result.record_errors],
         "error_message": result.message,
     }
+
+
+def _has_transactional_records(request: Any) -> bool:
+    """Kafka's RequestUtils.hasTransactionalRecords: any batch with the transactional bit."""
+    return any(data.records is not None and len(data.records) >= HEADER_SIZE
+               and data.records[ATTRIBUTES_OFFSET + 1] & TRANSACTIONAL_FLAG
+               for topic in request.topic_data for data in topic.partition_data)
 
 
 def _transaction_verifier(ctx: RequestContext) -> VerifyTransaction | None:

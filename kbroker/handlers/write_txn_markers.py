@@ -12,6 +12,7 @@ from typing import Any
 
 from kbroker.coordinator.txn_coordinator import write_marker
 from kbroker.handlers import RequestContext
+from kbroker.handlers.authorize import Op, require_cluster
 from protocol.errors import ErrorCode, KafkaError
 
 API_KEY = 27
@@ -20,6 +21,7 @@ MAX_VERSION = 1
 
 
 async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    require_cluster(ctx, Op.CLUSTER_ACTION)  # brokers' request (Kafka's inter-broker rule)
     return {"markers": [_write(ctx, marker) for marker in request.markers]}
 
 

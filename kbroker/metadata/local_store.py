@@ -26,7 +26,16 @@ from kbroker.metadata.store import (
     TopicRecord,
     Unwatch,
     VersionConflict,
+    decode_acl_entries,
+    encode_acl_entries,
     sanitize_entity_name,
+)
+from kbroker.security.acl import (
+    AccessControlEntry,
+    ResourcePattern,
+    parse_pattern_type,
+    parse_resource_type,
+    resource_type_name,
 )
 from protocol.errors import ErrorCode, KafkaError
 
@@ -80,6 +89,8 @@ class LocalMetadataStore(MetadataStore):
         self._controller_watchers: _Watchers[int | None] = _Watchers()
         self._state_watchers: dict[tuple[str, int], _Watchers[PartitionState | None]] = {}
         self._config_watchers: list[Callable[[str, str], None]] = []
+        self._acls: dict[ResourcePattern, frozenset[AccessControlEntry]] = {}
+        self._acl_watchers: list[Callable[[ResourcePattern], None]] = []
         if self.path.exists():
             self._load()
 
@@ -104,6 +115,7 @@ class LocalMetadataStore(MetadataStore):
                 )
         self._controller_epoch = document.get("controller_epoch", 0)
         self._cluster_id = document.get("cluster_id")
+        self._acls = _decode_acls(document.get("acls", []))
 
     def _save(self) -> None:
         """Persist the current state; when that fails, the state goes back to what was last saved
@@ -121,6 +133,7 @@ class LocalMetadataStore(MetadataStore):
         self._partition_states = {}
         self._controller_epoch = 0
         self._cluster_id = None
+        self._acls = {}
         if self.path.exists():
             self._load()
 
@@ -153,6 +166,11 @@ class LocalMetadataStore(MetadataStore):
             document["user_configs"] = self._user_configs
         if self._cluster_id is not None:
             document["cluster_id"] = self._cluster_id
+        if self._acls:
+            document["acls"] = [
+                {"resource_type": resource_type_name(p.resource_type), "pattern_type": p.pattern_type.name,
+                 "name": p.name, **encode_acl_entries(entries)}
+                for p, entries in sorted(self._acls.items())]
         write_atomically(self.path, json.dumps(document, indent=1, sort_keys=True))
 
     # -- topics ---------------------------------------------------------------------------------
@@ -235,6 +253,29 @@ class LocalMetadataStore(MetadataStore):
 
     def list_user_configs(self) -> dict[str, dict[str, str]]:
         return {user: dict(configs) for user, configs in self._user_configs.items()}
+    # -- ACLs -------------------------------------------------------------------------------------
+
+    def list_acls(self) -> dict[ResourcePattern, frozenset[AccessControlEntry]]:
+        return dict(self._acls)
+
+    def get_acls(self, pattern: ResourcePattern) -> frozenset[AccessControlEntry]:
+        return self._acls.get(pattern, frozenset())
+
+    def update_acls(self, pattern: ResourcePattern, add: frozenset[AccessControlEntry],
+                    remove: frozenset[AccessControlEntry]) -> frozenset[AccessControlEntry]:
+        entries = (self.get_acls(pattern) - remove) | add
+        if entries:
+            self._acls[pattern] = entries
+        else:
+            self._acls.pop(pattern, None)
+        self._save()
+        for callback in list(self._acl_watchers):
+            callback(pattern)
+        return entries
+
+    def watch_acl_changes(self, callback: Callable[[ResourcePattern], None]) -> Unwatch:
+        self._acl_watchers.append(callback)
+        return lambda: self._acl_watchers.remove(callback) if callback in self._acl_watchers else None
 
     # -- partition leadership -------------------------------------------------------------------
 
@@ -346,3 +387,17 @@ def _stamped(registration: BrokerRegistration) -> BrokerRegistration:
 
 def _entity(broker_id: int | None) -> str:
     return CLUSTER_DEFAULT if broker_id is None else str(broker_id)
+
+
+def _decode_acls(entries: Any) -> dict[ResourcePattern, frozenset[AccessControlEntry]]:
+    """The stored ACLs; an entry that cannot be read stops the load (the broker refuses to start
+    rather than authorize without it)."""
+    acls = {}
+    for entry in entries:
+        try:
+            pattern = ResourcePattern(parse_resource_type(entry["resource_type"]), str(entry["name"]),
+                                      parse_pattern_type(entry["pattern_type"]))
+        except (KeyError, TypeError, ValueError) as e:
+            raise ValueError(f"unreadable ACL resource {entry!r}: {e}") from None
+        acls[pattern] = decode_acl_entries(entry)
+    return acls

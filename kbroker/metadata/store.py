@@ -23,6 +23,16 @@ import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
+
+from kbroker.security.acl import (
+    AccessControlEntry,
+    ResourcePattern,
+    operation_name,
+    parse_operation,
+    parse_permission,
+    permission_name,
+)
 
 Unwatch = Callable[[], None]
 
@@ -224,6 +234,27 @@ class MetadataStore(ABC):
     def watch_controller(self, callback: Callable[[int | None], None]) -> Unwatch:
         """Call `callback(controller id or None)` now and whenever the controller changes."""
 
+    # -- ACLs -----------------------------------------------------------------------------------
+
+    @abstractmethod
+    def list_acls(self) -> dict[ResourcePattern, frozenset[AccessControlEntry]]:
+        """Every resource pattern that has ACLs, with its entries. Raises when they cannot be
+        read (an unreadable ACL must never be taken for no ACL)."""
+
+    @abstractmethod
+    def get_acls(self, pattern: ResourcePattern) -> frozenset[AccessControlEntry]: ...
+
+    @abstractmethod
+    def update_acls(self, pattern: ResourcePattern, add: frozenset[AccessControlEntry],
+                    remove: frozenset[AccessControlEntry]) -> frozenset[AccessControlEntry]:
+        """Add and remove entries of one resource pattern atomically (compare-and-set against
+        concurrent writers), notify every broker, and return the entries now stored."""
+
+    @abstractmethod
+    def watch_acl_changes(self, callback: Callable[[ResourcePattern], None]) -> Unwatch:
+        """Call `callback(pattern)` after each later change of a pattern's ACLs, made by any
+        broker. Nothing is reported right away."""
+
     # -- cluster --------------------------------------------------------------------------------
 
     @abstractmethod
@@ -233,3 +264,26 @@ class MetadataStore(ABC):
     @abstractmethod
     def close(self) -> None:
         """End this store's session: its broker registration and controller role go away."""
+
+
+# -- ACL entries as Kafka stores them (kafka.security.authorizer.AclEntry) --------------------------
+
+
+def encode_acl_entries(entries: frozenset[AccessControlEntry]) -> dict[str, Any]:
+    """`{"version":1,"acls":[{"principal","permissionType","operation","host"}]}`, Kafka's JSON."""
+    return {"version": 1, "acls": [
+        {"principal": e.principal, "permissionType": permission_name(e.permission),
+         "operation": operation_name(e.operation), "host": e.host}
+        for e in sorted(entries)]}
+
+
+def decode_acl_entries(document: Any) -> frozenset[AccessControlEntry]:
+    """The entries of Kafka's JSON; raises ValueError on anything else (never an empty set for a
+    document it cannot read)."""
+    try:
+        return frozenset(
+            AccessControlEntry(str(a["principal"]), str(a["host"]), parse_operation(str(a["operation"])),
+                               parse_permission(str(a["permissionType"])))
+            for a in document["acls"])
+    except (KeyError, TypeError, ValueError) as e:
+        raise ValueError(f"unreadable ACL document {document!r}: {e}") from None

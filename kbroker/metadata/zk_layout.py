@@ -17,6 +17,12 @@ The layout and JSON are Kafka's (`kafka.zk.ZkData`), so an operator's habits (`z
     /config/brokers/<id>|<default>                {"version":1,"config":{..}}
     /config/users/<sanitized user>                {"version":1,"config":{"SCRAM-SHA-256":"salt=..,stored_key=..,.."}}
     /config/changes/config_change_<seq>           {"version":2,"entity_path":"topics/<topic>"}
+    /kafka-acl/<ResourceType>/<name>              {"version":1,"acls":[{"principal","permissionType",
+                                                   "operation","host"}]}  (LITERAL patterns)
+    /kafka-acl-extended/prefixed/<ResourceType>/<name>                      (PREFIXED patterns)
+    /kafka-acl-changes/acl_changes_<seq>          "Topic:<name>" (a LITERAL pattern changed)
+    /kafka-acl-extended-changes/acl_changes_<seq> {"version":1,"resourceType":"Topic","name":..,
+                                                   "patternType":"PREFIXED"}
 """
 
 from __future__ import annotations
@@ -30,6 +36,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from kbroker.metadata.store import BrokerEndpoint, BrokerRegistration, PartitionState, TopicRecord
+from kbroker.security.acl import (
+    PatternType,
+    ResourcePattern,
+    parse_pattern_type,
+    parse_resource_type,
+    resource_type_name,
+)
+from protocol.errors import ErrorCode, KafkaError
 
 log = logging.getLogger("kbroker.metadata.zk")
 
@@ -44,9 +58,16 @@ USER_CONFIGS_PATH = "/config/users"
 CONFIG_CHANGES_PATH = "/config/changes"
 CONFIG_CHANGE_PREFIX = "config_change_"
 DELETE_TOPICS_PATH = "/admin/delete_topics"
+# ACLs as Kafka's ZkAclStore keeps them: literal patterns, prefixed ones, and their change queues.
+LITERAL_ACL_PATH = "/kafka-acl"
+PREFIXED_ACL_PATH = "/kafka-acl-extended/prefixed"
+LITERAL_ACL_CHANGES_PATH = "/kafka-acl-changes"
+PREFIXED_ACL_CHANGES_PATH = "/kafka-acl-extended-changes"
+ACL_CHANGE_PREFIX = "acl_changes_"
 # The persistent paths a Kafka broker creates at start (those kbroker uses).
 TOP_LEVEL_PATHS = (BROKER_IDS_PATH, TOPICS_PATH, TOPIC_CONFIGS_PATH, BROKER_CONFIGS_PATH, CONFIG_CHANGES_PATH,
-                   DELETE_TOPICS_PATH)
+                   DELETE_TOPICS_PATH, LITERAL_ACL_PATH, PREFIXED_ACL_PATH, LITERAL_ACL_CHANGES_PATH,
+                   PREFIXED_ACL_CHANGES_PATH)
 CLUSTER_DEFAULT = "<default>"
 # Kafka's brokers purge change notifications older than this (changeExpirationMs).
 CONFIG_CHANGE_EXPIRATION_MS = 15 * 60 * 1000
@@ -79,8 +100,8 @@ def config_entity(broker_id: int | None) -> str:
     return CLUSTER_DEFAULT if broker_id is None else str(broker_id)
 
 
-def change_sequence(child: str) -> int:
-    suffix = child[len(CONFIG_CHANGE_PREFIX):] if child.startswith(CONFIG_CHANGE_PREFIX) else ""
+def change_sequence(child: str, prefix: str = CONFIG_CHANGE_PREFIX) -> int:
+    suffix = child[len(prefix):] if child.startswith(prefix) else ""
     return int(suffix) if suffix.isdigit() else -1
 
 
@@ -163,3 +184,26 @@ def decode_broker(broker_id: int, document: dict[str, Any]) -> BrokerRegistratio
 
 def bracket(host: str) -> str:
     return f"[{host}]" if ":" in host else host
+
+
+def acl_path(pattern: ResourcePattern) -> str:
+    """The znode of a pattern's ACLs. A name that is not one path segment cannot be stored
+    there (it would name another znode): refused as Kafka's InvalidRequestException would."""
+    if "/" in pattern.name or pattern.name in (".", "..") or "\x00" in pattern.name:
+        raise KafkaError(ErrorCode.INVALID_REQUEST, f"resource name {pattern.name!r} cannot be stored in ZooKeeper")
+    root = LITERAL_ACL_PATH if pattern.pattern_type == PatternType.LITERAL else PREFIXED_ACL_PATH
+    return f"{root}/{resource_type_name(pattern.resource_type)}/{pattern.name}"
+
+
+def decode_acl_change(root: str, data: bytes) -> ResourcePattern:
+    if root == LITERAL_ACL_CHANGES_PATH:
+        type_name, sep, name = data.decode().partition(":")
+        if not sep:
+            raise ValueError("no resource type")
+        return ResourcePattern(parse_resource_type(type_name), name, PatternType.LITERAL)
+    try:
+        document = json.loads(data)
+        return ResourcePattern(parse_resource_type(document["resourceType"]), str(document["name"]),
+                               parse_pattern_type(document["patternType"]))
+    except (KeyError, TypeError, json.JSONDecodeError) as e:
+        raise ValueError(str(e)) from None

@@ -40,10 +40,13 @@ from kbroker.metadata.store import (
     TopicRecord,
     Unwatch,
     VersionConflict,
+    decode_acl_entries,
     desanitize_entity_name,
+    encode_acl_entries,
     sanitize_entity_name,
 )
 from kbroker.metadata.zk_layout import (
+    ACL_CHANGE_PREFIX,
     BROKER_CONFIGS_PATH,
     BROKER_IDS_PATH,
     CLUSTER_ID_PATH,
@@ -53,13 +56,19 @@ from kbroker.metadata.zk_layout import (
     CONTROLLER_EPOCH_PATH,
     CONTROLLER_PATH,
     DELETE_TOPICS_PATH,
+    LITERAL_ACL_CHANGES_PATH,
+    LITERAL_ACL_PATH,
+    PREFIXED_ACL_CHANGES_PATH,
+    PREFIXED_ACL_PATH,
     TOP_LEVEL_PATHS,
     TOPIC_CONFIGS_PATH,
     TOPICS_PATH,
     USER_CONFIGS_PATH,
+    acl_path,
     broker_path,
     change_sequence,
     config_entity,
+    decode_acl_change,
     decode_broker,
     decode_state,
     decode_topic,
@@ -70,6 +79,13 @@ from kbroker.metadata.zk_layout import (
     legal_topic,
     partition_state_path,
     topic_path,
+)
+from kbroker.security.acl import (
+    AccessControlEntry,
+    PatternType,
+    ResourcePattern,
+    parse_resource_type,
+    resource_type_name,
 )
 from protocol.errors import ErrorCode, KafkaError
 
@@ -206,18 +222,18 @@ class ZooKeeperMetadataStore(MetadataStore):
             encode_json({"version": 2, "entity_path": f"{entity_type}/{entity_name}"}),
             sequence=True,
         )
-        self._purge_config_changes()
+        self._purge_changes(CONFIG_CHANGES_PATH)
 
-    def _purge_config_changes(self) -> None:
+    def _purge_changes(self, root: str) -> None:
         """Delete notifications older than Kafka's 15 minutes, which every broker has seen."""
         horizon = wall_clock_ms() - CONFIG_CHANGE_EXPIRATION_MS
-        children = self._client.get_children(CONFIG_CHANGES_PATH)
-        stats = [self._client.exists_async(f"{CONFIG_CHANGES_PATH}/{c}") for c in children]
+        children = self._client.get_children(root)
+        stats = [self._client.exists_async(f"{root}/{c}") for c in children]
         for child, request in zip(children, stats, strict=True):
             stat = request.get()
             if stat is not None and stat.ctime < horizon:
                 with contextlib.suppress(NoNodeError):
-                    self._client.delete(f"{CONFIG_CHANGES_PATH}/{child}")
+                    self._client.delete(f"{root}/{child}")
 
     # -- topics ---------------------------------------------------------------------------------
 
@@ -378,6 +394,92 @@ class ZooKeeperMetadataStore(MetadataStore):
             if configs:
                 users[desanitize_entity_name(name)] = configs
         return users
+
+    # -- ACLs -------------------------------------------------------------------------------------
+
+    def list_acls(self) -> dict[ResourcePattern, frozenset[AccessControlEntry]]:
+        patterns: list[ResourcePattern] = []
+        for root, pattern_type in ((LITERAL_ACL_PATH, PatternType.LITERAL), (PREFIXED_ACL_PATH, PatternType.PREFIXED)):
+            for type_name in self._client.retry(self._client.get_children, root):
+                resource_type = parse_resource_type(type_name)
+                names = self._client.retry(self._client.get_children, f"{root}/{type_name}")
+                patterns += [ResourcePattern(resource_type, name, pattern_type) for name in names]
+        found = self._get_many([acl_path(p) for p in patterns])
+        return {p: decode_acl_entries(r[0]) for p, r in zip(patterns, found, strict=True)
+                if r is not None and r[0] is not None}
+
+    def get_acls(self, pattern: ResourcePattern) -> frozenset[AccessControlEntry]:
+        found = self._get(acl_path(pattern))
+        return decode_acl_entries(found[0]) if found is not None and found[0] is not None else frozenset()
+
+    def update_acls(self, pattern: ResourcePattern, add: frozenset[AccessControlEntry],
+                    remove: frozenset[AccessControlEntry]) -> frozenset[AccessControlEntry]:
+        path = acl_path(pattern)
+        for _ in range(_CAS_ATTEMPTS):
+            found = self._get(path)
+            current = decode_acl_entries(found[0]) if found is not None and found[0] is not None else frozenset()
+            entries = (current - remove) | add
+            if entries == current:
+                return current
+            try:
+                if found is None:
+                    self._client.create(path, encode_json(encode_acl_entries(entries)), makepath=True)
+                elif entries:
+                    self._client.set(path, encode_json(encode_acl_entries(entries)), version=found[1].version)
+                else:
+                    self._client.delete(path, version=found[1].version)
+            except (BadVersionError, NodeExistsError, NoNodeError):
+                continue  # another broker changed it meanwhile: read again
+            self._notify_acl_change(pattern)
+            return entries
+        raise MetadataConflict(f"{path} keeps being changed by others")
+
+    def _notify_acl_change(self, pattern: ResourcePattern) -> None:
+        """Kafka's notifications: every broker reloads the pattern named."""
+        type_name = resource_type_name(pattern.resource_type)
+        if pattern.pattern_type == PatternType.LITERAL:
+            root, data = LITERAL_ACL_CHANGES_PATH, f"{type_name}:{pattern.name}".encode()
+        else:
+            root, data = PREFIXED_ACL_CHANGES_PATH, encode_json(
+                {"version": 1, "resourceType": type_name, "name": pattern.name, "patternType": pattern.pattern_type.name})
+        self._client.create(f"{root}/{ACL_CHANGE_PREFIX}", data, sequence=True)
+        self._purge_changes(root)
+
+    def watch_acl_changes(self, callback: Callable[[ResourcePattern], None]) -> Unwatch:
+        watches = [self._watch_acl_queue(root, callback) for root in (LITERAL_ACL_CHANGES_PATH, PREFIXED_ACL_CHANGES_PATH)]
+
+        def cancel() -> None:
+            for each in watches:
+                each()
+        return cancel
+
+    def _watch_acl_queue(self, root: str, callback: Callable[[ResourcePattern], None]) -> Unwatch:
+        watch = _Cancellable()
+        existing = self._client.retry(self._client.get_children, root)
+        last_seen = max((change_sequence(c, ACL_CHANGE_PREFIX) for c in existing), default=-1)
+
+        def on_children(children: list[str]) -> bool | None:
+            nonlocal last_seen
+            if watch.cancelled:
+                return False
+            new = sorted((s, c) for c in children if (s := change_sequence(c, ACL_CHANGE_PREFIX)) > last_seen)
+            pending = [self._client.get_async(f"{root}/{c}") for _, c in new]
+            for (sequence, _), request in zip(new, pending, strict=True):
+                last_seen = sequence
+                try:
+                    data, _stat = request.get()
+                except NoNodeError:
+                    continue  # purged before we read it
+                try:
+                    pattern = decode_acl_change(root, data)
+                except ValueError:
+                    log.warning("ignoring an unreadable ACL change notification %r", data)
+                    continue
+                _call(callback, pattern)
+            return None
+
+        ChildrenWatch(self._client, root, on_children)
+        return watch.cancel
 
     # -- partition leadership -------------------------------------------------------------------
 

@@ -488,7 +488,7 @@ class ServedConnection(asyncio.BufferedProtocol):
 
     async def _handle(self, request: Request, large: bool = False) -> bool:
         """Answer one request; False when the connection must close."""
-        context = RequestContext(self.broker, request.header, self.peer, self.listener, self.principal)
+        context = RequestContext(self.broker, request.header, self.peer, self.listener, self.principal, self.ip)
         self.current_api = (request.header.api_key, request.header.api_version)
         try:
             result = await dispatch(context, request)
