@@ -51,7 +51,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     pattern_type = _pattern_type(args)
     resources = _resources(args, pattern_type)
-    with connect(args.bootstrap_server) as client:
+    with connect(args.bootstrap_server, command_config=args.command_config) as client:
         if args.list:
             return _list(client, resources, args.principal)
         bindings = _bindings(args, resources)

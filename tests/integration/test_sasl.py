@@ -190,6 +190,9 @@ def test_kbroker_tools_with_command_config(sasl_broker: SaslBroker, tmp_path: Pa
     secured = ["--bootstrap-server", sasl_broker.bootstrap("SASL_SSL"), "--command-config", str(properties)]
     kbroker_tool("topics", *secured, "--create", "--topic", "tools-over-sasl")
     assert "tools-over-sasl" in kbroker_tool("topics", *secured, "--list").stdout.split()
+    # `kbroker acls` too: the broker, which has no authorizer, answers it over SASL_SSL.
+    acls = kbroker_tool("acls", *secured, "--list", check=False)
+    assert "SECURITY_DISABLED" in acls.stderr, acls.stderr
     # A user's credentials, created, described and deleted over SASL_SSL.
     users = [*secured, "--entity-type", "users", "--entity-name", LATE_USER]
     created = kbroker_tool("configs", *users, "--alter", "--add-config", f"SCRAM-SHA-256=[password={LATE_PASSWORD}]")
