@@ -1,0 +1,113 @@
+"""conf/secured.properties works as docs/security.md says: a broker started from it (with this
+test's paths and port) takes only SASL_SSL, its PLAIN administrator creates a SCRAM user and the
+ACLs, the user produces where allowed and nowhere else, and a user without ACLs reads nothing."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+
+from kbroker.properties import parse_properties
+from tests.brokers import PROJECT_ROOT, BrokerProcess, free_port
+from tests.tls_material import TlsMaterial
+
+EXAMPLE = PROJECT_ROOT / "conf" / "secured.properties"
+ADMIN_PASSWORD = "change-this-admin-secret"  # as the example file says; an operator changes it
+
+
+def tool(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "kbroker.cli.main", *args], cwd=PROJECT_ROOT, capture_output=True,
+                          text=True, timeout=60, check=check)
+
+
+@pytest.fixture(scope="module")
+def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, TlsMaterial, Path]]:
+    directory = tmp_path_factory.mktemp("secured")
+    material = TlsMaterial.create(directory / "tls")
+    example = EXAMPLE.read_text().replace("/etc/kbroker/broker-store.pem", str(material.server.store))
+    config = directory / "secured.properties"
+    config.write_text(example)
+    port = free_port()
+    broker = BrokerProcess(directory / "broker", config_file=str(config),
+                           overrides={"listeners": f"SASL_SSL://127.0.0.1:{port}"})
+    admin = directory / "admin.properties"
+    admin.write_text("security.protocol=SASL_SSL\nsasl.mechanism=PLAIN\n"
+                     "sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required "
+                     f"username=\"admin\" password=\"{ADMIN_PASSWORD}\";\n"
+                     f"ssl.truststore.type=PEM\nssl.truststore.location={material.ca.pem_path}\n")
+    broker.start()
+    try:
+        yield f"127.0.0.1:{port}", material, admin
+    finally:
+        broker.stop()
+
+
+def _scram(bootstrap: str, material: TlsMaterial, user: str, password: str) -> dict[str, str]:
+    return {"bootstrap.servers": bootstrap, "security.protocol": "SASL_SSL", "ssl.ca.location": str(material.ca.pem_path),
+            "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": user, "sasl.password": password}
+
+
+def test_the_example_file_is_what_the_walkthrough_runs() -> None:
+    props = parse_properties(EXAMPLE.read_text())
+    assert props["listeners"].startswith("SASL_SSL://")
+    assert "PLAINTEXT" not in props["listener.security.protocol.map"]
+    assert props["authorizer.class.name"] == "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+    assert props["super.users"] == "User:admin" and props["allow.everyone.if.no.acl.found"] == "false"
+    assert f'user_admin="{ADMIN_PASSWORD}"' in props["listener.name.sasl_ssl.plain.sasl.jaas.config"]
+
+
+def test_least_privilege_on_the_secured_example(secured: tuple[str, TlsMaterial, Path]) -> None:
+    bootstrap, material, admin = secured
+    as_admin = ["--bootstrap-server", bootstrap, "--command-config", str(admin)]
+    topic, other = f"orders-{uuid.uuid4().hex[:6]}", f"other-{uuid.uuid4().hex[:6]}"
+    for name in (topic, other):
+        tool("topics", *as_admin, "--create", "--topic", name, "--partitions", "1")
+    tool("configs", *as_admin, "--entity-type", "users", "--entity-name", "alice", "--alter",
+         "--add-config", "SCRAM-SHA-512=[iterations=8192,password=alice-secret]")
+    tool("configs", *as_admin, "--entity-type", "users", "--entity-name", "mallory", "--alter",
+         "--add-config", "SCRAM-SHA-512=[iterations=8192,password=mallory-secret]")
+    tool("acls", *as_admin, "--add", "--allow-principal", "User:alice", "--producer", "--topic", topic)
+
+    def produce(user: str, password: str, to: str) -> KafkaError | None:
+        producer = Producer({**_scram(bootstrap, material, user, password), "message.timeout.ms": 5_000})
+        outcome: list[KafkaError | None] = []
+        producer.produce(to, b"order", on_delivery=lambda err, _msg: outcome.append(err))
+        producer.flush(15)
+        return outcome[0] if outcome else KafkaError(KafkaError._TIMED_OUT)
+
+    assert produce("alice", "alice-secret", topic) is None
+    assert produce("alice", "alice-secret", other).code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    assert produce("mallory", "mallory-secret", topic).code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    # A wrong password gets no further than the login (librdkafka retries it until the message expires).
+    assert produce("alice", "not-alice-secret", topic) is not None
+    # alice may not read what she wrote; the administrator can, and finds exactly one record.
+    consumer = Consumer({**_scram(bootstrap, material, "alice", "alice-secret"), "group.id": "alice-group"})
+    try:
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        message = consumer.poll(10)
+        assert message is not None and message.error() is not None
+        assert message.error().code() in (KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.GROUP_AUTHORIZATION_FAILED)
+    finally:
+        consumer.close()
+    admin_client = Consumer({"bootstrap.servers": bootstrap, "security.protocol": "SASL_SSL",
+                             "ssl.ca.location": str(material.ca.pem_path), "sasl.mechanism": "PLAIN",
+                             "sasl.username": "admin", "sasl.password": ADMIN_PASSWORD, "group.id": "admin"})
+    try:
+        assert admin_client.get_watermark_offsets(TopicPartition(topic, 0), timeout=10) == (0, 1)
+        assert admin_client.get_watermark_offsets(TopicPartition(other, 0), timeout=10) == (0, 0)
+    finally:
+        admin_client.close()
+
+
+def test_plaintext_clients_are_not_served(secured: tuple[str, TlsMaterial, Path]) -> None:
+    bootstrap, _, _ = secured
+    refused = tool("topics", "--bootstrap-server", bootstrap, "--list", check=False)
+    assert refused.returncode != 0
+    with pytest.raises(KafkaException):
+        Consumer({"bootstrap.servers": bootstrap, "group.id": "g", "socket.timeout.ms": 2000}).list_topics(timeout=3)
