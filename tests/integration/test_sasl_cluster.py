@@ -8,19 +8,17 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
 
 from kbroker.client import BrokerUnreachable, Client
 from kbroker.metadata.zookeeper_process import ZooKeeperServer
 from kbroker.security.client_config import ClientSecurity
 from protocol.errors import KafkaError
 from tests.brokers import PROJECT_ROOT, BrokerProcess, free_port
+from tests.leader_death import acknowledged_records_survive_leader_death
 from tests.tls_material import TlsMaterial
 from tests.waiting import wait_until
 
@@ -71,14 +69,6 @@ def _conf(brokers: list[BrokerProcess], material: TlsMaterial, user: str = "admi
             "sasl.username": user, "sasl.password": PASSWORDS[user]}
 
 
-def _partition(admin: AdminClient, topic: str) -> tuple[int, list[int]]:
-    try:
-        partition = admin.list_topics(topic, timeout=5).topics[topic].partitions[0]
-    except (KafkaException, KeyError):
-        return -1, []
-    return partition.leader, sorted(partition.isrs)
-
-
 def _logs_in(broker: BrokerProcess, material: TlsMaterial, user: str) -> bool:
     security = ClientSecurity.from_properties({
         "security.protocol": "SASL_SSL", "ssl.truststore.type": "PEM", "ssl.truststore.location": str(material.ca.pem_path),
@@ -106,37 +96,8 @@ def test_a_sasl_ssl_only_cluster(sasl_cluster: tuple[list[BrokerProcess], TlsMat
                    what=f"carol's credential on {broker.bootstrap}")
 
     # Replication over SASL_SSL only, then the leader's death.
-    conf = _conf(brokers, material)
-    admin = AdminClient(conf)
-    admin.create_topics([NewTopic("secured", 1, 3, config={"min.insync.replicas": "2"})])["secured"].result(30)
-    wait_until(lambda: _partition(admin, "secured")[1] == [0, 1, 2], what="a full ISR over SASL_SSL")
-    acknowledged: list[bytes] = []
-
-    def delivered(error: object, message: object) -> None:
-        if error is None:
-            acknowledged.append(message.value())  # type: ignore[attr-defined]
-
-    producer = Producer({**_conf(brokers, material, "carol"), "acks": "all", "enable.idempotence": True})
-    for i in range(300):
-        producer.produce("secured", f"record {i}".encode(), on_delivery=delivered)
-    assert producer.flush(30) == 0
-    assert len(acknowledged) == 300
-
-    leader = _partition(admin, "secured")[0]
-    brokers[leader].kill()  # kill -9
-    survivors = [b for b in brokers if b.alive]
-    admin = AdminClient(_conf(survivors, material))
-    wait_until(lambda: _partition(admin, "secured")[0] not in (leader, -1), what="a new leader")
-    consumer = Consumer({**_conf(survivors, material), "group.id": "check", "enable.auto.commit": False})
-    consumer.assign([TopicPartition("secured", 0, 0)])
-    read: list[bytes] = []
-    deadline = time.monotonic() + 30
-    while len(read) < len(acknowledged) and time.monotonic() < deadline:
-        message = consumer.poll(0.5)
-        if message is not None and message.error() is None:
-            read.append(message.value())
-    consumer.close()
-    assert read == acknowledged
+    survivors = acknowledged_records_survive_leader_death(
+        brokers, lambda live: _conf(live, material), _conf(brokers, material, "carol"), over="SASL_SSL")
 
     # No password in any broker's log or data, nor in ZooKeeper's files (which hold the credentials).
     for broker in survivors:

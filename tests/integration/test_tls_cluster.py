@@ -4,17 +4,14 @@ With no plaintext port anywhere, followers can only replicate over TLS."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.brokers import BrokerProcess, free_port
+from tests.leader_death import acknowledged_records_survive_leader_death
 from tests.tls_material import TlsMaterial
-from tests.waiting import wait_until
 
 SETTINGS = {"replica.lag.time.max.ms": "3000", "replica.fetch.wait.max.ms": "100",
             "replica.fetch.backoff.ms": "100", "zookeeper.session.timeout.ms": "4000",
@@ -44,47 +41,8 @@ def _conf(brokers: list[BrokerProcess], material: TlsMaterial) -> dict[str, str]
             "ssl.key.location": str(client.key)}
 
 
-def _partition(admin: AdminClient, topic: str) -> tuple[int, list[int]]:
-    try:
-        partition = admin.list_topics(topic, timeout=5).topics[topic].partitions[0]
-    except (KafkaException, KeyError):
-        return -1, []
-    return partition.leader, sorted(partition.isrs)
-
-
 def test_an_ssl_only_cluster_replicates_and_survives_its_leaders_death(
         tls_cluster: tuple[list[BrokerProcess], TlsMaterial]) -> None:
     brokers, material = tls_cluster
-    conf = _conf(brokers, material)
-    admin = AdminClient(conf)
-    admin.create_topics([NewTopic("secured", 1, 3, config={"min.insync.replicas": "2"})])["secured"].result(30)
-    wait_until(lambda: _partition(admin, "secured")[1] == [0, 1, 2], what="a full ISR over TLS")
-
-    acknowledged: list[bytes] = []
-
-    def delivered(error: object, message: object) -> None:
-        if error is None:
-            acknowledged.append(message.value())  # type: ignore[attr-defined]
-
-    producer = Producer({**conf, "acks": "all", "enable.idempotence": True})
-    for i in range(300):
-        producer.produce("secured", f"record {i}".encode(), on_delivery=delivered)
-    assert producer.flush(30) == 0
-    assert len(acknowledged) == 300
-
-    leader = _partition(admin, "secured")[0]
-    brokers[leader].kill()  # kill -9
-    survivors = [b for b in brokers if b.alive]
-    admin = AdminClient(_conf(survivors, material))
-    wait_until(lambda: _partition(admin, "secured")[0] not in (leader, -1), what="a new leader")
-
-    consumer = Consumer({**_conf(survivors, material), "group.id": "check", "enable.auto.commit": False})
-    consumer.assign([TopicPartition("secured", 0, 0)])
-    read: list[bytes] = []
-    deadline = time.monotonic() + 30
-    while len(read) < len(acknowledged) and time.monotonic() < deadline:
-        message = consumer.poll(0.5)
-        if message is not None and message.error() is None:
-            read.append(message.value())
-    consumer.close()
-    assert read == acknowledged
+    acknowledged_records_survive_leader_death(brokers, lambda live: _conf(live, material), _conf(brokers, material),
+                                              over="TLS")
