@@ -35,11 +35,14 @@ def batch(*values: bytes) -> bytes:
 
 
 @asynccontextmanager
-async def two_brokers(tmp_path: Path) -> AsyncIterator[tuple[Broker, Broker]]:
+async def two_brokers(tmp_path: Path, settings: Callable[[int], list[str]] = lambda _: []
+                      ) -> AsyncIterator[tuple[Broker, Broker]]:
+    """Brokers 0 and 1 in this process, each told where the other listens; `settings(broker_id)`
+    adds `key=value` settings of its own."""
     brokers = []
     for broker_id in (0, 1):
         config = BrokerConfig.load(None, [f"broker.id={broker_id}", f"log.dirs={tmp_path / str(broker_id)}",
-                                          "listeners=PLAINTEXT://127.0.0.1:0"])
+                                          "listeners=PLAINTEXT://127.0.0.1:0", *settings(broker_id)])
         broker = Broker(config)
         await broker.start()
         brokers.append(broker)

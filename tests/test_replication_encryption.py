@@ -6,38 +6,23 @@ from __future__ import annotations
 
 import asyncio
 import base64
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 
 from kbroker.broker import Broker
 from kbroker.clock import wall_clock_ms
 from kbroker.cluster.partition import Partition
-from kbroker.config import BrokerConfig
 from protocol.errors import ErrorCode
-from tests.test_replication import batch, follow, lead, log_bytes, until
+from tests.test_replication import batch, follow, lead, log_bytes, two_brokers, until
 
 
-@asynccontextmanager
-async def two_encrypting_brokers(tmp_path: Path) -> AsyncIterator[tuple[Broker, Broker]]:
-    brokers = []
-    for broker_id in (0, 1):
+def two_encrypting_brokers(tmp_path: Path) -> AbstractAsyncContextManager[tuple[Broker, Broker]]:
+    """Two brokers, each with a key of its own (ids 5 and 6)."""
+    def own_key(broker_id: int) -> list[str]:
         key_file = tmp_path / f"keys-{broker_id}"
         key_file.write_text(f"{broker_id + 5}:{base64.b64encode(bytes([broker_id + 1]) * 32).decode()}\n")
-        config = BrokerConfig.load(None, [f"broker.id={broker_id}", f"log.dirs={tmp_path / str(broker_id)}",
-                                          "listeners=PLAINTEXT://127.0.0.1:0", f"log.encryption.key.file={key_file}"])
-        broker = Broker(config)
-        await broker.start()
-        brokers.append(broker)
-    endpoints = {b.config.broker_id: ("127.0.0.1", b.bound[0][2]) for b in brokers}
-    for broker in brokers:
-        broker.replicas.endpoint_of = endpoints.get
-        broker.replicas.fetcher_config = broker.replicas.fetcher_config.__class__(max_wait_ms=100, backoff_ms=50)
-    try:
-        yield brokers[0], brokers[1]
-    finally:
-        for broker in brokers:
-            await broker.stop()
+        return [f"log.encryption.key.file={key_file}"]
+    return two_brokers(tmp_path, own_key)
 
 
 def served(partition: Partition) -> bytes:
