@@ -19,6 +19,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from kbroker.client import Client
 from kbroker.client.coordinators import TRANSACTION_KEY
+from kbroker.security.client_config import ClientSecurity
 from protocol.errors import ErrorCode, KafkaError
 from protocol.record_batch import Record, encode_batch
 from tests.brokers import BrokerProcess
@@ -29,6 +30,19 @@ LAG_SETTINGS = {"replica.lag.time.max.ms": "3000", "replica.fetch.wait.max.ms": 
                 "group.initial.rebalance.delay.ms": "0"}
 
 
+class Cluster(list[BrokerProcess]):
+    """The brokers, and what a client needs to reach them: nothing more on PLAINTEXT listeners; a
+    secured cluster's tests set librdkafka's settings and kbroker's client security."""
+
+    client_settings: dict[str, str] = {}
+    security: ClientSecurity | None = None
+
+
+def client_conf(brokers: list[BrokerProcess]) -> dict[str, str]:
+    """librdkafka settings for the live brokers."""
+    return {"bootstrap.servers": bootstrap(brokers), **getattr(brokers, "client_settings", {})}
+
+
 @pytest.fixture
 def cluster(tmp_path: Path, zk_connect: str, request: pytest.FixtureRequest) -> Iterator[list[BrokerProcess]]:
     marker = request.node.get_closest_marker("cluster_overrides")
@@ -36,7 +50,7 @@ def cluster(tmp_path: Path, zk_connect: str, request: pytest.FixtureRequest) -> 
     brokers = [BrokerProcess(tmp_path / f"b{i}", overrides={"broker.id": str(i), "zookeeper.connect": zk_connect,
                                                              **LAG_SETTINGS, **extra}).start()
                for i in range(3)]
-    yield brokers
+    yield Cluster(brokers)
     for broker in brokers:
         broker.kill()
 
@@ -46,13 +60,13 @@ def bootstrap(brokers: list[BrokerProcess]) -> str:
 
 def partition_info(brokers: list[BrokerProcess], topic: str) -> dict[int, tuple[int, list[int], list[int]]]:
     """partition -> (leader, replicas, isr) as a live broker's Metadata says."""
-    with Client(bootstrap(brokers)) as client:
+    with Client(bootstrap(brokers), security=getattr(brokers, "security", None)) as client:
         meta = client.metadata([topic], refresh=True).topic(topic)
         return {i: (p.leader, sorted(p.replicas), sorted(p.isr)) for i, p in meta.partitions.items()}
 
 
 def create_replicated_topic(brokers: list[BrokerProcess], name: str, partitions: int) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap(brokers)})
+    admin = AdminClient(client_conf(brokers))
     futures = admin.create_topics([NewTopic(name, partitions, 3, config={"min.insync.replicas": "2"})])
     futures[name].result(30)
     wait_until(lambda: all(len(isr) == 3 and leader >= 0
@@ -60,7 +74,7 @@ def create_replicated_topic(brokers: list[BrokerProcess], name: str, partitions:
 
 
 def read_all(brokers: list[BrokerProcess], topic: str, partitions: int, expected: int) -> dict[int, list[bytes]]:
-    consumer = Consumer({"bootstrap.servers": bootstrap(brokers), "group.id": f"check-{random.random()}",
+    consumer = Consumer({**client_conf(brokers), "group.id": f"check-{random.random()}",
                          "enable.auto.commit": False, "auto.offset.reset": "earliest"})
     consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
     values: dict[int, list[bytes]] = {p: [] for p in range(partitions)}
@@ -94,8 +108,8 @@ def replica_bytes(cluster: list[BrokerProcess], topic: str, partition: int) -> l
 class ContinuousProducer:
     """A producer writing round-robin over the partitions from a thread until stopped."""
 
-    def __init__(self, brokers: str, topic: str, partitions: int, acks: str) -> None:
-        self.producer = Producer({"bootstrap.servers": brokers, "acks": acks, "enable.idempotence": acks == "all",
+    def __init__(self, conf: dict[str, str], topic: str, partitions: int, acks: str) -> None:
+        self.producer = Producer({**conf, "acks": acks, "enable.idempotence": acks == "all",
                                   "linger.ms": 5, "message.timeout.ms": 120000, "retry.backoff.ms": 100})
         self.topic, self.partitions = topic, partitions
         self.acked: dict[int, list[bytes]] = {p: [] for p in range(partitions)}
@@ -144,10 +158,16 @@ def kill_and_restart_rounds(cluster: list[BrokerProcess], topic: str, rounds: in
 def test_acknowledged_messages_survive_repeated_broker_kills(cluster: list[BrokerProcess]) -> None:
     """Issue 5 acceptance 1: rf=3, min.insync.replicas=2, an idempotent acks=all producer writing
     all the time while a random broker is killed with kill -9 and restarted, ten times."""
+    acknowledged_messages_survive_broker_kills(cluster, rounds=10)
+
+
+def acknowledged_messages_survive_broker_kills(cluster: list[BrokerProcess], rounds: int) -> None:
+    """Kill -9 and restart a random broker `rounds` times under an acks=all producer: every
+    acknowledged message is stored once, in order, and the replicas end identical."""
     topic, partitions = "durable", 2
     create_replicated_topic(cluster, topic, partitions)
-    producer = ContinuousProducer(bootstrap(cluster), topic, partitions, "all")
-    kill_and_restart_rounds(cluster, topic, rounds=10, seed=5)
+    producer = ContinuousProducer(client_conf(cluster), topic, partitions, "all")
+    kill_and_restart_rounds(cluster, topic, rounds=rounds, seed=5)
     producer.stop()
     assert producer.failed == []
     stored = read_all(cluster, topic, partitions, producer.sent)
@@ -162,7 +182,7 @@ def test_replicas_converge_after_leader_kills_with_acks_1(cluster: list[BrokerPr
     replicas end byte for byte identical (a returning leader truncates its divergent tail)."""
     topic = "loose"
     create_replicated_topic(cluster, topic, 1)
-    producer = ContinuousProducer(bootstrap(cluster), topic, 1, "1")
+    producer = ContinuousProducer(client_conf(cluster), topic, 1, "1")
     for _ in range(3):
         leader = partition_info(cluster, topic)[0][0]
         cluster[leader].kill()
@@ -393,7 +413,7 @@ def test_a_new_broker_takes_over_replicas_by_reassignment_while_producing(
     with Client(bootstrap(cluster)) as client:
         current = client.metadata([topic], refresh=True).topic(topic).partitions[0].replicas
     target = [3, *(r for r in current if r != 0)]
-    producer = ContinuousProducer(bootstrap(cluster), topic, 1, "all")
+    producer = ContinuousProducer(client_conf(cluster), topic, 1, "all")
     plan = tmp_path / "move.json"
     plan.write_text(json.dumps({"version": 1, "partitions": [{"topic": topic, "partition": 0, "replicas": target}]}))
 
@@ -446,7 +466,7 @@ def test_soak_many_broker_kills(cluster: list[BrokerProcess]) -> None:
     (KBROKER_SOAK_ROUNDS rounds, 100 by default)."""
     topic, partitions = "soak", 4
     create_replicated_topic(cluster, topic, partitions)
-    producer = ContinuousProducer(bootstrap(cluster), topic, partitions, "all")
+    producer = ContinuousProducer(client_conf(cluster), topic, partitions, "all")
     kill_and_restart_rounds(cluster, topic, rounds=int(os.environ.get("KBROKER_SOAK_ROUNDS", "100")), seed=11)
     producer.stop()
     assert producer.failed == []

@@ -18,6 +18,7 @@ from kbroker.metadata.zookeeper_process import ZooKeeperServer
 from kbroker.security.client_config import ClientSecurity
 from protocol.errors import KafkaError
 from tests.brokers import PROJECT_ROOT, BrokerProcess, free_port
+from tests.integration.test_replicated_cluster import Cluster, acknowledged_messages_survive_broker_kills
 from tests.leader_death import acknowledged_records_survive_leader_death
 from tests.tls_material import TlsMaterial
 from tests.waiting import wait_until
@@ -106,3 +107,17 @@ def test_a_sasl_ssl_only_cluster(sasl_cluster: tuple[list[BrokerProcess], TlsMat
              for path in directory.rglob("*") if path.is_file() and path.name != "admin.properties"
              for password in PASSWORDS.values() if password.encode() in path.read_bytes()]
     assert found == []
+
+
+def test_acknowledged_messages_survive_repeated_broker_kills_over_sasl_ssl(
+        sasl_cluster: tuple[list[BrokerProcess], TlsMaterial]) -> None:
+    """The replicated cluster's kill -9 test (ten rounds under an acks=all producer) on brokers
+    whose only listeners are SASL_SSL: restarted brokers log in to each other again, and nothing
+    acknowledged is lost."""
+    brokers, material = sasl_cluster
+    cluster = Cluster(brokers)
+    cluster.client_settings = {k: v for k, v in _conf(brokers, material).items() if k != "bootstrap.servers"}
+    cluster.security = ClientSecurity.from_properties({
+        "security.protocol": "SASL_SSL", "ssl.truststore.type": "PEM", "ssl.truststore.location": str(material.ca.pem_path),
+        "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "admin", "sasl.password": PASSWORDS["admin"]})
+    acknowledged_messages_survive_broker_kills(cluster, rounds=10)
