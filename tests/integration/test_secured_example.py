@@ -1,11 +1,13 @@
 """conf/secured.properties works as docs/security.md says: a broker started from it (with this
-test's paths and port) takes only SASL_SSL, its PLAIN administrator creates a SCRAM user and the
-ACLs, the user produces where allowed and nowhere else, and a user without ACLs reads nothing."""
+test's paths and port) takes only SASL_SSL, its PLAIN administrator creates SCRAM users and the
+ACLs, the producer writes where allowed and nowhere else, the consumer reads in its group only,
+and a user without ACLs gets nothing."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -53,6 +55,23 @@ def _scram(bootstrap: str, material: TlsMaterial, user: str, password: str) -> d
             "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": user, "sasl.password": password}
 
 
+def _read_one(conf: dict[str, str], topic: str, group: str) -> bytes:
+    """The first record of `topic` read as a member of `group` (subscribe: the group is checked)."""
+    consumer = Consumer({**conf, "group.id": group, "auto.offset.reset": "earliest"})
+    try:
+        consumer.subscribe([topic])
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is None:
+                continue
+            assert message.error() is None, message.error().name()
+            return message.value()
+        raise AssertionError("no record within 30 s")
+    finally:
+        consumer.close()
+
+
 def test_the_example_file_is_what_the_walkthrough_runs() -> None:
     props = parse_properties(EXAMPLE.read_text())
     assert props["listeners"].startswith("SASL_SSL://")
@@ -72,7 +91,11 @@ def test_least_privilege_on_the_secured_example(secured: tuple[str, TlsMaterial,
          "--add-config", "SCRAM-SHA-512=[iterations=8192,password=alice-secret]")
     tool("configs", *as_admin, "--entity-type", "users", "--entity-name", "mallory", "--alter",
          "--add-config", "SCRAM-SHA-512=[iterations=8192,password=mallory-secret]")
+    tool("configs", *as_admin, "--entity-type", "users", "--entity-name", "bob", "--alter",
+         "--add-config", "SCRAM-SHA-512=[iterations=8192,password=bob-secret]")
     tool("acls", *as_admin, "--add", "--allow-principal", "User:alice", "--producer", "--topic", topic)
+    tool("acls", *as_admin, "--add", "--allow-principal", "User:bob", "--consumer", "--topic", topic,
+         "--group", "billing")
 
     def produce(user: str, password: str, to: str) -> KafkaError | None:
         producer = Producer({**_scram(bootstrap, material, user, password), "message.timeout.ms": 5_000})
@@ -95,6 +118,10 @@ def test_least_privilege_on_the_secured_example(secured: tuple[str, TlsMaterial,
         assert message.error().code() in (KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.GROUP_AUTHORIZATION_FAILED)
     finally:
         consumer.close()
+    # bob reads in group billing, and nowhere else.
+    assert _read_one(_scram(bootstrap, material, "bob", "bob-secret"), topic, "billing") == b"order"
+    with pytest.raises(AssertionError, match="GROUP_AUTHORIZATION_FAILED"):
+        _read_one(_scram(bootstrap, material, "bob", "bob-secret"), topic, "another-group")
     admin_client = Consumer({"bootstrap.servers": bootstrap, "security.protocol": "SASL_SSL",
                              "ssl.ca.location": str(material.ca.pem_path), "sasl.mechanism": "PLAIN",
                              "sasl.username": "admin", "sasl.password": ADMIN_PASSWORD, "group.id": "admin"})
