@@ -40,13 +40,11 @@ from kbroker.metadata.store import (
     TopicRecord,
     Unwatch,
     VersionConflict,
-    decode_acl_entries,
     desanitize_entity_name,
-    encode_acl_entries,
     sanitize_entity_name,
 )
+from kbroker.metadata.zk_acls import ZooKeeperAcls
 from kbroker.metadata.zk_layout import (
-    ACL_CHANGE_PREFIX,
     BROKER_CONFIGS_PATH,
     BROKER_IDS_PATH,
     CLUSTER_ID_PATH,
@@ -56,19 +54,13 @@ from kbroker.metadata.zk_layout import (
     CONTROLLER_EPOCH_PATH,
     CONTROLLER_PATH,
     DELETE_TOPICS_PATH,
-    LITERAL_ACL_CHANGES_PATH,
-    LITERAL_ACL_PATH,
-    PREFIXED_ACL_CHANGES_PATH,
-    PREFIXED_ACL_PATH,
     TOP_LEVEL_PATHS,
     TOPIC_CONFIGS_PATH,
     TOPICS_PATH,
     USER_CONFIGS_PATH,
-    acl_path,
     broker_path,
     change_sequence,
     config_entity,
-    decode_acl_change,
     decode_broker,
     decode_state,
     decode_topic,
@@ -80,12 +72,10 @@ from kbroker.metadata.zk_layout import (
     partition_state_path,
     topic_path,
 )
+from kbroker.metadata.zk_watch import CancellableWatch, call_guarded
 from kbroker.security.acl import (
     AccessControlEntry,
-    PatternType,
     ResourcePattern,
-    parse_resource_type,
-    resource_type_name,
 )
 from protocol.errors import ErrorCode, KafkaError
 
@@ -112,6 +102,7 @@ class ZooKeeperMetadataStore(MetadataStore):
         if slash and chroot.strip("/"):
             self._ensure_chroot(hosts, "/" + chroot.strip("/"), timeout_s)
         self._client = KazooClient(hosts=connect, timeout=session_timeout_ms / 1000)
+        self._acls = ZooKeeperAcls(self._client, self._get, self._get_many, self._purge_changes, _CAS_ATTEMPTS)
         self._start(self._client, timeout_s, connect)
         self._registration: BrokerRegistration | None = None
         self._session_lost = False
@@ -320,12 +311,12 @@ class ZooKeeperMetadataStore(MetadataStore):
         self._notify_config_change("topics", name)
 
     def watch_topics(self, callback: Callable[[set[str]], None]) -> Unwatch:
-        watch = _Cancellable()
+        watch = CancellableWatch()
 
         def on_children(children: list[str]) -> bool | None:
             if watch.cancelled:
                 return False
-            _call(callback, set(children))
+            call_guarded(callback, set(children))
             return None
 
         ChildrenWatch(self._client, TOPICS_PATH, on_children)
@@ -347,7 +338,7 @@ class ZooKeeperMetadataStore(MetadataStore):
         self._notify_config_change("brokers", config_entity(broker_id))
 
     def watch_config_changes(self, callback: Callable[[str, str], None]) -> Unwatch:
-        watch = _Cancellable()
+        watch = CancellableWatch()
         existing = self._client.retry(self._client.get_children, CONFIG_CHANGES_PATH)
         last_seen = max((change_sequence(c) for c in existing), default=-1)
 
@@ -362,7 +353,7 @@ class ZooKeeperMetadataStore(MetadataStore):
                 if result is None or not result[0]:
                     continue  # purged before we read it
                 entity_type, _, entity_name = str(result[0].get("entity_path", "")).partition("/")
-                _call(callback, entity_type, entity_name)
+                call_guarded(callback, entity_type, entity_name)
             return None
 
         ChildrenWatch(self._client, CONFIG_CHANGES_PATH, on_children)
@@ -398,88 +389,17 @@ class ZooKeeperMetadataStore(MetadataStore):
     # -- ACLs -------------------------------------------------------------------------------------
 
     def list_acls(self) -> dict[ResourcePattern, frozenset[AccessControlEntry]]:
-        patterns: list[ResourcePattern] = []
-        for root, pattern_type in ((LITERAL_ACL_PATH, PatternType.LITERAL), (PREFIXED_ACL_PATH, PatternType.PREFIXED)):
-            for type_name in self._client.retry(self._client.get_children, root):
-                resource_type = parse_resource_type(type_name)
-                names = self._client.retry(self._client.get_children, f"{root}/{type_name}")
-                patterns += [ResourcePattern(resource_type, name, pattern_type) for name in names]
-        found = self._get_many([acl_path(p) for p in patterns])
-        return {p: decode_acl_entries(r[0]) for p, r in zip(patterns, found, strict=True)
-                if r is not None and r[0] is not None}
+        return self._acls.list_acls()
 
     def get_acls(self, pattern: ResourcePattern) -> frozenset[AccessControlEntry]:
-        found = self._get(acl_path(pattern))
-        return decode_acl_entries(found[0]) if found is not None and found[0] is not None else frozenset()
+        return self._acls.get_acls(pattern)
 
     def update_acls(self, pattern: ResourcePattern, add: frozenset[AccessControlEntry],
                     remove: frozenset[AccessControlEntry]) -> frozenset[AccessControlEntry]:
-        path = acl_path(pattern)
-        for _ in range(_CAS_ATTEMPTS):
-            found = self._get(path)
-            current = decode_acl_entries(found[0]) if found is not None and found[0] is not None else frozenset()
-            entries = (current - remove) | add
-            if entries == current:
-                return current
-            try:
-                if found is None:
-                    self._client.create(path, encode_json(encode_acl_entries(entries)), makepath=True)
-                elif entries:
-                    self._client.set(path, encode_json(encode_acl_entries(entries)), version=found[1].version)
-                else:
-                    self._client.delete(path, version=found[1].version)
-            except (BadVersionError, NodeExistsError, NoNodeError):
-                continue  # another broker changed it meanwhile: read again
-            self._notify_acl_change(pattern)
-            return entries
-        raise MetadataConflict(f"{path} keeps being changed by others")
-
-    def _notify_acl_change(self, pattern: ResourcePattern) -> None:
-        """Kafka's notifications: every broker reloads the pattern named."""
-        type_name = resource_type_name(pattern.resource_type)
-        if pattern.pattern_type == PatternType.LITERAL:
-            root, data = LITERAL_ACL_CHANGES_PATH, f"{type_name}:{pattern.name}".encode()
-        else:
-            root, data = PREFIXED_ACL_CHANGES_PATH, encode_json(
-                {"version": 1, "resourceType": type_name, "name": pattern.name, "patternType": pattern.pattern_type.name})
-        self._client.create(f"{root}/{ACL_CHANGE_PREFIX}", data, sequence=True)
-        self._purge_changes(root)
+        return self._acls.update_acls(pattern, add, remove)
 
     def watch_acl_changes(self, callback: Callable[[ResourcePattern], None]) -> Unwatch:
-        watches = [self._watch_acl_queue(root, callback) for root in (LITERAL_ACL_CHANGES_PATH, PREFIXED_ACL_CHANGES_PATH)]
-
-        def cancel() -> None:
-            for each in watches:
-                each()
-        return cancel
-
-    def _watch_acl_queue(self, root: str, callback: Callable[[ResourcePattern], None]) -> Unwatch:
-        watch = _Cancellable()
-        existing = self._client.retry(self._client.get_children, root)
-        last_seen = max((change_sequence(c, ACL_CHANGE_PREFIX) for c in existing), default=-1)
-
-        def on_children(children: list[str]) -> bool | None:
-            nonlocal last_seen
-            if watch.cancelled:
-                return False
-            new = sorted((s, c) for c in children if (s := change_sequence(c, ACL_CHANGE_PREFIX)) > last_seen)
-            pending = [self._client.get_async(f"{root}/{c}") for _, c in new]
-            for (sequence, _), request in zip(new, pending, strict=True):
-                last_seen = sequence
-                try:
-                    data, _stat = request.get()
-                except NoNodeError:
-                    continue  # purged before we read it
-                try:
-                    pattern = decode_acl_change(root, data)
-                except ValueError:
-                    log.warning("ignoring an unreadable ACL change notification %r", data)
-                    continue
-                _call(callback, pattern)
-            return None
-
-        ChildrenWatch(self._client, root, on_children)
-        return watch.cancel
+        return self._acls.watch_acl_changes(callback)
 
     # -- partition leadership -------------------------------------------------------------------
 
@@ -531,13 +451,13 @@ class ZooKeeperMetadataStore(MetadataStore):
     def watch_partition_state(
         self, topic: str, partition: int, callback: Callable[[PartitionState | None], None]
     ) -> Unwatch:
-        watch = _Cancellable()
+        watch = CancellableWatch()
 
         def on_data(data: bytes | None, stat: ZnodeStat | None) -> bool | None:
             if watch.cancelled:
                 return False
             state = None if data is None or stat is None else decode_state(json.loads(data), stat.version)
-            _call(callback, state)
+            call_guarded(callback, state)
             return None
 
         DataWatch(self._client, partition_state_path(topic, partition), on_data)
@@ -585,12 +505,12 @@ class ZooKeeperMetadataStore(MetadataStore):
         return {i: decode_broker(i, found[0]) for i, found in zip(ids, results, strict=True) if found is not None}
 
     def watch_brokers(self, callback: Callable[[dict[int, BrokerRegistration]], None]) -> Unwatch:
-        watch = _Cancellable()
+        watch = CancellableWatch()
 
         def on_children(children: list[str]) -> bool | None:
             if watch.cancelled:
                 return False
-            _call(callback, self._read_brokers(children))
+            call_guarded(callback, self._read_brokers(children))
             return None
 
         ChildrenWatch(self._client, BROKER_IDS_PATH, on_children)
@@ -647,12 +567,12 @@ class ZooKeeperMetadataStore(MetadataStore):
         return int(data)
 
     def watch_controller(self, callback: Callable[[int | None], None]) -> Unwatch:
-        watch = _Cancellable()
+        watch = CancellableWatch()
 
         def on_data(data: bytes | None, stat: ZnodeStat | None) -> bool | None:
             if watch.cancelled:
                 return False
-            _call(callback, int(json.loads(data)["brokerid"]) if data else None)
+            call_guarded(callback, int(json.loads(data)["brokerid"]) if data else None)
             return None
 
         DataWatch(self._client, CONTROLLER_PATH, on_data)
@@ -673,24 +593,6 @@ class ZooKeeperMetadataStore(MetadataStore):
 
 
 # -- encoding -------------------------------------------------------------------------------------
-
-
-class _Cancellable:
-    """A kazoo watch stops when its function returns False: this is the flag it reads."""
-
-    def __init__(self) -> None:
-        self.cancelled = False
-
-    def cancel(self) -> None:
-        self.cancelled = True
-
-
-def _call(callback: Callable[..., None], *args: Any) -> None:
-    """A failing callback is logged: letting it raise would stop kazoo's watch for good."""
-    try:
-        callback(*args)
-    except Exception:
-        log.exception("metadata watch callback %r failed", callback)
 
 
 def _failed(results: list[Any]) -> bool:
