@@ -47,6 +47,7 @@ import org.apache.kafka.clients.admin.ConsumerGroupDescription;
 import org.apache.kafka.clients.admin.ConsumerGroupListing;
 import org.apache.kafka.clients.admin.CreateTopicsOptions;
 import org.apache.kafka.clients.admin.CreateTopicsResult;
+import org.apache.kafka.clients.admin.DescribeClusterOptions;
 import org.apache.kafka.clients.admin.DescribeClusterResult;
 import org.apache.kafka.clients.admin.DescribeConfigsOptions;
 import org.apache.kafka.clients.admin.DescribeTopicsOptions;
@@ -81,9 +82,17 @@ import org.apache.kafka.common.TopicCollection;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.TopicPartitionInfo;
 import org.apache.kafka.common.Uuid;
+import org.apache.kafka.common.acl.AccessControlEntry;
+import org.apache.kafka.common.acl.AclBinding;
+import org.apache.kafka.common.acl.AclOperation;
+import org.apache.kafka.common.acl.AclPermissionType;
 import org.apache.kafka.common.config.ConfigResource;
 import org.apache.kafka.common.header.Header;
 import org.apache.kafka.common.header.internals.RecordHeader;
+import org.apache.kafka.common.protocol.Errors;
+import org.apache.kafka.common.resource.PatternType;
+import org.apache.kafka.common.resource.ResourcePattern;
+import org.apache.kafka.common.resource.ResourceType;
 import org.apache.kafka.common.serialization.ByteArrayDeserializer;
 import org.apache.kafka.common.serialization.ByteArraySerializer;
 
@@ -117,6 +126,7 @@ public final class KafkaHarness {
         SCENARIOS.put("observe", KafkaHarness::observe);
         SCENARIOS.put("scram_users", KafkaHarness::scramUsers);
         SCENARIOS.put("produce_paced", KafkaHarness::producePaced);
+        SCENARIOS.put("authorize", KafkaHarness::authorize);
     }
 
     public static void main(String[] argv) throws Exception {
@@ -1010,6 +1020,151 @@ public final class KafkaHarness {
             Throwable t = e;
             while ((t instanceof ExecutionException || t instanceof CompletionException) && t.getCause() != null) t = t.getCause();
             return t.getClass().getSimpleName();
+        }
+    }
+
+    // ---------------------------------------------------------------------------------------------
+    // Authorization
+
+    interface Operation {
+        void run(Args args) throws Exception;
+    }
+
+    static final Map<String, Operation> AUTHORIZED_OPERATIONS = new LinkedHashMap<>();
+
+    static {
+        AUTHORIZED_OPERATIONS.put("produce", KafkaHarness::authzProduce);
+        AUTHORIZED_OPERATIONS.put("fetch", KafkaHarness::authzFetch);
+        AUTHORIZED_OPERATIONS.put("create_topic", args -> {
+            try (Admin admin = admin(args)) {
+                admin.createTopics(List.of(new NewTopic(args.get("name"), 1, (short) 1))).all().get(WAIT_MS, TimeUnit.MILLISECONDS);
+            }
+        });
+        AUTHORIZED_OPERATIONS.put("delete_topic", args -> {
+            try (Admin admin = admin(args)) {
+                admin.deleteTopics(List.of(args.get("name"))).all().get(WAIT_MS, TimeUnit.MILLISECONDS);
+            }
+        });
+        AUTHORIZED_OPERATIONS.put("describe_configs", args -> {
+            try (Admin admin = admin(args)) {
+                admin.describeConfigs(List.of(new ConfigResource(ConfigResource.Type.TOPIC, args.get("topic"))))
+                    .all().get(WAIT_MS, TimeUnit.MILLISECONDS);
+            }
+        });
+        AUTHORIZED_OPERATIONS.put("alter_configs", args -> {
+            ConfigResource resource = new ConfigResource(ConfigResource.Type.TOPIC, args.get("topic"));
+            AlterConfigOp set = new AlterConfigOp(new ConfigEntry("retention.ms", args.get("retention_ms")), AlterConfigOp.OpType.SET);
+            try (Admin admin = admin(args)) {
+                admin.incrementalAlterConfigs(Map.of(resource, List.of(set))).all().get(WAIT_MS, TimeUnit.MILLISECONDS);
+            }
+        });
+        AUTHORIZED_OPERATIONS.put("join_group", KafkaHarness::authzJoinGroup);
+        AUTHORIZED_OPERATIONS.put("commit", args -> {
+            // The admin's commit (FindCoordinator, then OffsetCommit): a consumer would also look
+            // the topic up, whose refusal could come first.
+            TopicPartition tp = new TopicPartition(args.get("topic"), 0);
+            try (Admin admin = admin(args)) {
+                admin.alterConsumerGroupOffsets(args.get("group"), Map.of(tp, new OffsetAndMetadata(1)))
+                    .all().get(WAIT_MS, TimeUnit.MILLISECONDS);
+            }
+        });
+        AUTHORIZED_OPERATIONS.put("transactional", KafkaHarness::authzTransactional);
+        AUTHORIZED_OPERATIONS.put("list_offsets", args -> {
+            TopicPartition tp = new TopicPartition(args.get("topic"), 0);
+            try (Admin admin = admin(args)) {
+                admin.listOffsets(Map.of(tp, OffsetSpec.latest())).all().get(WAIT_MS, TimeUnit.MILLISECONDS);
+            }
+        });
+        AUTHORIZED_OPERATIONS.put("delete_records", args -> {
+            TopicPartition tp = new TopicPartition(args.get("topic"), 0);
+            try (Admin admin = admin(args)) {
+                admin.deleteRecords(Map.of(tp, RecordsToDelete.beforeOffset(0))).all().get(WAIT_MS, TimeUnit.MILLISECONDS);
+            }
+        });
+        AUTHORIZED_OPERATIONS.put("create_acls", args -> {
+            AclBinding binding = new AclBinding(new ResourcePattern(ResourceType.GROUP, args.get("name"), PatternType.LITERAL),
+                new AccessControlEntry("User:probe", "*", AclOperation.READ, AclPermissionType.ALLOW));
+            try (Admin admin = admin(args)) {
+                admin.createAcls(List.of(binding)).all().get(WAIT_MS, TimeUnit.MILLISECONDS);
+            }
+        });
+    }
+
+    /**
+     * One operation of the denial matrix (op=...) as the client's principal: {"outcome": "OK"} or the
+     * Kafka error the client reports (Errors.forException), or for describe_cluster the cluster
+     * operations it may perform.
+     */
+    static Map<String, Object> authorize(Args args) throws Exception {
+        String op = args.get("op");
+        if (op.equals("describe_cluster")) {
+            try (Admin admin = admin(args)) {
+                Set<AclOperation> allowed = admin.describeCluster(new DescribeClusterOptions().includeAuthorizedOperations(true))
+                    .authorizedOperations().get(WAIT_MS, TimeUnit.MILLISECONDS);
+                List<String> names = new ArrayList<>();
+                if (allowed != null) for (AclOperation o : allowed) names.add(o.name());
+                return map("outcome", "operations", "operations", sorted(names));
+            }
+        }
+        Operation operation = AUTHORIZED_OPERATIONS.get(op);
+        if (operation == null) throw new IllegalArgumentException("unknown operation " + op);
+        try {
+            operation.run(args);
+            return map("outcome", "OK");
+        } catch (Exception e) {
+            Throwable cause = e;
+            while ((cause instanceof ExecutionException || cause instanceof CompletionException) && cause.getCause() != null) {
+                cause = cause.getCause();
+            }
+            Errors error = Errors.forException(cause);
+            if (error == Errors.UNKNOWN_SERVER_ERROR && !(cause instanceof org.apache.kafka.common.errors.UnknownServerException)) {
+                return map("outcome", cause.getClass().getSimpleName() + ": " + cause.getMessage());
+            }
+            return map("outcome", error.name());
+        }
+    }
+
+    static void authzProduce(Args args) throws Exception {
+        // Not idempotent: the cell is about WRITE on the topic, not about InitProducerId.
+        try (KafkaProducer<byte[], byte[]> producer = producer(args, Map.of(
+                ProducerConfig.ENABLE_IDEMPOTENCE_CONFIG, "false", ProducerConfig.ACKS_CONFIG, "all",
+                ProducerConfig.RETRIES_CONFIG, "0", ProducerConfig.MAX_BLOCK_MS_CONFIG, "15000"))) {
+            producer.send(new ProducerRecord<>(args.get("topic"), 0, null, bytes("java " + args.get("principal"))))
+                .get(WAIT_MS, TimeUnit.MILLISECONDS);
+        }
+    }
+
+    static void authzFetch(Args args) {
+        TopicPartition tp = new TopicPartition(args.get("topic"), 0);
+        try (KafkaConsumer<byte[], byte[]> consumer = consumer(args, Map.of(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false"))) {
+            consumer.assign(List.of(tp));
+            consumer.seek(tp, 0);
+            pollCount(consumer, 1);
+        }
+    }
+
+    static void authzJoinGroup(Args args) {
+        try (KafkaConsumer<byte[], byte[]> consumer = consumer(args, Map.of(
+                ConsumerConfig.GROUP_ID_CONFIG, args.get("group"), ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false"))) {
+            consumer.subscribe(List.of(args.get("topic")));
+            long deadline = System.currentTimeMillis() + WAIT_MS;
+            while (consumer.assignment().isEmpty()) {
+                if (System.currentTimeMillis() > deadline) throw new IllegalStateException("no assignment");
+                consumer.poll(Duration.ofMillis(200));
+            }
+        }  // close() leaves the group, so the next member's join is not held up
+    }
+
+    static void authzTransactional(Args args) throws Exception {
+        KafkaProducer<byte[], byte[]> producer = producer(args, Map.of(
+            ProducerConfig.TRANSACTIONAL_ID_CONFIG, args.get("transactional_id"), ProducerConfig.MAX_BLOCK_MS_CONFIG, "15000"));
+        try {
+            producer.initTransactions();
+            producer.beginTransaction();
+            producer.send(new ProducerRecord<>(args.get("topic"), 0, null, bytes("transactional java"))).get(WAIT_MS, TimeUnit.MILLISECONDS);
+            producer.commitTransaction();
+        } finally {
+            producer.close(Duration.ofSeconds(5));
         }
     }
 
