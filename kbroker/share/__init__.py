@@ -1,0 +1,1 @@
+"""Share groups (KIP-932): queues on a Kafka log."""
