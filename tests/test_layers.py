@@ -47,10 +47,14 @@ ALLOWED: dict[str, frozenset[str]] = {
     "kbroker.cluster": frozenset({"kbroker.clock", "kbroker.config", "kbroker.dynamic_config", "kbroker.fsutil",
                                   "kbroker.metadata", "kbroker.pacing", "kbroker.security", "kbroker.storage",
                                   "protocol"}),
+    # Share groups' pure state: share partitions, sessions, the assignor.
+    "kbroker.share": frozenset({"kbroker.clock", "protocol"}),
     # Group and transaction coordinators, over the replica manager.
-    "kbroker.coordinator": frozenset({"kbroker.clock", "kbroker.cluster", "kbroker.storage", "protocol"}),
+    "kbroker.coordinator": frozenset({"kbroker.clock", "kbroker.cluster", "kbroker.share", "kbroker.storage",
+                                      "protocol"}),
     # One module per API, over the services.
     "kbroker.handlers": frozenset({"kbroker.clock", "kbroker.cluster", "kbroker.config", "kbroker.coordinator",
+                                   "kbroker.share",
                                    "kbroker.dynamic_config", "kbroker.kafka_configs", "kbroker.log_limiter",
                                    "kbroker.pacing", "kbroker.security", "kbroker.storage", "protocol"}),
     # The network server dispatches to the handlers (one way: handlers never import it).
