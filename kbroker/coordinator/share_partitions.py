@@ -1,0 +1,201 @@
+"""The share partitions this broker leads (Kafka's SharePartitionManager): ShareFetch reads the
+log and hands records out through each group's `SharePartition`; ShareAcknowledge settles them.
+
+A share partition lives on the leader of its topic partition and starts, the first time a
+group reads it, at the log's end (`share.auto.offset.reset=latest`) or start (`earliest`).
+Record batches stay opaque: only their headers are read, to know which offsets a read covers
+and to trim the answer after the last batch that holds an acquired record.
+
+Locks expire on the caller's clock: `expire_locks(now_ms)` runs from a timer the broker keeps
+at the earliest deadline (`next_lock_deadline_ms`). A fetch that finds nothing to acquire waits,
+up to its max wait, for new data or for records coming back (released, expired).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from kbroker.clock import WallClock, wall_clock_ms
+from kbroker.cluster.partition import FetchIsolation, Partition
+from kbroker.cluster.replica_manager import ReplicaManager
+from kbroker.share.share_partition import (
+    AcknowledgementBatch,
+    AcquiredRange,
+    Archived,
+    ShareLimits,
+    SharePartition,
+)
+from kbroker.storage.read_results import BatchBytes
+from protocol.errors import ErrorCode
+
+_OFFSET_AND_LENGTH = struct.Struct(">qi")
+_LAST_OFFSET_DELTA = struct.Struct(">i")
+_BATCH_OVERHEAD = 12  # base offset and length precede the length's count
+_LAST_OFFSET_DELTA_AT = 23
+BatchExtent = tuple[int, int, int]  # first offset, last offset, end position in the bytes
+
+
+@dataclass(frozen=True)
+class ShareGroupSettings:
+    limits: ShareLimits = field(default_factory=ShareLimits)
+    start_at_earliest: bool = False  # share.auto.offset.reset
+    read_committed: bool = False  # share.isolation.level
+
+
+@dataclass(frozen=True)
+class ShareFetched:
+    """One partition's answer: its error, the batches holding the acquired records, the ranges."""
+
+    error: int
+    records: BatchBytes | None = None
+    acquired: tuple[AcquiredRange, ...] = ()
+
+
+# (group, topic, partition, archived records): for dead letters and metrics.
+ArchiveListener = Callable[[str, str, int, list[Archived]], None]
+
+
+class SharePartitionManager:
+    def __init__(self, replica_manager: ReplicaManager, settings_of: Callable[[str], ShareGroupSettings],
+                 clock: WallClock = wall_clock_ms, on_archived: ArchiveListener | None = None) -> None:
+        self.replica_manager = replica_manager
+        self.settings_of = settings_of
+        self.clock = clock
+        self.on_archived = on_archived
+        self._partitions: dict[tuple[str, str, int], SharePartition] = {}
+        # Fetches waiting for records to come back (released, expired, a slot freed).
+        self._return_waiters: set[asyncio.Future[None]] = set()
+
+    def share_partition(self, group_id: str, topic: str, index: int) -> SharePartition | None:
+        return self._partitions.get((group_id, topic, index))
+
+    # -- fetching --------------------------------------------------------------------------------
+
+    async def fetch(self, group_id: str, member_id: str, wanted: Sequence[tuple[str, int]], max_records: int,
+                    max_bytes: int, max_wait_ms: int) -> list[ShareFetched]:
+        """Acquire records of `wanted` for a member: one answer per partition, in order. Waits up
+        to `max_wait_ms` while nothing at all could be acquired."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max_wait_ms / 1000
+        while True:
+            answers = self._fetch_once(group_id, member_id, wanted, max_records, max_bytes)
+            remaining = deadline - loop.time()
+            if remaining <= 0 or any(a.acquired or a.error for a in answers) or not wanted:
+                return answers
+            await self._wait_for_records(wanted, remaining)
+
+    def _fetch_once(self, group_id: str, member_id: str, wanted: Sequence[tuple[str, int]], max_records: int,
+                    max_bytes: int) -> list[ShareFetched]:
+        answers: list[ShareFetched] = []
+        records_left, bytes_left = max_records, max_bytes
+        for topic, index in wanted:
+            answer = self._fetch_partition(group_id, member_id, topic, index, records_left, bytes_left)
+            answers.append(answer)
+            records_left -= sum(r.last_offset - r.first_offset + 1 for r in answer.acquired)
+            bytes_left -= answer.records.size if answer.records is not None else 0
+        return answers
+
+    def _fetch_partition(self, group_id: str, member_id: str, topic: str, index: int, max_records: int,
+                         max_bytes: int) -> ShareFetched:
+        partition = self.replica_manager.find(topic, index)
+        if partition is None:
+            return ShareFetched(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        if not partition.is_leader:
+            return ShareFetched(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        if max_records <= 0 or max_bytes <= 0:
+            return ShareFetched(ErrorCode.NO_ERROR)
+        settings = self.settings_of(group_id)
+        share = self._share_partition_of(group_id, partition, settings)
+        share.move_start(max(share.start_offset, partition.log_start_offset))
+        isolation = FetchIsolation.TXN_COMMITTED if settings.read_committed else FetchIsolation.HIGH_WATERMARK
+        # The first batch even over max_bytes, so a large record is never stuck.
+        read = partition.read_records(share.next_fetch_offset(), max_bytes, -1, isolation, min_one_batch=True)
+        if read.error or read.records is None:
+            return ShareFetched(read.error)
+        data = read.records.read_bytes()
+        extents = _batch_extents(data)
+        if not extents:
+            return ShareFetched(ErrorCode.NO_ERROR)
+        acquired = share.acquire(member_id, extents[0][0], extents[-1][1], max_records, self.clock())
+        if not acquired:
+            return ShareFetched(ErrorCode.NO_ERROR)
+        last_acquired = acquired[-1].last_offset
+        end = next(end for _, last, end in extents if last >= last_acquired)
+        return ShareFetched(ErrorCode.NO_ERROR, BatchBytes(data[:end], extents[0][0]), tuple(acquired))
+
+    def _share_partition_of(self, group_id: str, partition: Partition, settings: ShareGroupSettings) -> SharePartition:
+        key = (group_id, partition.topic, partition.index)
+        share = self._partitions.get(key)
+        if share is None:
+            start = partition.log_start_offset if settings.start_at_earliest else partition.high_watermark
+            share = self._partitions[key] = SharePartition(start, settings.limits)
+        return share
+
+    async def _wait_for_records(self, wanted: Sequence[tuple[str, int]], timeout_s: float) -> None:
+        # Registered before yielding to the loop: data or a settlement in between must wake us.
+        woken: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        hosted = [p for p in (self.replica_manager.find(t, i) for t, i in wanted) if p is not None]
+        for partition in hosted:
+            partition.add_waiter(woken)
+        self._return_waiters.add(woken)
+        try:
+            await asyncio.wait({woken}, timeout=timeout_s)
+        finally:
+            self._return_waiters.discard(woken)
+            for partition in hosted:
+                partition.remove_waiter(woken)
+
+    # -- settling --------------------------------------------------------------------------------
+
+    def acknowledge(self, group_id: str, member_id: str, topic: str, index: int,
+                    batches: Sequence[AcknowledgementBatch]) -> int:
+        """Apply a member's acknowledgements to one partition; its error code."""
+        share = self._partitions.get((group_id, topic, index))
+        if share is None:
+            return ErrorCode.INVALID_RECORD_STATE  # nothing was ever acquired here
+        code, archived = share.acknowledge(member_id, batches, self.clock())
+        if code == ErrorCode.NO_ERROR:
+            self._settled(group_id, topic, index, archived)
+        return code
+
+    def release_member(self, group_id: str, member_id: str, partitions: Sequence[tuple[str, int]]) -> None:
+        """A member's share session ended: what it holds goes back to the queue."""
+        for topic, index in partitions:
+            share = self._partitions.get((group_id, topic, index))
+            if share is not None:
+                self._settled(group_id, topic, index, share.release_member(member_id))
+
+    def expire_locks(self, now_ms: int) -> None:
+        for (group_id, topic, index), share in list(self._partitions.items()):
+            self._settled(group_id, topic, index, share.expire_locks(now_ms))
+
+    def next_lock_deadline_ms(self) -> int | None:
+        deadlines = [d for d in (s.next_lock_deadline_ms() for s in self._partitions.values()) if d is not None]
+        return min(deadlines) if deadlines else None
+
+    def _settled(self, group_id: str, topic: str, index: int, archived: list[Archived]) -> None:
+        # Any settlement may free a record or an in-flight slot for a waiting fetch.
+        for waiter in self._return_waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+        self._return_waiters.clear()
+        if archived and self.on_archived is not None:
+            self.on_archived(group_id, topic, index, archived)
+
+
+def _batch_extents(data: bytes) -> list[BatchExtent]:
+    """(first offset, last offset, end position) of each whole batch in `data`, from headers only."""
+    extents: list[BatchExtent] = []
+    position = 0
+    while position + _LAST_OFFSET_DELTA_AT + 4 <= len(data):
+        base_offset, length = _OFFSET_AND_LENGTH.unpack_from(data, position)
+        end = position + _BATCH_OVERHEAD + length
+        if end > len(data):
+            break
+        (delta,) = _LAST_OFFSET_DELTA.unpack_from(data, position + _LAST_OFFSET_DELTA_AT)
+        extents.append((base_offset, base_offset + delta, end))
+        position = end
+    return extents

@@ -1,0 +1,148 @@
+"""SharePartitionManager over a real ReplicaManager and log: what ShareFetch and ShareAcknowledge
+will do, without the wire. The clock is a variable the tests move."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from kbroker.clock import wall_clock_ms
+from kbroker.cluster.replica_manager import ReplicaManager
+from kbroker.coordinator.share_partitions import ShareFetched, ShareGroupSettings, SharePartitionManager
+from kbroker.share.share_partition import AcknowledgementBatch, AcknowledgeType, Archived, ShareLimits
+from kbroker.storage.log_config import LogConfig
+from kbroker.storage.log_manager import LogManager
+from protocol.errors import ErrorCode
+from protocol.record_batch import Record, decode_batches, encode_batch
+
+LOCK_MS = 30_000
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000
+
+    def __call__(self) -> int:
+        return self.now
+
+
+@asynccontextmanager
+async def manager_over_log(tmp_path: Path, clock: Clock, earliest: bool = True,
+                           archived: list[Archived] | None = None) -> AsyncIterator[SharePartitionManager]:
+    replicas = ReplicaManager(0, LogManager([tmp_path / "logs"]))
+    replicas.become_leader("t", 0, uuid.uuid4(), LogConfig(), 1, [0], [0], wall_clock_ms())
+    settings = ShareGroupSettings(ShareLimits(delivery_count_limit=2, max_in_flight=100, lock_duration_ms=LOCK_MS),
+                                  start_at_earliest=earliest)
+    manager = SharePartitionManager(replicas, lambda group: settings, clock,
+                                    lambda g, t, i, records: (archived if archived is not None else []).extend(records))
+    try:
+        yield manager
+    finally:
+        await replicas.stop()
+        replicas.log_manager.shutdown()
+
+
+async def produce(manager: SharePartitionManager, *batches: list[bytes]) -> None:
+    for values in batches:
+        batch = encode_batch([Record(i, wall_clock_ms(), None, v) for i, v in enumerate(values)])
+        appended = await manager.replica_manager.append([("t", 0, batch)], required_acks=1, timeout_ms=1000,
+                                                        now_ms=wall_clock_ms())
+        assert appended.results[0].error == ErrorCode.NO_ERROR
+
+
+def offsets(answer: ShareFetched) -> list[int]:
+    return [o for r in answer.acquired for o in range(r.first_offset, r.last_offset + 1)]
+
+
+def delivered(answer: ShareFetched) -> dict[int, bytes | None]:
+    """The records a client keeps: those of the answer's batches inside its acquired ranges."""
+    assert answer.records is not None
+    wanted = set(offsets(answer))
+    return {b.base_offset + r.offset_delta: r.value for b in decode_batches(answer.records.read_bytes())
+            for r in b.records if b.base_offset + r.offset_delta in wanted}
+
+
+def accept(manager: SharePartitionManager, member: str, answer: ShareFetched,
+           kind: AcknowledgeType = AcknowledgeType.ACCEPT) -> int:
+    return manager.acknowledge("g", member, "t", 0, [AcknowledgementBatch(r.first_offset, r.last_offset, (kind,))
+                                                     for r in answer.acquired])
+
+
+def test_two_members_split_one_partition_and_each_record_is_delivered_once(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        clock = Clock()
+        async with manager_over_log(tmp_path, clock) as manager:
+            await produce(manager, [b"a", b"b", b"c"], [b"d", b"e"], [b"f"])
+            [first] = await manager.fetch("g", "m1", [("t", 0)], max_records=4, max_bytes=1 << 20, max_wait_ms=0)
+            [second] = await manager.fetch("g", "m2", [("t", 0)], max_records=10, max_bytes=1 << 20, max_wait_ms=0)
+            assert offsets(first) == [0, 1, 2, 3] and offsets(second) == [4, 5]
+            assert delivered(first) == {0: b"a", 1: b"b", 2: b"c", 3: b"d"}
+            assert delivered(second) == {4: b"e", 5: b"f"}
+            # The answer stops after the last batch holding an acquired record.
+            assert [b.base_offset for b in decode_batches(first.records.read_bytes())] == [0, 3]  # type: ignore[union-attr]
+            assert accept(manager, "m1", first) == ErrorCode.NO_ERROR
+            assert accept(manager, "m1", second) == ErrorCode.INVALID_RECORD_STATE  # not m1's
+            assert accept(manager, "m2", second) == ErrorCode.NO_ERROR
+            assert manager.share_partition("g", "t", 0).start_offset == 6  # type: ignore[union-attr]
+
+    asyncio.run(asyncio.wait_for(scenario(), 30))
+
+
+def test_a_lock_that_expires_redelivers_and_the_limit_archives(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        clock, archived = Clock(), []
+        async with manager_over_log(tmp_path, clock, archived=archived) as manager:
+            await produce(manager, [b"a", b"b"])
+            [held] = await manager.fetch("g", "crashed", [("t", 0)], 10, 1 << 20, 0)
+            assert offsets(held) == [0, 1]
+            assert manager.next_lock_deadline_ms() == clock.now + LOCK_MS
+            clock.now += LOCK_MS
+            manager.expire_locks(clock.now)
+            [again] = await manager.fetch("g", "m2", [("t", 0)], 10, 1 << 20, 0)
+            assert offsets(again) == [0, 1] and [r.delivery_count for r in again.acquired] == [2]
+            assert accept(manager, "m2", again, AcknowledgeType.RELEASE) == ErrorCode.NO_ERROR
+            # Delivered twice, the limit: released, they are archived instead of redelivered.
+            assert [(a.offset, a.delivery_count) for a in archived] == [(0, 2), (1, 2)]
+
+    asyncio.run(asyncio.wait_for(scenario(), 30))
+
+
+def test_a_waiting_fetch_wakes_for_new_data_and_for_released_records(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        clock = Clock()
+        async with manager_over_log(tmp_path, clock, earliest=False) as manager:
+            await produce(manager, [b"old"])  # before the group: latest starts after it
+            waiting = asyncio.ensure_future(manager.fetch("g", "m1", [("t", 0)], 10, 1 << 20, max_wait_ms=20_000))
+            await asyncio.sleep(0)
+            assert not waiting.done()
+            await produce(manager, [b"new"])
+            [answer] = await asyncio.wait_for(waiting, 10)
+            assert delivered(answer) == {1: b"new"}
+            # m2 waits: everything is held by m1 until m1 releases it.
+            waiting = asyncio.ensure_future(manager.fetch("g", "m2", [("t", 0)], 10, 1 << 20, max_wait_ms=20_000))
+            await asyncio.sleep(0)
+            assert not waiting.done()
+            assert accept(manager, "m1", answer, AcknowledgeType.RELEASE) == ErrorCode.NO_ERROR
+            [answer] = await asyncio.wait_for(waiting, 10)
+            assert offsets(answer) == [1]
+
+    asyncio.run(asyncio.wait_for(scenario(), 30))
+
+
+def test_unknown_partitions_and_a_member_leaving(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        clock = Clock()
+        async with manager_over_log(tmp_path, clock) as manager:
+            await produce(manager, [b"a", b"b"])
+            answers = await manager.fetch("g", "m1", [("t", 0), ("missing", 0)], 10, 1 << 20, 0)
+            assert [a.error for a in answers] == [ErrorCode.NO_ERROR, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION]
+            manager.release_member("g", "m1", [("t", 0)])
+            [answer] = await manager.fetch("g", "m2", [("t", 0)], 10, 1 << 20, 0)
+            assert offsets(answer) == [0, 1]
+            assert manager.acknowledge("other-group", "m2", "t", 0, [AcknowledgementBatch(0, 1, (1,))]) == \
+                ErrorCode.INVALID_RECORD_STATE
+
+    asyncio.run(asyncio.wait_for(scenario(), 30))
