@@ -68,6 +68,8 @@ class SharePartitionManager:
         self._partitions: dict[tuple[str, str, int], SharePartition] = {}
         # Fetches waiting for records to come back (released, expired, a slot freed).
         self._return_waiters: set[asyncio.Future[None]] = set()
+        self._lock_timer: asyncio.TimerHandle | None = None
+        self._lock_timer_at = 0
 
     def share_partition(self, group_id: str, topic: str, index: int) -> SharePartition | None:
         return self._partitions.get((group_id, topic, index))
@@ -82,6 +84,7 @@ class SharePartitionManager:
         deadline = loop.time() + max_wait_ms / 1000
         while True:
             answers = self._fetch_once(group_id, member_id, wanted, max_records, max_bytes)
+            self._arm_lock_timer()
             remaining = deadline - loop.time()
             if remaining <= 0 or any(a.acquired or a.error for a in answers) or not wanted:
                 return answers
@@ -171,6 +174,29 @@ class SharePartitionManager:
     def expire_locks(self, now_ms: int) -> None:
         for (group_id, topic, index), share in list(self._partitions.items()):
             self._settled(group_id, topic, index, share.expire_locks(now_ms))
+
+    def _arm_lock_timer(self) -> None:
+        """Keep one loop timer at the earliest lock deadline, so a lock expires on time (not
+        only when someone next fetches)."""
+        deadline = self.next_lock_deadline_ms()
+        if self._lock_timer is not None and (deadline is None or deadline < self._lock_timer_at):
+            self._lock_timer.cancel()
+            self._lock_timer = None
+        if deadline is None or self._lock_timer is not None:
+            return
+        delay_s = max(0.0, (deadline - self.clock()) / 1000)
+        self._lock_timer_at = deadline
+        self._lock_timer = asyncio.get_running_loop().call_later(delay_s, self._on_lock_timer)
+
+    def _on_lock_timer(self) -> None:
+        self._lock_timer = None
+        self.expire_locks(self.clock())
+        self._arm_lock_timer()
+
+    def stop(self) -> None:
+        if self._lock_timer is not None:
+            self._lock_timer.cancel()
+            self._lock_timer = None
 
     def next_lock_deadline_ms(self) -> int | None:
         deadlines = [d for d in (s.next_lock_deadline_ms() for s in self._partitions.values()) if d is not None]

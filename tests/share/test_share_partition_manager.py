@@ -41,6 +41,7 @@ async def manager_over_log(tmp_path: Path, clock: Clock, earliest: bool = True,
     try:
         yield manager
     finally:
+        manager.stop()
         await replicas.stop()
         replicas.log_manager.shutdown()
 

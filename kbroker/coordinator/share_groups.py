@@ -1,0 +1,105 @@
+"""The share groups this broker coordinates: ShareGroupHeartbeat and ShareGroupDescribe over
+`ShareGroup` (kbroker/share/share_group.py), the topics as the metadata cache knows them, and
+the timers that expire silent members and acquisition locks.
+
+A member removed for silence (or leaving) has its share sessions closed and the records it
+holds released at once through `on_member_gone`, rather than waiting for their locks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+
+from kbroker.clock import WallClock, wall_clock_ms
+from kbroker.share.share_group import HeartbeatAnswer, ShareGroup, TopicInfo
+from protocol.errors import ErrorCode, KafkaError
+
+
+@dataclass(frozen=True)
+class ShareGroupConfig:
+    session_timeout_ms: int = 45_000  # group.share.session.timeout.ms
+    heartbeat_interval_ms: int = 5_000  # group.share.heartbeat.interval.ms
+    max_size: int = 200  # group.share.max.size
+
+
+# (group id, member id) of a member that is gone.
+MemberGone = Callable[[str, str], None]
+
+
+class ShareGroupCoordinator:
+    def __init__(self, config: ShareGroupConfig, topics: Callable[[], Mapping[str, TopicInfo]],
+                 is_other_group: Callable[[str], bool] = lambda group_id: False,
+                 clock: WallClock = wall_clock_ms, on_member_gone: MemberGone | None = None) -> None:
+        self.config = config
+        self.topics = topics
+        self.is_other_group = is_other_group  # a classic or consumer group of that id exists
+        self.clock = clock
+        self.on_member_gone = on_member_gone
+        self.groups: dict[str, ShareGroup] = {}
+        self._expiry: asyncio.TimerHandle | None = None
+
+    def heartbeat(self, group_id: str, member_id: str, member_epoch: int, subscribed: list[str] | None,
+                  rack: str | None, client_id: str, client_host: str) -> HeartbeatAnswer:
+        if not group_id:
+            raise KafkaError(ErrorCode.INVALID_REQUEST, "GroupId can't be empty.")
+        group = self.groups.get(group_id)
+        if group is None:
+            if self.is_other_group(group_id):
+                raise KafkaError(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a share group.")
+            group = ShareGroup(group_id, self.config.session_timeout_ms, self.config.max_size)
+        answer = group.heartbeat(member_id, member_epoch, subscribed, rack, self.topics(), self.clock(),
+                                 client_id, client_host)
+        self.groups.setdefault(group_id, group)
+        if answer.member_epoch < 0 and self.on_member_gone is not None:
+            self.on_member_gone(group_id, member_id)
+        self._arm_expiry()
+        return answer
+
+    def describe(self, group_id: str) -> ShareGroup | None:
+        return self.groups.get(group_id)
+
+    def list_groups(self) -> Iterable[ShareGroup]:
+        return self.groups.values()
+
+    def delete(self, group_id: str) -> int:
+        """DeleteGroups of a share group: only an empty one goes (NON_EMPTY_GROUP otherwise)."""
+        group = self.groups.get(group_id)
+        if group is None:
+            return ErrorCode.GROUP_ID_NOT_FOUND
+        if group.members:
+            return ErrorCode.NON_EMPTY_GROUP
+        del self.groups[group_id]
+        return ErrorCode.NO_ERROR
+
+    def expire_sessions(self, now_ms: int) -> None:
+        for group in list(self.groups.values()):
+            for member in group.expire_sessions(now_ms):
+                if self.on_member_gone is not None:
+                    self.on_member_gone(group.group_id, member.member_id)
+
+    def _arm_expiry(self) -> None:
+        """Wake at the earliest session deadline (one timer for all groups)."""
+        deadlines = [m.session_deadline_ms for g in self.groups.values() for m in g.members.values()]
+        if self._expiry is not None:
+            self._expiry.cancel()
+            self._expiry = None
+        if not deadlines:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return  # no loop (tests of the state alone): the caller expires by hand
+        delay_s = max(0.0, (min(deadlines) - self.clock()) / 1000)
+        self._expiry = loop.call_later(delay_s, self._on_expiry)
+
+    def _on_expiry(self) -> None:
+        self._expiry = None
+        self.expire_sessions(self.clock())
+        self._arm_expiry()
+
+    def stop(self) -> None:
+        if self._expiry is not None:
+            self._expiry.cancel()
+            self._expiry = None
