@@ -12,6 +12,7 @@ from confluent_kafka.admin import AdminClient
 from tests.brokers import BrokerProcess
 from tests.conftest import create_topic
 from tests.integration.test_consumer_groups import partitions_of, produce, stop_all
+from tests.integration.test_consumer_groups_cli import ok
 from tests.members import MemberProcess, exclusive_cover
 from tests.waiting import wait_until
 
@@ -68,6 +69,13 @@ def test_members_join_leave_and_crash_with_incremental_rebalances(protocol_broke
         described = admin.describe_consumer_groups([group])[group].result(30)
         assert described.type == ConsumerGroupType.CONSUMER
         assert sorted(len(m.assignment.topic_partitions) for m in described.members) == [2, 2, 2]
+        # kbroker consumer-groups shows the group's protocol, state and members.
+        listed = ok(bootstrap, "--list", "--type", "--state").stdout.split("\n")
+        assert [line.split() for line in listed if line.startswith(group)] == [[group, "consumer", "Stable"]]
+        state = ok(bootstrap, "--describe", "--group", group, "--state").stdout.strip().splitlines()
+        assert state[1].split()[-3:] == ["uniform", "Stable", "3"], state
+        rows = ok(bootstrap, "--describe", "--group", group, "--members").stdout.strip().splitlines()[1:]
+        assert sorted(row.split()[-1] for row in rows) == ["2", "2", "2"]
 
         second = [f"b{i}" for i in range(300)]
         produce(bootstrap, topic, second)
