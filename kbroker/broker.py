@@ -25,6 +25,7 @@ from kbroker.cluster.replica_manager import ReplicaManager
 from kbroker.cluster.store_writer import StoreWriter
 from kbroker.cluster.topics import TopicManager
 from kbroker.config import BrokerConfig, ConfigError
+from kbroker.coordinator.assignors import assignors_from_config
 from kbroker.coordinator.group_coordinator import GroupConfig, GroupCoordinator
 from kbroker.coordinator.offsets_topic import TOPIC as OFFSETS_TOPIC
 from kbroker.coordinator.offsets_topic import InternalTopic, OffsetsTopic
@@ -116,6 +117,10 @@ class Broker:
             self.topics.cluster = self.cluster
         # In a cluster, ids carry the broker id in their high bits, so brokers never hand out the same one.
         self.producer_ids = ProducerIdManager(log_dirs[0], namespace=config.broker_id if self.cluster else 0)
+        try:
+            assignors_from_config(config.get("group.consumer.assignors"))
+        except ValueError as e:
+            raise ConfigError(f"refusing to start: {e}") from None
         self.groups = GroupCoordinator(
             OffsetsTopic(
                 self.topics,
@@ -131,6 +136,12 @@ class Broker:
                 max_size=config.get("group.max.size"),
                 offset_metadata_max_bytes=config.get("offset.metadata.max.bytes"),
                 offsets_retention_ms=config.get("offsets.retention.minutes") * 60_000,
+                consumer_protocol_enabled="consumer" in config.get("group.coordinator.rebalance.protocols"),
+                consumer_heartbeat_interval_ms=config.get("group.consumer.heartbeat.interval.ms"),
+                consumer_session_timeout_ms=config.get("group.consumer.session.timeout.ms"),
+                consumer_max_size=config.get("group.consumer.max.size"),
+                consumer_assignors=tuple(config.get("group.consumer.assignors")),
+                consumer_regex_refresh_interval_ms=config.get("group.consumer.regex.refresh.interval.ms"),
             ),
             self.metadata_cache.partition_exists,
         )

@@ -135,6 +135,21 @@ _DEFS = [
     ConfigDef("group.min.session.timeout.ms", _int, "6000", "Smallest session timeout a member may ask for."),
     ConfigDef("group.max.session.timeout.ms", _int, "1800000", "Largest session timeout a member may ask for."),
     ConfigDef("group.max.size", _int, "2147483647", "Most members one group may have."),
+    # The consumer group protocol (KIP-848, docs/groups.md).
+    ConfigDef("group.coordinator.rebalance.protocols", _list, "classic,consumer",
+              "Group protocols served; without consumer, ConsumerGroupHeartbeat answers UNSUPPORTED_VERSION."),
+    ConfigDef("group.consumer.heartbeat.interval.ms", _int, "5000", "How often consumer-protocol members heartbeat."),
+    ConfigDef("group.consumer.min.heartbeat.interval.ms", _int, "5000", "Lower bound of the heartbeat interval."),
+    ConfigDef("group.consumer.max.heartbeat.interval.ms", _int, "15000", "Upper bound of the heartbeat interval."),
+    ConfigDef("group.consumer.session.timeout.ms", _int, "45000",
+              "How long a consumer-protocol member may go without a heartbeat before it is fenced."),
+    ConfigDef("group.consumer.min.session.timeout.ms", _int, "45000", "Lower bound of the session timeout."),
+    ConfigDef("group.consumer.max.session.timeout.ms", _int, "60000", "Upper bound of the session timeout."),
+    ConfigDef("group.consumer.max.size", _int, "2147483647", "Most members one consumer-protocol group may have."),
+    ConfigDef("group.consumer.assignors", _list, "uniform,range",
+              "Server-side assignors (uniform, range, or Kafka's class names); the first is the default."),
+    ConfigDef("group.consumer.regex.refresh.interval.ms", _int, "600000",
+              "How often subscription regexes are resolved again even when no topic was created or deleted."),
     ConfigDef("offsets.topic.num.partitions", _int, "50", "Partitions of __consumer_offsets (set before first use)."),
     ConfigDef("offsets.topic.replication.factor", _int, "3",
               "Replication factor of __consumer_offsets (at most the number of brokers alive)."),
@@ -427,6 +442,7 @@ class BrokerConfig:
         self.log_cleaner_backoff_ms: int = self.values["log.cleaner.backoff.ms"]
         self.checkpoint_interval_ms: int = self.values["log.flush.offset.checkpoint.interval.ms"]
         self.log_initial_task_delay_ms: int = self.values["log.initial.task.delay.ms"]
+        self._check_consumer_group_bounds()
         if self.log_initial_task_delay_ms < 0:
             raise ConfigError("log.initial.task.delay.ms must be at least 0")
         self._listeners = parse_listeners(self.values["listeners"], "listeners")
@@ -601,6 +617,18 @@ class BrokerConfig:
                 raise ConfigError(f"--override {override!r} is not key=value")
             props[key.strip()] = value.strip()
         return cls(props)
+
+    def _check_consumer_group_bounds(self) -> None:
+        """Kafka's start-up checks of the consumer protocol's timing settings."""
+        v = self.values
+        for setting in ("heartbeat.interval.ms", "session.timeout.ms"):
+            value, low, high = (v[f"group.consumer.{setting}"], v[f"group.consumer.min.{setting}"],
+                                v[f"group.consumer.max.{setting}"])
+            if not low <= value <= high:
+                raise ConfigError(f"group.consumer.{setting} ({value}) must be between group.consumer.min.{setting} "
+                                  f"({low}) and group.consumer.max.{setting} ({high})")
+        if v["group.consumer.heartbeat.interval.ms"] >= v["group.consumer.session.timeout.ms"]:
+            raise ConfigError("group.consumer.heartbeat.interval.ms must be less than group.consumer.session.timeout.ms")
 
     def get(self, name: str) -> Any:
         return self.values.get(name)

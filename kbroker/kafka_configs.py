@@ -15,7 +15,8 @@ def _names(text: str) -> frozenset[str]:
     return frozenset(text.split())
 
 
-# Kafka's type of every broker config (ConfigDef.Type), by type.
+# Kafka's type of every broker config (ConfigDef.Type), by type (and Kafka 4.0's
+# group.consumer.regex.refresh.interval.ms, of the consumer group protocol kbroker serves as 4.0 does).
 _BROKER_NAMES_BY_TYPE = {
     "BOOLEAN": _names("""
         auto.create.topics.enable auto.include.jmx.reporter auto.leader.rebalance.enable
@@ -56,6 +57,7 @@ _BROKER_NAMES_BY_TYPE = {
         group.consumer.max.heartbeat.interval.ms group.consumer.max.session.timeout.ms
         group.consumer.max.size group.consumer.min.heartbeat.interval.ms
         group.consumer.min.session.timeout.ms group.consumer.session.timeout.ms
+        group.consumer.regex.refresh.interval.ms
         group.coordinator.append.linger.ms group.coordinator.threads
         group.initial.rebalance.delay.ms group.max.session.timeout.ms group.max.size
         group.min.session.timeout.ms group.share.delivery.count.limit

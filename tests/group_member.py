@@ -2,7 +2,10 @@
 
     python -m tests.group_member BOOTSTRAP GROUP TOPIC --client confluent|kafka-python
         [--assignor range|cooperative-sticky] [--instance-id ID] [--commit after|before]
-        [--session-timeout-ms MS]
+        [--session-timeout-ms MS] [--group-protocol classic|consumer]
+
+With `--group-protocol consumer` (KIP-848) the broker assigns and times sessions, so the
+assignor and session settings are not the client's; TOPIC may then be a regex (^prefix.*).
 
 It prints one JSON object per line: {"assigned": [[topic, partition], ...]} whenever its
 assignment changes, {"msg": [partition, offset, value]} for each message processed, and
@@ -35,15 +38,18 @@ def _stop(*_: object) -> None:
 def run_confluent(args: argparse.Namespace) -> None:
     from confluent_kafka import Consumer, TopicPartition
 
-    config = {
+    config: dict[str, Any] = {
         "bootstrap.servers": args.bootstrap,
         "group.id": args.group,
         "auto.offset.reset": "earliest",
         "enable.auto.commit": False,
-        "session.timeout.ms": args.session_timeout_ms,
-        "heartbeat.interval.ms": 500,
-        "partition.assignment.strategy": args.assignor,
     }
+    incremental = args.assignor == "cooperative-sticky" or args.group_protocol == "consumer"
+    if args.group_protocol == "consumer":
+        config["group.protocol"] = "consumer"
+    else:
+        config.update({"session.timeout.ms": args.session_timeout_ms, "heartbeat.interval.ms": 500,
+                       "partition.assignment.strategy": args.assignor})
     if args.instance_id:
         config["group.instance.id"] = args.instance_id
     consumer = Consumer(config)
@@ -51,13 +57,13 @@ def run_confluent(args: argparse.Namespace) -> None:
 
     def on_assign(c: Any, partitions: list[Any]) -> None:
         owned.update((p.topic, p.partition) for p in partitions)
-        if args.assignor == "cooperative-sticky":
+        if incremental:
             c.incremental_assign(partitions)
         emit({"assigned": sorted(owned)})
 
     def on_revoke(c: Any, partitions: list[Any]) -> None:
         owned.difference_update((p.topic, p.partition) for p in partitions)
-        if args.assignor == "cooperative-sticky":
+        if incremental:
             c.incremental_unassign(partitions)
         emit({"assigned": sorted(owned)})
 
@@ -128,6 +134,7 @@ def main() -> None:
     parser.add_argument("--instance-id")
     parser.add_argument("--commit", choices=["after", "before"], default="after")
     parser.add_argument("--session-timeout-ms", type=int, default=6000)
+    parser.add_argument("--group-protocol", choices=["classic", "consumer"], default="classic")
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, _stop)
     (run_confluent if args.client == "confluent" else run_kafka_python)(args)

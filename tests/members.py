@@ -23,6 +23,7 @@ class MemberProcess:
         self.name = name
         self._parse = parse
         self.assignment: list[tuple[str, int]] = []
+        self.history: list[set[tuple[str, int]]] = []  # every assignment it reported, in order
         self.assignments_seen = 0
         self.messages: list[tuple[int, int, str]] = []
         self.ready = False
@@ -65,6 +66,7 @@ class MemberProcess:
             with self._changed:
                 if "assigned" in event:
                     self.assignment = [tuple(tp) for tp in event["assigned"]]  # type: ignore[misc]
+                    self.history.append(set(self.assignment))
                     self.assignments_seen += 1
                 elif "msg" in event:
                     self.messages.append(tuple(event["msg"]))  # type: ignore[arg-type]

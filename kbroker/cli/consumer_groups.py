@@ -58,6 +58,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--topic", action="append", default=[], metavar="TOPIC[:P,P...]",
                         help="a topic, optionally with partitions (reset, delete offsets); repeatable")
     parser.add_argument("--all-topics", action="store_true", help="every topic the group has offsets for (reset)")
+    parser.add_argument("--type", nargs="?", const="", default=None, metavar="TYPE[,TYPE...]",
+                        help="with --list: show each group's protocol (classic, consumer), or only these")
     parser.add_argument("--members", action="store_true", help="describe the members")
     parser.add_argument("--offsets", action="store_true", help="describe offsets and lag (the default)")
     parser.add_argument("--state", nargs="?", const="", default=None, metavar="STATE[,STATE...]",
@@ -104,6 +106,8 @@ def _check_options(args: argparse.Namespace, action: str) -> None:
         _check_reset_options(args)
     elif any(getattr(args, s) not in (None, False) for s in _SCENARIOS) or args.all_topics:
         raise CommandError(f"Reset scenarios and --all-topics apply to --reset-offsets, not {option}")
+    if args.type is not None and action != "list":
+        raise CommandError(f"Option --type applies to --list, not {option}")
     if args.state is not None and action not in ("list", "describe"):
         raise CommandError(f"Option --state applies to --list and --describe, not {option}")
 
@@ -120,14 +124,21 @@ def _check_reset_options(args: argparse.Namespace) -> None:
 
 
 def _list(client: Client, args: argparse.Namespace) -> None:
-    if args.state is None:
+    if args.state is None and args.type is None:
         for listing in _consumer_groups(client):
             print(listing.group_id)
         return
-    listings = _consumer_groups(client, _parse_states(args.state))
+    listings = _consumer_groups(client, _parse_states(args.state) if args.state is not None else ())
+    if args.type:
+        types = {t.strip().lower() for t in args.type.split(",") if t.strip()}
+        listings = [g for g in listings if g.group_type in types]
     group_width = max((len(g.group_id) for g in listings), default=0)
-    _print_table([("GROUP", max(15, group_width) + 10), ("STATE", 20)],
-                 [[g.group_id, g.state] for g in listings], blank_line=False)
+    columns = [("GROUP", max(15, group_width) + 10)]
+    columns += [("TYPE", 20)] if args.type is not None else []
+    columns += [("STATE", 20)] if args.state is not None else []
+    rows = [[g.group_id, *([g.group_type] if args.type is not None else []),
+             *([g.state] if args.state is not None else [])] for g in listings]
+    _print_table(columns, rows, blank_line=False)
 
 
 def _consumer_groups(client: Client, states: Iterable[str] = ()) -> list[GroupListing]:

@@ -1,6 +1,7 @@
 """`GroupsClient`: consumer groups as an admin sees them, through each group's coordinator.
-ListGroups, DescribeGroups (members' assignments and subscriptions decoded), OffsetFetch,
-OffsetCommit, DeleteGroups and OffsetDelete. It never joins a group."""
+ListGroups, ConsumerGroupDescribe (groups of the consumer protocol, KIP-848) or DescribeGroups
+(classic groups: members' assignments and subscriptions decoded), OffsetFetch, OffsetCommit,
+DeleteGroups and OffsetDelete. It never joins a group."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ DESCRIBE_GROUPS = 15
 LIST_GROUPS = 16
 DELETE_GROUPS = 42
 OFFSET_DELETE = 47
+CONSUMER_GROUP_DESCRIBE = 69
 CONSUMER_PROTOCOL_TYPE = "consumer"
 _INT16 = struct.Struct(">h")
 _T = TypeVar("_T")
@@ -33,6 +35,7 @@ class GroupListing:
     group_id: str
     protocol_type: str
     state: str  # "" from brokers before ListGroups v4
+    group_type: str = ""  # "classic" or "consumer" (the group protocol); "" before ListGroups v5
 
 
 @dataclass
@@ -50,9 +53,10 @@ class GroupDescription:
     group_id: str
     state: str  # Kafka's names: Empty, Stable, PreparingRebalance, CompletingRebalance, Dead
     protocol_type: str
-    protocol: str  # the assignor chosen, e.g. "range"
+    protocol: str  # the assignor chosen, e.g. "range" (the server-side one for a consumer-protocol group)
     members: list[GroupMember]
     coordinator: Coordinator
+    group_type: str = "classic"  # or "consumer": the group protocol its members speak
 
 
 class GroupsClient(CoordinatorClient):
@@ -68,7 +72,7 @@ class GroupsClient(CoordinatorClient):
                 raise KafkaError(ErrorCode.UNSUPPORTED_VERSION, f"broker {node} cannot filter groups by state")
             response = self.request(LIST_GROUPS, {"states_filter": wanted, "types_filter": []}, version, node)
             check(response.error_code, context=f"list groups of broker {node}")
-            listings.update((g.group_id, GroupListing(g.group_id, g.protocol_type, g.group_state))
+            listings.update((g.group_id, GroupListing(g.group_id, g.protocol_type, g.group_state, g.group_type))
                             for g in response.groups)
         return [listings[g] for g in sorted(listings)]
 
@@ -78,6 +82,9 @@ class GroupsClient(CoordinatorClient):
 
     def _describe_group(self, group_id: str) -> GroupDescription:
         coordinator = self._find_coordinator(group_id)
+        described = self._describe_consumer_group(group_id, coordinator)
+        if described is not None:
+            return described
         body = {"groups": [group_id], "include_authorized_operations": False}
         result = self.request(DESCRIBE_GROUPS, body, node=coordinator.node_id).groups[0]
         check(result.error_code, context=f"group {group_id}")
@@ -90,6 +97,27 @@ class GroupsClient(CoordinatorClient):
         ]
         return GroupDescription(group_id, result.group_state, result.protocol_type, result.protocol_data,
                                 members, coordinator)
+
+    def _describe_consumer_group(self, group_id: str, coordinator: Coordinator) -> GroupDescription | None:
+        """The group as ConsumerGroupDescribe shows it; None when it is no consumer-protocol group
+        (or the broker predates KIP-848), for DescribeGroups to describe, as Kafka's admin does."""
+        try:
+            version = self.version(CONSUMER_GROUP_DESCRIBE, coordinator.node_id)
+        except KafkaError:
+            return None
+        body = {"group_ids": [group_id], "include_authorized_operations": False}
+        result = self.request(CONSUMER_GROUP_DESCRIBE, body, version, coordinator.node_id).groups[0]
+        if result.error_code == ErrorCode.GROUP_ID_NOT_FOUND:
+            return None
+        check(result.error_code, context=f"group {group_id}")
+        members = [
+            GroupMember(m.member_id, m.instance_id, m.client_id, m.client_host,
+                        sorted((t.topic_name, p) for t in m.assignment.topic_partitions for p in t.partitions),
+                        sorted(m.subscribed_topic_names))
+            for m in result.members
+        ]
+        return GroupDescription(group_id, result.group_state, CONSUMER_PROTOCOL_TYPE, result.assignor_name, members,
+                                coordinator, group_type="consumer")
 
     def fetch_offsets(self, group_id: str, partitions: Iterable[tuple[str, int]] | None = None
                       ) -> dict[tuple[str, int], int]:

@@ -13,3 +13,10 @@ class GroupConfig:
     max_size: int = 2**31 - 1
     offset_metadata_max_bytes: int = 4096
     offsets_retention_ms: int = 7 * 24 * 3600 * 1000
+    # The consumer protocol (KIP-848): `group.coordinator.rebalance.protocols` and `group.consumer.*`.
+    consumer_protocol_enabled: bool = True
+    consumer_heartbeat_interval_ms: int = 5000
+    consumer_session_timeout_ms: int = 45_000
+    consumer_max_size: int = 2**31 - 1
+    consumer_assignors: tuple[str, ...] = ("uniform", "range")
+    consumer_regex_refresh_interval_ms: int = 600_000

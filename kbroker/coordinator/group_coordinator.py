@@ -1,11 +1,12 @@
 """The group coordinator: what the broker and its handlers call for consumer groups.
 
-It joins two parts over one `__consumer_offsets`, as Kafka's group coordinator shard joins its
-group and offset managers: `GroupMembership` (group_membership.py: JoinGroup, SyncGroup,
-Heartbeat, LeaveGroup, the generation state machine, session timers) and `GroupOffsets`
-(group_offsets.py: OffsetCommit, TxnOffsetCommit, OffsetFetch, OffsetDelete, expiry). What needs
-both lives here: loading and unloading a partition of the topic, and listing, describing and
-deleting groups.
+It joins three parts over one `__consumer_offsets`, as Kafka's group coordinator shard joins its
+group and offset managers: `GroupMembership` (group_membership.py: the classic protocol's
+JoinGroup, SyncGroup, Heartbeat, LeaveGroup, the generation state machine, session timers),
+`ConsumerMembership` (consumer_membership.py: the consumer protocol's ConsumerGroupHeartbeat,
+KIP-848) and `GroupOffsets` (group_offsets.py: OffsetCommit, TxnOffsetCommit, OffsetFetch,
+OffsetDelete, expiry). What needs them together lives here: loading and unloading a partition of
+the topic, and listing, describing and deleting groups.
 
 Runs on the event loop, so no locks: every method runs to completion between awaits.
 """
@@ -14,9 +15,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from kbroker.clock import LoopClock, wall_clock_ms
+from kbroker.coordinator.consumer_group import ConsumerGroup, Heartbeat, HeartbeatAnswer
+from kbroker.coordinator.consumer_membership import ConsumerMembership
 from kbroker.coordinator.group import Group, GroupState, JoinResult, SyncResult
 from kbroker.coordinator.group_config import GroupConfig
 from kbroker.coordinator.group_membership import GroupMembership, JoinRequest
@@ -28,6 +32,17 @@ from protocol.errors import ErrorCode, KafkaError
 log = logging.getLogger("kbroker.coordinator")
 
 E = ErrorCode
+CLASSIC, CONSUMER = "classic", "consumer"
+
+
+@dataclass(frozen=True, slots=True)
+class GroupListing:
+    """One group as ListGroups reports it."""
+
+    group_id: str
+    protocol_type: str
+    state: str
+    group_type: str  # "classic" or "consumer": the protocol its members speak
 
 
 class GroupCoordinator:
@@ -36,7 +51,8 @@ class GroupCoordinator:
     ) -> None:
         self.topic = offsets_topic
         self.membership = GroupMembership(offsets_topic, config, clock)
-        self.committed = GroupOffsets(offsets_topic, config, partition_exists, self.membership)
+        self.consumer = ConsumerMembership(self.membership, offsets_topic.topics.cache, config, clock)
+        self.committed = GroupOffsets(offsets_topic, config, partition_exists, self.membership, self.consumer)
 
     # The settings are the parts' own; setting one here (as tests do) sets it for both.
 
@@ -47,6 +63,7 @@ class GroupCoordinator:
     @config.setter
     def config(self, config: GroupConfig) -> None:
         self.membership.config = self.committed.config = config
+        self.consumer.configure(config)
 
     @property
     def clock(self) -> LoopClock | None:
@@ -55,7 +72,7 @@ class GroupCoordinator:
 
     @clock.setter
     def clock(self, clock: LoopClock | None) -> None:
-        self.membership.clock = clock
+        self.membership.clock = self.consumer.clock = clock
 
     @property
     def partition_exists(self) -> Any:
@@ -100,6 +117,7 @@ class GroupCoordinator:
         """This broker no longer leads `partition` of `__consumer_offsets`: forget its groups
         (their members find the new coordinator), as Kafka's coordinator does on resignation."""
         self.membership.unload(partition)
+        self.consumer.unload(partition)
         self.committed.unload(partition)
 
     def start_timers(self) -> None:
@@ -109,7 +127,14 @@ class GroupCoordinator:
     # -- membership (group_membership.py) ----------------------------------------------------------
 
     async def join(self, request: JoinRequest) -> JoinResult:
+        refusal = self.consumer.release_for_classic(request.group_id)
+        if refusal != E.NO_ERROR:
+            return JoinResult(refusal, request.member_id)
         return await self.membership.join(request)
+
+    def consumer_heartbeat(self, request: Heartbeat) -> HeartbeatAnswer:
+        """ConsumerGroupHeartbeat (KIP-848); raises the KafkaError it is answered with."""
+        return self.consumer.heartbeat(request)
 
     async def sync(
         self, group_id: str, generation_id: int, member_id: str, instance_id: str | None,
@@ -129,9 +154,10 @@ class GroupCoordinator:
 
     def commit(
         self, group_id: str, generation_id: int, member_id: str, instance_id: str | None,
-        commits: list[OffsetCommit],
+        commits: list[OffsetCommit], api_version: int = 9,
     ) -> list[int]:
-        return self.committed.commit(group_id, generation_id, member_id, instance_id, commits)
+        """`generation_id` is the member epoch for a consumer-protocol group (OffsetCommit v9+)."""
+        return self.committed.commit(group_id, generation_id, member_id, instance_id, commits, api_version)
 
     def commit_transactional(
         self, group_id: str, producer_id: int, producer_epoch: int, generation_id: int, member_id: str,
@@ -155,6 +181,13 @@ class GroupCoordinator:
         """Committed offsets (None: nothing committed); all of the group's when `partitions` is None."""
         return self.committed.fetch_offsets(group_id, partitions)
 
+    def validate_offset_fetch(self, group_id: str, member_id: str | None, member_epoch: int) -> None:
+        """OffsetFetch v9 from a member of a consumer-protocol group: it must be current."""
+        self.membership.check_coordinator(group_id)
+        group = self.consumer.groups.get(group_id)
+        if group is not None:
+            self.consumer.consumer.validate_offset_fetch(group, member_id, member_epoch)
+
     def committed_offsets(self, group_id: str) -> Mapping[tuple[str, int], OffsetValue]:
         """The group's committed offsets, read-only (raises when this broker is not its coordinator)."""
         return self.committed.committed_offsets(group_id)
@@ -171,11 +204,23 @@ class GroupCoordinator:
     # -- describing, listing, deleting -------------------------------------------------------------
 
     def describe(self, group_id: str) -> Group | None:
+        """A classic group (None for a consumer-protocol one, which DescribeGroups shows Dead)."""
         self.membership.check_coordinator(group_id)
         return self.membership.live_group(group_id)
 
-    def list_groups(self) -> list[Group]:
-        return [g for g in self.groups.values() if not g.is_in(GroupState.DEAD)]
+    def describe_consumer_group(self, group_id: str) -> ConsumerGroup:
+        """ConsumerGroupDescribe: GROUP_ID_NOT_FOUND for a classic or unknown group."""
+        self.membership.check_coordinator(group_id)
+        group = self.consumer.groups.get(group_id)
+        if group is None:
+            raise KafkaError(E.GROUP_ID_NOT_FOUND, f"Group {group_id} not found.")
+        return group
+
+    def list_groups(self) -> list[GroupListing]:
+        classic = [GroupListing(g.group_id, g.protocol_type or "", g.state.value, CLASSIC)
+                   for g in self.groups.values() if not g.is_in(GroupState.DEAD)]
+        consumer = [GroupListing(g.group_id, CONSUMER, g.state.value, CONSUMER) for g in self.consumer.groups.values()]
+        return classic + consumer
 
     def delete_groups(self, group_ids: Iterable[str]) -> dict[str, int]:
         results = {}
@@ -189,6 +234,16 @@ class GroupCoordinator:
         return results
 
     def _delete_group(self, group_id: str) -> None:
+        consumer_group = self.consumer.groups.get(group_id)
+        if consumer_group is not None:
+            if not consumer_group.is_empty:
+                raise KafkaError(E.NON_EMPTY_GROUP)
+            entries = self.committed.tombstones(group_id)
+            self.topic.write(group_id, entries, wall_clock_ms())
+            self.committed.forget(group_id)
+            del self.consumer.groups[group_id]
+            log.info("deleted group %s", group_id)
+            return
         group = self.membership.live_group(group_id)
         if group is None:
             raise KafkaError(E.GROUP_ID_NOT_FOUND)

@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from kbroker.clock import wall_clock_ms
+from kbroker.coordinator.consumer_membership import ConsumerMembership
 from kbroker.coordinator.group import Group, GroupState
 from kbroker.coordinator.group_config import GroupConfig
 from kbroker.coordinator.group_membership import GroupMembership
@@ -39,12 +40,13 @@ class GroupOffsets:
 
     def __init__(
         self, offsets_topic: OffsetsTopic, config: GroupConfig, partition_exists: Callable[[str, int], bool],
-        membership: GroupMembership,
+        membership: GroupMembership, consumer: ConsumerMembership,
     ) -> None:
         self.topic = offsets_topic
         self.config = config
         self.partition_exists = partition_exists
         self.membership = membership
+        self.consumer = consumer  # the consumer-protocol groups, whose members commit by epoch
         self.offsets: dict[str, OffsetsByPartition] = {}
         # Offsets committed inside transactions, by producer id then group, until the marker.
         self.pending: dict[int, dict[str, OffsetsByPartition]] = {}
@@ -87,9 +89,10 @@ class GroupOffsets:
 
     def commit(
         self, group_id: str, generation_id: int, member_id: str, instance_id: str | None,
-        commits: list[OffsetCommit],
+        commits: list[OffsetCommit], api_version: int = 9,
     ) -> list[int]:
-        errors = self._commit_errors(group_id, generation_id, member_id, instance_id, commits, transactional=False)
+        errors = self._commit_errors(group_id, generation_id, member_id, instance_id, commits, transactional=False,
+                                     api_version=api_version)
         accepted = [c for c, error in zip(commits, errors, strict=True) if error == E.NO_ERROR]
         if accepted:
             try:
@@ -100,7 +103,7 @@ class GroupOffsets:
 
     def _commit_errors(
         self, group_id: str, generation_id: int, member_id: str, instance_id: str | None,
-        commits: list[OffsetCommit], *, transactional: bool,
+        commits: list[OffsetCommit], *, transactional: bool, api_version: int = 9,
     ) -> list[int]:
         """Each offset's error, checked in Kafka's order: unknown partitions first (KafkaApis),
         then the group (GroupCoordinator), then the offset's metadata."""
@@ -112,7 +115,13 @@ class GroupOffsets:
             if transactional and not group_id:  # OffsetCommit takes "" for old clients' sake
                 raise KafkaError(E.INVALID_GROUP_ID)
             self.membership.check_coordinator(group_id)
-            self._group_for_commit(group_id, generation_id, member_id, instance_id, transactional=transactional)
+            consumer_group = self.consumer.groups.get(group_id)
+            if consumer_group is not None:
+                # A consumer-protocol group: its members commit with their member epoch (v9+).
+                self.consumer.consumer.validate_offset_commit(consumer_group, member_id, generation_id, transactional,
+                                                              api_version)
+            else:
+                self._group_for_commit(group_id, generation_id, member_id, instance_id, transactional=transactional)
         except KafkaError as e:
             return [e.code if error == E.NO_ERROR else error for error in errors]
         return [self._metadata_error(c) if error == E.NO_ERROR else error
@@ -213,12 +222,17 @@ class GroupOffsets:
     def delete_offsets(self, group_id: str, partitions: list[tuple[str, int]]) -> tuple[int, dict[tuple[str, int], int]]:
         """OffsetDelete: only for partitions the group does not consume from right now."""
         self.membership.check_coordinator(group_id)
+        consumer_group = self.consumer.groups.get(group_id)
         group = self.membership.live_group(group_id)
-        if group is None:
+        subscribed: set[str] | None
+        if consumer_group is not None:
+            subscribed = consumer_group.subscribed_topic_names()
+        elif group is None:
             return E.GROUP_ID_NOT_FOUND, {}
-        if not group.is_in(GroupState.EMPTY) and group.protocol_type != "consumer":
+        elif not group.is_in(GroupState.EMPTY) and group.protocol_type != "consumer":
             return E.NON_EMPTY_GROUP, {}
-        subscribed = set() if group.is_in(GroupState.EMPTY) else group.subscribed_topics()
+        else:
+            subscribed = set() if group.is_in(GroupState.EMPTY) else group.subscribed_topics()
         results: dict[tuple[str, int], int] = {}
         deletable = []
         for topic, partition in partitions:
@@ -250,7 +264,7 @@ class GroupOffsets:
     def expire_offsets(self, now: int) -> int:
         """offsets.retention.minutes: drop old offsets of empty groups (and of topics a stable
         consumer group no longer subscribes to); a group left with nothing is removed."""
-        removed = 0
+        removed = self._expire_consumer_group_offsets(now)
         retention = self.config.offsets_retention_ms
         groups = self.membership.groups
         for group_id in list(groups):
@@ -279,4 +293,24 @@ class GroupOffsets:
                 self.membership.remove_group(group, now)
                 self.offsets.pop(group_id, None)
                 log.info("group %s removed: its offsets expired", group_id)
+        return removed
+
+    def _expire_consumer_group_offsets(self, now: int) -> int:
+        """Kafka's rule for consumer-protocol groups: only an empty group's offsets expire, each
+        `offsets.retention.minutes` after its commit; the group goes with its last offset."""
+        removed = 0
+        for group_id, group in list(self.consumer.groups.items()):
+            if not group.is_empty:
+                continue
+            offsets = self.offsets.get(group_id, {})
+            expired = [tp for tp, v in offsets.items() if v.commit_timestamp + self.config.offsets_retention_ms <= now]
+            if expired:
+                self.topic.write(group_id, [self.topic.offset_entry(group_id, t, p, None) for t, p in expired], now)
+                for tp in expired:
+                    del offsets[tp]
+                removed += len(expired)
+            if not offsets:
+                del self.consumer.groups[group_id]
+                self.offsets.pop(group_id, None)
+                log.info("group %s removed: empty, and its offsets expired", group_id)
         return removed

@@ -1,4 +1,5 @@
-"""ListGroups: every group this coordinator knows, filtered by state (v4+) and type (v5+)."""
+"""ListGroups: every group this coordinator knows, classic and consumer-protocol ones, filtered by
+state (v4+) and type (v5+: "classic" or "consumer")."""
 
 from __future__ import annotations
 
@@ -12,8 +13,6 @@ API_KEY = 16
 MIN_VERSION = 0
 MAX_VERSION = 5
 
-CLASSIC = "classic"
-
 
 async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
     states = {s.lower() for s in request.states_filter} if ctx.version >= 4 else set()
@@ -21,10 +20,9 @@ async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
     # Kafka: every group for a caller who may describe the cluster, else those it may describe.
     everything = cluster_allowed(ctx, Op.DESCRIBE)
     groups = [
-        {"group_id": g.group_id, "protocol_type": g.protocol_type or "", "group_state": g.state.value,
-         "group_type": CLASSIC}
+        {"group_id": g.group_id, "protocol_type": g.protocol_type, "group_state": g.state, "group_type": g.group_type}
         for g in ctx.broker.groups.list_groups()
-        if (not states or g.state.value.lower() in states) and (not types or CLASSIC in types)
+        if (not states or g.state.lower() in states) and (not types or g.group_type in types)
         and (everything or allowed(ctx, Op.DESCRIBE, Resource.GROUP, g.group_id))
     ]
     return {"throttle_time_ms": 0, "error_code": ErrorCode.NO_ERROR, "groups": groups}

@@ -41,7 +41,8 @@ async def handle(ctx: RequestContext, request: Any) -> OffsetCommitResponse:
     # up every other client while its records are built.
     for start in range(0, len(permitted), COMMITS_PER_TURN):
         codes += ctx.broker.groups.commit(request.group_id, request.generation_id_or_member_epoch, request.member_id,
-                                          request.group_instance_id, permitted[start : start + COMMITS_PER_TURN])
+                                          request.group_instance_id, permitted[start : start + COMMITS_PER_TURN],
+                                          ctx.version)
         await asyncio.sleep(0)
     if ErrorCode.NO_ERROR in codes:  # acknowledged only once the commit is replicated
         replicated = await ctx.broker.groups.topic.wait_replicated(request.group_id)

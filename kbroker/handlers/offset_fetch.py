@@ -24,7 +24,9 @@ async def handle(ctx: RequestContext, request: Any) -> OffsetFetchResponse:
     stable = ctx.version >= 7 and request.require_stable
     if ctx.version >= 8:
         pacer = Pacer()
-        groups = [await _fetch_group(ctx, g.group_id, g.topics, stable, pacer) for g in request.groups]
+        # v9: a consumer-protocol member names itself and its epoch, which must be current.
+        member = (lambda g: (g.member_id, g.member_epoch)) if ctx.version >= 9 else (lambda g: None)
+        groups = [await _fetch_group(ctx, g.group_id, g.topics, stable, pacer, member(g)) for g in request.groups]
         return {"throttle_time_ms": 0, "groups": groups}
     topics = request.topics if ctx.version >= 2 else (request.topics or [])
     result = await _fetch_group(ctx, request.group_id, topics, stable, Pacer())
@@ -32,11 +34,13 @@ async def handle(ctx: RequestContext, request: Any) -> OffsetFetchResponse:
 
 
 async def _fetch_group(ctx: RequestContext, group_id: str, topics: Any, stable: bool,
-                       pacer: Pacer) -> OffsetFetchResponseGroup:
+                       pacer: Pacer, member: tuple[str | None, int] | None = None) -> OffsetFetchResponseGroup:
     """One group's answer, in v8+'s shape; before v8 its topics and error code are the answer's own."""
     if not allowed(ctx, Op.DESCRIBE, Resource.GROUP, group_id):
         return {"group_id": group_id, "error_code": ErrorCode.GROUP_AUTHORIZATION_FAILED, "topics": []}
     try:
+        if member is not None:
+            ctx.broker.groups.validate_offset_fetch(group_id, *member)
         committed = ctx.broker.groups.committed_offsets(group_id)
     except KafkaError as e:
         return {"group_id": group_id, "error_code": e.code, "topics": []}

@@ -67,7 +67,7 @@ KAFKA_3_9_RANGES = {
     64: (0, 0),  # UnregisterBroker
     65: (0, 0),  # DescribeTransactions
     66: (0, 1),  # ListTransactions
-    68: (0, 0),  # ConsumerGroupHeartbeat
+    68: (0, 1),  # ConsumerGroupHeartbeat: Kafka 4.0's range (3.9 has v0 only), which librdkafka 2.10+ needs
     69: (0, 0),  # ConsumerGroupDescribe
     74: (0, 0),  # ListClientMetricsResources
     75: (0, 0),  # DescribeTopicPartitions
@@ -80,5 +80,6 @@ def test_every_advertised_api_has_kafka_3_9s_range(broker: BrokerProcess) -> Non
     with RawClient(broker.bootstrap) as client:
         answer = client.request(API_VERSIONS, 3, {"client_software_name": "t", "client_software_version": "1"})
     advertised = {k.api_key: (k.min_version, k.max_version) for k in answer.api_keys}
+    assert advertised[68] == (0, 1) and advertised[69] == (0, 0)  # the consumer group protocol (KIP-848)
     assert advertised.keys() <= KAFKA_3_9_RANGES.keys(), "an API Kafka 3.9 does not serve"
     assert advertised == {key: KAFKA_3_9_RANGES[key] for key in advertised}

@@ -1,0 +1,563 @@
+"""Consumer groups of the consumer protocol (KIP-848, `group.protocol=consumer`): the rules of
+ConsumerGroupHeartbeat as Kafka's GroupMetadataManager applies them, with no IO and no clock
+of its own (every call is given the time), so tests drive it by hand.
+
+A heartbeat does three things, in Kafka's order:
+
+1. it creates or updates the member; a new member, a changed subscription (names or regex) or
+   a change of the subscribed topics' metadata bumps the *group epoch*;
+2. when the group epoch is ahead of the *assignment epoch*, the server-side assignor computes a
+   new target assignment for every member (sticky: members keep what they can);
+3. it reconciles the member towards its target (reconciliation.py): partitions are revoked
+   before others are handed out, and a partition is handed out only once released; the member
+   reaches the target's epoch when nothing stands in the way.
+
+Members are fenced (removed, group epoch bumped) when they leave (epoch -1), when their session
+times out, or when they take longer than their rebalance timeout to revoke partitions. A static
+member (instance id) leaving with epoch -2 keeps its place and partitions for a session timeout,
+and a new incarnation with the same instance id takes them over.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import re
+import uuid
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Protocol
+
+from kbroker.coordinator.assignors import Assignor, GroupSpec, MemberSpec, UniformAssignor
+from kbroker.coordinator.reconciliation import MemberAssignment, MemberState, reconcile
+from kbroker.coordinator.topic_regex import InvalidRegex, compile_topic_regex, matching_topics
+from protocol.errors import ErrorCode, KafkaError
+
+log = logging.getLogger("kbroker.coordinator")
+
+E = ErrorCode
+TopicId = uuid.UUID
+Assignment = dict[TopicId, frozenset[int]]
+
+LEAVE_GROUP_MEMBER_EPOCH = -1
+LEAVE_GROUP_STATIC_MEMBER_EPOCH = -2
+# Kafka 4.0's code for a subscription regex RE2 refuses (not in Kafka 3.9's error table).
+INVALID_REGULAR_EXPRESSION = 130
+# From ConsumerGroupHeartbeat v1 on, the client makes up its member id (KIP-1082).
+CONSUMER_GENERATED_MEMBER_ID_REQUIRED_VERSION = 1
+# Regexes are re-resolved against new topics at most this often (Kafka's batch refresh interval).
+REGEX_MIN_REFRESH_INTERVAL_MS = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupConfig:
+    """Kafka's `group.consumer.*` settings."""
+
+    heartbeat_interval_ms: int = 5_000
+    session_timeout_ms: int = 45_000
+    max_size: int = 2**31 - 1
+    regex_refresh_interval_ms: int = 600_000
+    assignors: tuple[Assignor, ...] = (UniformAssignor(),)
+
+
+class TopicImage(Protocol):
+    """What the coordinator knows of topics: ids, names, partition counts."""
+
+    def topic_id(self, name: str) -> TopicId | None: ...
+
+    def topic_name(self, topic_id: TopicId) -> str | None: ...
+
+    def partition_count(self, name: str) -> int: ...
+
+    def topic_names(self) -> Iterable[str]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Heartbeat:
+    """One ConsumerGroupHeartbeat request; None fields did not change since the last one."""
+
+    group_id: str
+    member_id: str
+    member_epoch: int
+    instance_id: str | None = None
+    rack_id: str | None = None
+    rebalance_timeout_ms: int = -1
+    subscribed_topic_names: Sequence[str] | None = None
+    subscribed_topic_regex: str | None = None
+    server_assignor: str | None = None
+    owned: Sequence[tuple[TopicId, Sequence[int]]] | None = None
+    client_id: str = ""
+    client_host: str = ""
+    version: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatAnswer:
+    member_id: str
+    member_epoch: int
+    heartbeat_interval_ms: int
+    assignment: dict[TopicId, list[int]] | None = None  # None: unchanged, not sent
+
+
+class ConsumerGroupState(enum.Enum):
+    EMPTY = "Empty"
+    ASSIGNING = "Assigning"  # the group epoch moved past the target assignment's
+    RECONCILING = "Reconciling"  # some member is not at the target yet
+    STABLE = "Stable"
+    DEAD = "Dead"
+
+
+@dataclass(slots=True)
+class ConsumerMember:
+    member_id: str
+    instance_id: str | None = None
+    rack_id: str | None = None
+    client_id: str = ""
+    client_host: str = ""
+    rebalance_timeout_ms: int = -1
+    server_assignor: str | None = None
+    subscribed_topic_names: frozenset[str] = frozenset()
+    subscribed_topic_regex: str = ""  # "" when none, as Kafka describes it
+    state: MemberState = MemberState.STABLE
+    member_epoch: int = 0
+    previous_member_epoch: int = 0
+    assigned: Assignment = field(default_factory=dict)
+    pending_revocation: Assignment = field(default_factory=dict)
+    session_deadline_ms: int = 0
+    revocation_deadline_ms: int | None = None
+
+    def reconciliation_view(self) -> MemberAssignment:
+        return MemberAssignment(self.state, self.member_epoch, self.assigned, self.pending_revocation)
+
+
+@dataclass(eq=False)
+class ConsumerGroup:
+    group_id: str
+    group_epoch: int = 0
+    assignment_epoch: int = 0
+    members: dict[str, ConsumerMember] = field(default_factory=dict)
+    static_members: dict[str, str] = field(default_factory=dict)  # instance id -> member id
+    target: dict[str, Assignment] = field(default_factory=dict)
+    # Epoch of the member owning each partition (assigned or pending revocation).
+    partition_epochs: dict[tuple[TopicId, int], int] = field(default_factory=dict)
+    subscription_metadata: dict[str, tuple[TopicId, int]] = field(default_factory=dict)
+    resolved_regexes: dict[str, frozenset[str]] = field(default_factory=dict)
+    regexes_resolved_at_ms: int = 0
+    topics_at_resolution: frozenset[str] = frozenset()
+    assignor_name: str = ""
+
+    @property
+    def state(self) -> ConsumerGroupState:
+        if not self.members:
+            return ConsumerGroupState.EMPTY
+        if self.group_epoch != self.assignment_epoch:
+            return ConsumerGroupState.ASSIGNING
+        if any(m.state is not MemberState.STABLE or m.member_epoch != self.assignment_epoch
+               for m in self.members.values()):
+            return ConsumerGroupState.RECONCILING
+        return ConsumerGroupState.STABLE
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.members
+
+    def subscribed_topic_names(self, image: TopicImage | None = None) -> set[str]:
+        """Every topic some member subscribes to, by name or through its regex."""
+        names: set[str] = set()
+        for member in self.members.values():
+            names |= member.subscribed_topic_names
+            names |= self.resolved_regexes.get(member.subscribed_topic_regex, frozenset())
+        return names
+
+    def owner_epoch(self, topic: TopicId, partition: int) -> int:
+        return self.partition_epochs.get((topic, partition), -1)
+
+    def put_member(self, member: ConsumerMember) -> None:
+        """Add or replace a member, keeping the partition owners' epochs in step."""
+        old = self.members.get(member.member_id)
+        if old is not None:
+            self._release(old)
+        self.members[member.member_id] = member
+        if member.instance_id is not None:
+            self.static_members[member.instance_id] = member.member_id
+        for assignment in (member.assigned, member.pending_revocation):
+            for topic, partitions in assignment.items():
+                for p in partitions:
+                    self.partition_epochs[(topic, p)] = member.member_epoch
+
+    def remove_member(self, member_id: str) -> ConsumerMember | None:
+        member = self.members.pop(member_id, None)
+        if member is None:
+            return None
+        self._release(member)
+        self.target.pop(member_id, None)
+        if member.instance_id is not None and self.static_members.get(member.instance_id) == member_id:
+            del self.static_members[member.instance_id]
+        return member
+
+    def _release(self, member: ConsumerMember) -> None:
+        for assignment in (member.assigned, member.pending_revocation):
+            for topic, partitions in assignment.items():
+                for p in partitions:
+                    if self.partition_epochs.get((topic, p)) == member.member_epoch:
+                        del self.partition_epochs[(topic, p)]
+
+
+class ConsumerGroups:
+    """The consumer groups of one group coordinator."""
+
+    def __init__(self, config: ConsumerGroupConfig, image: TopicImage) -> None:
+        self.config = config
+        self.image = image
+        self.groups: dict[str, ConsumerGroup] = {}
+
+    @property
+    def assignor_names(self) -> list[str]:
+        return [a.name for a in self.config.assignors]
+
+    # -- ConsumerGroupHeartbeat ------------------------------------------------------------------
+
+    def heartbeat(self, request: Heartbeat, now_ms: int) -> HeartbeatAnswer:
+        """Answer one heartbeat, or raise the KafkaError Kafka answers it with. Nothing changes
+        when it raises."""
+        self.validate(request)
+        if request.member_epoch in (LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH):
+            return self._leave(request, now_ms)
+        joining = request.member_epoch == 0
+        group = self.groups.get(request.group_id)
+        if group is None:
+            if not joining:
+                raise KafkaError(E.GROUP_ID_NOT_FOUND, f"Consumer group {request.group_id} not found.")
+            group = ConsumerGroup(request.group_id)
+        if len(group.members) >= self.config.max_size and request.member_id not in group.members:
+            raise KafkaError(E.GROUP_MAX_SIZE_REACHED, "The consumer group has reached its maximum capacity of "
+                             f"{self.config.max_size} members.")
+        member, replaced = self._member_for(group, request, joining)
+        updated = self._updated(member, request)
+        new_regex = updated.subscribed_topic_regex != member.subscribed_topic_regex
+        if new_regex and updated.subscribed_topic_regex:
+            pattern = _compile(updated.subscribed_topic_regex)  # refused before anything changes
+        bump = group.group_epoch == 0 or updated.subscribed_topic_names != member.subscribed_topic_names or new_regex
+        # -- from here on the request is accepted: change the group ------------------------------
+        self.groups[group.group_id] = group
+        if replaced is not None:
+            self._replace_static(group, replaced, updated)
+        group.put_member(updated)
+        if new_regex and updated.subscribed_topic_regex:
+            self._resolve(group, updated.subscribed_topic_regex, pattern, now_ms)
+        bump |= self._refresh_regexes(group, now_ms)
+        bump |= self._refresh_subscription_metadata(group)
+        if bump:
+            group.group_epoch += 1
+            log.info("group %s: epoch %d", group.group_id, group.group_epoch)
+        if group.group_epoch > group.assignment_epoch:
+            self._assign(group)
+        final = self._reconcile(group, updated, request.owned, now_ms)
+        final.session_deadline_ms = now_ms + self.config.session_timeout_ms
+        full_request = joining or (request.rebalance_timeout_ms != -1 and request.owned is not None and (
+            request.subscribed_topic_names is not None or request.subscribed_topic_regex is not None))
+        changed = final.assigned != member.assigned or joining
+        assignment = _wire_assignment(final.assigned) if full_request or changed else None
+        return HeartbeatAnswer(final.member_id, final.member_epoch, self.config.heartbeat_interval_ms, assignment)
+
+    def validate(self, request: Heartbeat) -> None:
+        """Kafka's checks before a heartbeat reaches the group (GroupCoordinatorService)."""
+        epoch = request.member_epoch
+        if (request.version >= CONSUMER_GENERATED_MEMBER_ID_REQUIRED_VERSION or epoch > 0
+                or epoch == LEAVE_GROUP_MEMBER_EPOCH) and not request.member_id:
+            raise KafkaError(E.INVALID_REQUEST, "MemberId can't be empty.")
+        if not request.group_id:
+            raise KafkaError(E.INVALID_REQUEST, "GroupId can't be empty.")
+        if request.instance_id == "":
+            raise KafkaError(E.INVALID_REQUEST, "InstanceId can't be empty.")
+        if request.rack_id == "":
+            raise KafkaError(E.INVALID_REQUEST, "RackId can't be empty.")
+        if epoch == 0:
+            if request.rebalance_timeout_ms == -1:
+                raise KafkaError(E.INVALID_REQUEST, "RebalanceTimeoutMs must be provided in first request.")
+            if request.owned is None or len(request.owned) > 0:
+                raise KafkaError(E.INVALID_REQUEST, "TopicPartitions must be empty when (re-)joining.")
+            if request.subscribed_topic_names is None and request.subscribed_topic_regex is None:
+                raise KafkaError(E.INVALID_REQUEST, "Either SubscribedTopicNames or SubscribedTopicRegex must be "
+                                 "non-null when (re-)joining.")
+        elif epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
+            if request.instance_id is None:
+                raise KafkaError(E.INVALID_REQUEST, "InstanceId can't be null.")
+        elif epoch < LEAVE_GROUP_STATIC_MEMBER_EPOCH:
+            raise KafkaError(E.INVALID_REQUEST, "MemberEpoch is invalid.")
+        if request.server_assignor is not None and request.server_assignor not in self.assignor_names:
+            raise KafkaError(E.UNSUPPORTED_ASSIGNOR, f"ServerAssignor {request.server_assignor} is not supported. "
+                             f"Supported assignors: {', '.join(self.assignor_names)}.")
+
+    def _member_for(
+        self, group: ConsumerGroup, request: Heartbeat, joining: bool
+    ) -> tuple[ConsumerMember, ConsumerMember | None]:
+        """The member the heartbeat is from (a new one when it joins), and the static member it
+        replaces, if any."""
+        if request.instance_id is None:
+            member = group.members.get(request.member_id)
+            if member is None:
+                if not joining:
+                    raise KafkaError(E.UNKNOWN_MEMBER_ID,
+                                     f"Member {request.member_id} is not a member of group {group.group_id}.")
+                member = ConsumerMember(request.member_id)
+            _check_epoch(member, request)
+            return member, None
+        existing_id = group.static_members.get(request.instance_id)
+        existing = group.members.get(existing_id) if existing_id is not None else None
+        if joining:
+            if existing is None:
+                return group.members.get(request.member_id) or ConsumerMember(request.member_id), None
+            if existing.member_epoch != LEAVE_GROUP_STATIC_MEMBER_EPOCH:
+                raise KafkaError(E.UNRELEASED_INSTANCE_ID, f"Static member {request.member_id} with instance id "
+                                 f"{request.instance_id} cannot join the group because the instance id is owned by "
+                                 f"{existing.member_id} member.")
+            # The new incarnation takes the old one's place and partitions, from epoch 0.
+            return replace(existing, member_id=request.member_id, member_epoch=0, previous_member_epoch=0), existing
+        if existing is None:
+            raise KafkaError(E.UNKNOWN_MEMBER_ID, f"Instance id {request.instance_id} is unknown.")
+        if existing.member_id != request.member_id:
+            raise KafkaError(E.FENCED_INSTANCE_ID, f"Static member {request.member_id} with instance id "
+                             f"{request.instance_id} was fenced by member {existing.member_id}.")
+        _check_epoch(existing, request)
+        return existing, None
+
+    @staticmethod
+    def _updated(member: ConsumerMember, request: Heartbeat) -> ConsumerMember:
+        updated = replace(member, client_id=request.client_id, client_host=request.client_host)
+        if request.instance_id is not None:
+            updated.instance_id = request.instance_id
+        if request.rack_id is not None:
+            updated.rack_id = request.rack_id
+        if request.rebalance_timeout_ms != -1:
+            updated.rebalance_timeout_ms = request.rebalance_timeout_ms
+        if request.server_assignor is not None:
+            updated.server_assignor = request.server_assignor
+        if request.subscribed_topic_names is not None:
+            updated.subscribed_topic_names = frozenset(request.subscribed_topic_names)
+        if request.subscribed_topic_regex is not None:
+            updated.subscribed_topic_regex = request.subscribed_topic_regex
+        return updated
+
+    def _replace_static(self, group: ConsumerGroup, old: ConsumerMember, new: ConsumerMember) -> None:
+        target = group.target.get(old.member_id)
+        group.remove_member(old.member_id)
+        if target is not None:
+            group.target[new.member_id] = target
+        log.info("group %s: static member %s replaced by %s", group.group_id, old.member_id, new.member_id)
+
+    # -- epochs, assignment, reconciliation -------------------------------------------------------
+
+    def _refresh_subscription_metadata(self, group: ConsumerGroup) -> bool:
+        """Whether the subscribed topics' ids or partition counts changed (a new epoch)."""
+        metadata: dict[str, tuple[TopicId, int]] = {}
+        for name in group.subscribed_topic_names():
+            topic_id = self.image.topic_id(name)
+            if topic_id is not None:
+                metadata[name] = (topic_id, self.image.partition_count(name))
+        if metadata == group.subscription_metadata:
+            return False
+        group.subscription_metadata = metadata
+        return True
+
+    def _assign(self, group: ConsumerGroup) -> None:
+        assignor = self._preferred_assignor(group)
+        partitions = {topic_id: count for topic_id, count in group.subscription_metadata.values()}
+        members = {
+            member_id: MemberSpec(
+                frozenset(self._subscribed_ids(group, member)), group.target.get(member_id, {}), member.rack_id)
+            for member_id, member in group.members.items()
+        }
+        result = assignor.assign(GroupSpec(members, partitions))
+        group.target = {m: {t: frozenset(ps) for t, ps in a.items() if ps} for m, a in result.items()}
+        group.assignment_epoch = group.group_epoch
+        group.assignor_name = assignor.name
+        log.info("group %s: target assignment of epoch %d by %s", group.group_id, group.group_epoch, assignor.name)
+
+    def _preferred_assignor(self, group: ConsumerGroup) -> Assignor:
+        """The assignor most members ask for; the first configured one when none asks."""
+        votes = Counter(m.server_assignor for m in group.members.values() if m.server_assignor is not None)
+        by_name = {a.name: a for a in self.config.assignors}
+        if votes:
+            name = max(votes, key=lambda n: (votes[n], n))
+            if name in by_name:
+                return by_name[name]
+        return self.config.assignors[0]
+
+    def _subscribed_ids(self, group: ConsumerGroup, member: ConsumerMember) -> set[TopicId]:
+        names = set(member.subscribed_topic_names)
+        names |= group.resolved_regexes.get(member.subscribed_topic_regex, frozenset())
+        return {group.subscription_metadata[n][0] for n in names if n in group.subscription_metadata}
+
+    def _reconcile(
+        self, group: ConsumerGroup, member: ConsumerMember, owned: Sequence[tuple[TopicId, Sequence[int]]] | None,
+        now_ms: int,
+    ) -> ConsumerMember:
+        before = member.reconciliation_view()
+        after = reconcile(before, group.assignment_epoch, group.target.get(member.member_id, {}),
+                          self._subscribed_ids(group, member), group.owner_epoch, owned)
+        if after == before:
+            return member
+        updated = replace(member, state=after.state, member_epoch=after.member_epoch,
+                          assigned=dict(after.assigned), pending_revocation=dict(after.pending_revocation))
+        if after.member_epoch != member.member_epoch:
+            updated.previous_member_epoch = member.member_epoch
+        if after.state is MemberState.UNREVOKED_PARTITIONS:
+            if member.state is not MemberState.UNREVOKED_PARTITIONS or updated.revocation_deadline_ms is None:
+                updated.revocation_deadline_ms = now_ms + max(member.rebalance_timeout_ms, 0)
+        else:
+            updated.revocation_deadline_ms = None
+        group.put_member(updated)
+        log.info("group %s: member %s at epoch %d (%s)", group.group_id, member.member_id, updated.member_epoch,
+                 after.state.value)
+        return updated
+
+    # -- regexes ---------------------------------------------------------------------------------
+
+    def _resolve(self, group: ConsumerGroup, regex: str, pattern: re.Pattern[str], now_ms: int) -> None:
+        if regex not in group.resolved_regexes:
+            group.resolved_regexes[regex] = matching_topics(pattern, self.image.topic_names())
+
+    def _refresh_regexes(self, group: ConsumerGroup, now_ms: int) -> bool:
+        """Re-resolve the group's regexes against topics created or deleted since (at most every
+        10 s), and every `group.consumer.regex.refresh.interval.ms`; whether a resolution changed."""
+        in_use = {m.subscribed_topic_regex for m in group.members.values() if m.subscribed_topic_regex}
+        for regex in set(group.resolved_regexes) - in_use:
+            del group.resolved_regexes[regex]
+        if not group.resolved_regexes:
+            return False
+        since = now_ms - group.regexes_resolved_at_ms
+        if since < REGEX_MIN_REFRESH_INTERVAL_MS:
+            return False
+        names = frozenset(self.image.topic_names())
+        if names == group.topics_at_resolution and since < self.config.regex_refresh_interval_ms:
+            return False
+        group.topics_at_resolution = names
+        group.regexes_resolved_at_ms = now_ms
+        changed = False
+        for regex in list(group.resolved_regexes):
+            topics = matching_topics(_compile(regex), names)
+            if topics != group.resolved_regexes[regex]:
+                group.resolved_regexes[regex] = topics
+                changed = True
+        return changed
+
+    # -- leaving and fencing ---------------------------------------------------------------------
+
+    def _leave(self, request: Heartbeat, now_ms: int) -> HeartbeatAnswer:
+        group = self.groups.get(request.group_id)
+        if group is None:
+            raise KafkaError(E.GROUP_ID_NOT_FOUND, f"Group {request.group_id} not found.")
+        if request.instance_id is None:
+            if request.member_id not in group.members:
+                raise KafkaError(E.UNKNOWN_MEMBER_ID,
+                                 f"Member {request.member_id} is not a member of group {group.group_id}.")
+            self.fence(group, request.member_id, "left the group")
+            return HeartbeatAnswer(request.member_id, request.member_epoch, 0)
+        member_id = group.static_members.get(request.instance_id)
+        if member_id is None:
+            raise KafkaError(E.UNKNOWN_MEMBER_ID, f"Instance id {request.instance_id} is unknown.")
+        if member_id != request.member_id:
+            raise KafkaError(E.FENCED_INSTANCE_ID, f"Static member {request.member_id} with instance id "
+                             f"{request.instance_id} was fenced by member {member_id}.")
+        if request.member_epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
+            # It will be back (a restart): its place and partitions wait one session timeout.
+            member = group.members[member_id]
+            group.put_member(replace(member, member_epoch=LEAVE_GROUP_STATIC_MEMBER_EPOCH, pending_revocation={},
+                                     revocation_deadline_ms=None))
+            log.info("group %s: static member %s (%s) left for now", group.group_id, member_id, request.instance_id)
+        else:
+            self.fence(group, member_id, "left the group")
+        return HeartbeatAnswer(request.member_id, request.member_epoch, 0)
+
+    def fence(self, group: ConsumerGroup, member_id: str, reason: str) -> None:
+        """Remove a member; the others get a new target assignment (the group epoch moves)."""
+        if group.remove_member(member_id) is None:
+            return
+        self._refresh_regexes(group, 0)  # drops the regexes nobody uses any more
+        self._refresh_subscription_metadata(group)
+        group.group_epoch += 1
+        log.info("group %s: member %s %s (group epoch %d)", group.group_id, member_id, reason, group.group_epoch)
+
+    def expire(self, group_id: str, member_id: str, now_ms: int) -> int | None:
+        """Fence the member if its session or its revocation time ran out; otherwise the time
+        at which to look again (None: the member is gone)."""
+        group = self.groups.get(group_id)
+        member = group.members.get(member_id) if group is not None else None
+        if group is None or member is None:
+            return None
+        if now_ms >= member.session_deadline_ms:
+            self.fence(group, member_id, "failed: its session timed out")
+            return None
+        revocation = member.revocation_deadline_ms
+        if revocation is not None and now_ms >= revocation:
+            self.fence(group, member_id, "failed to revoke its partitions within its rebalance timeout")
+            return None
+        return min(member.session_deadline_ms, revocation if revocation is not None else member.session_deadline_ms)
+
+    # -- offsets ---------------------------------------------------------------------------------
+
+    def validate_offset_commit(
+        self, group: ConsumerGroup, member_id: str, member_epoch: int, transactional: bool, api_version: int
+    ) -> None:
+        """Kafka's ConsumerGroup.validateOffsetCommit."""
+        if member_epoch < 0 and group.is_empty:
+            return  # the admin client, or a consumer assigning itself partitions
+        if transactional and member_epoch < 0 and not member_id:
+            return  # TxnOffsetCommit before v3 names no member
+        member = group.members.get(member_id)
+        if member is None:
+            raise KafkaError(E.UNKNOWN_MEMBER_ID, f"Member {member_id} is not a member of group {group.group_id}.")
+        if not transactional and api_version < 9:
+            raise KafkaError(E.UNSUPPORTED_VERSION, "OffsetCommit version 9 or above must be used by members "
+                             "using the modern group protocol")
+        if member_epoch != member.member_epoch:
+            raise KafkaError(E.STALE_MEMBER_EPOCH, f"The received member epoch {member_epoch} does not match the "
+                             f"expected member epoch {member.member_epoch}.")
+
+    @staticmethod
+    def validate_offset_fetch(group: ConsumerGroup, member_id: str | None, member_epoch: int) -> None:
+        """Kafka's ConsumerGroup.validateOffsetFetch: the admin client names no member."""
+        if member_id is None and member_epoch < 0:
+            return
+        member = group.members.get(member_id or "")
+        if member is None:
+            raise KafkaError(E.UNKNOWN_MEMBER_ID, f"Member {member_id} is not a member of group {group.group_id}.")
+        if member_epoch != member.member_epoch:
+            raise KafkaError(E.STALE_MEMBER_EPOCH, f"The received member epoch {member_epoch} does not match the "
+                             f"expected member epoch {member.member_epoch}.")
+
+
+def _check_epoch(member: ConsumerMember, request: Heartbeat) -> None:
+    """Kafka's throwIfMemberEpochIsInvalid: a member one epoch behind is still accepted when it
+    owns no more than it is assigned (the answer that moved it on may have been lost)."""
+    received = request.member_epoch
+    if received > member.member_epoch:
+        raise KafkaError(E.FENCED_MEMBER_EPOCH, f"The consumer group member has a greater member epoch ({received}) "
+                         f"than the one known by the group coordinator ({member.member_epoch}). The member must "
+                         "abandon all its partitions and rejoin.")
+    if received < member.member_epoch and (
+        received != member.previous_member_epoch or not _is_subset(request.owned, member.assigned)
+    ):
+        raise KafkaError(E.FENCED_MEMBER_EPOCH, f"The consumer group member has a smaller member epoch ({received}) "
+                         f"than the one known by the group coordinator ({member.member_epoch}). The member must "
+                         "abandon all its partitions and rejoin.")
+
+
+def _is_subset(owned: Sequence[tuple[TopicId, Sequence[int]]] | None, assigned: Assignment) -> bool:
+    if owned is None:
+        return False
+    return all(p in assigned.get(topic, ()) for topic, partitions in owned for p in partitions)
+
+
+def _compile(regex: str) -> re.Pattern[str]:
+    try:
+        return compile_topic_regex(regex)
+    except InvalidRegex as e:
+        raise KafkaError(INVALID_REGULAR_EXPRESSION,  # type: ignore[arg-type]  # Kafka 4.0's code
+                         f"SubscribedTopicRegex `{regex}` is not a valid regular expression: {e}.") from None
+
+
+def _wire_assignment(assigned: Assignment) -> dict[TopicId, list[int]]:
+    return {topic: sorted(partitions) for topic, partitions in assigned.items() if partitions}
