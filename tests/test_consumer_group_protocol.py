@@ -12,7 +12,6 @@ import pytest
 
 from kbroker.coordinator.assignors import RangeAssignor, UniformAssignor
 from kbroker.coordinator.consumer_group import (
-    INVALID_REGULAR_EXPRESSION,
     REGEX_MIN_REFRESH_INTERVAL_MS,
     ConsumerGroupConfig,
     ConsumerGroups,
@@ -363,7 +362,7 @@ def test_a_regex_matches_whole_names_only_and_never_internal_topics() -> None:
 def test_regexes_re2_refuses_get_invalid_regular_expression(regex: str) -> None:
     groups = engine(Topics(t=1))
     code, message = error_of(lambda: Client(groups, "a").join(0, regex=regex))
-    assert code == INVALID_REGULAR_EXPRESSION
+    assert code == ErrorCode.INVALID_REGULAR_EXPRESSION == 128  # Kafka's code (Errors.java)
     assert message is not None and message.startswith(f"SubscribedTopicRegex `{regex}` is not a valid regular")
     assert groups.groups == {}
 

@@ -42,8 +42,6 @@ Assignment = dict[TopicId, frozenset[int]]
 
 LEAVE_GROUP_MEMBER_EPOCH = -1
 LEAVE_GROUP_STATIC_MEMBER_EPOCH = -2
-# Kafka 4.0's code for a subscription regex RE2 refuses (not in Kafka 3.9's error table).
-INVALID_REGULAR_EXPRESSION = 130
 # From ConsumerGroupHeartbeat v1 on, the client makes up its member id (KIP-1082).
 CONSUMER_GENERATED_MEMBER_ID_REQUIRED_VERSION = 1
 # Regexes are re-resolved against new topics at most this often (Kafka's batch refresh interval).
@@ -555,7 +553,7 @@ def _compile(regex: str) -> re.Pattern[str]:
     try:
         return compile_topic_regex(regex)
     except InvalidRegex as e:
-        raise KafkaError(INVALID_REGULAR_EXPRESSION,  # type: ignore[arg-type]  # Kafka 4.0's code
+        raise KafkaError(ErrorCode.INVALID_REGULAR_EXPRESSION,
                          f"SubscribedTopicRegex `{regex}` is not a valid regular expression: {e}.") from None
 
 
