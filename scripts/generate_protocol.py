@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """Generate `protocol/messages/*.py` from Kafka's JSON message specs.
 
-Usage: python scripts/generate_protocol.py [SPEC_DIR] [OUT_DIR]
-Defaults: ../shared/kafka-protocol beside the project, and protocol/messages.
+Usage: python scripts/generate_protocol.py [SPEC_DIR] [OUT_DIR] [--overlay DIR]
+Defaults: ../shared/kafka-protocol beside the project, and protocol/messages. The specs read
+are SPEC_DIR's with the overlay laid over them (default protocol/specs, the newer specs kept in
+the repository): an overlay file replaces SPEC_DIR's file of the same name, or adds one.
 
 Each API module holds one `KStruct` declaration per request/response version; identical
 versions share one declaration. `protocol/messages/__init__.py` indexes them by API key.
@@ -24,6 +26,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_SPEC_DIR = ROOT.parent / "shared" / "kafka-protocol"
 DEFAULT_OUT_DIR = ROOT / "protocol" / "messages"
+# Specs newer than or absent from the default SPEC_DIR, kept in the repository (see its README).
+DEFAULT_OVERLAY_DIR = ROOT / "protocol" / "specs"
 # A broker serves the APIs whose spec lists one of these listeners.
 BROKER_LISTENERS = {"broker", "zkBroker"}
 DATA_SPECS = ("ConsumerProtocolSubscription", "ConsumerProtocolAssignment")
@@ -251,15 +255,18 @@ class TypedDictEmitter:
             nested = self._nested(spec)
             owner = spec["name"]
             for type_name, fields in nested.items():
-                classes.append(self._class(self.names[(owner, type_name)], fields, owner))
-            classes.append(self._class(owner, spec["fields"], owner))
+                classes.append(self._class(self.names[(owner, type_name)], fields, spec))
+            classes.append(self._class(owner, spec["fields"], spec))
         return classes
 
-    def _class(self, class_name: str, fields: list[dict], owner: str) -> str:
+    def _class(self, class_name: str, fields: list[dict], spec: dict) -> str:
+        owner = spec["name"]
+        # A field in every version of its message needs no note ("1+" of a message from v1 on).
+        everywhere = {"0+", f"{Versions.parse(spec['validVersions']).low}+"}
         lines = [f"class {class_name}(TypedDict, total=False):"]
         for field in fields:
             versions = field["versions"]
-            note = "" if versions == "0+" else f"  # v{versions}"
+            note = "" if versions in everywhere else f"  # v{versions}"
             lines.append(f"    {snake(field['name'])}: {self._annotation(field, owner)}{note}")
         if len(lines) == 1:
             lines.append("    pass")
@@ -323,24 +330,37 @@ def data_module(spec: dict, versions: range | None = None) -> str:
     return "\n".join([HEADER, IMPORTS, *emit_versions(spec, versions, "SCHEMA")]) + typed_dicts(spec)
 
 
-def generate(spec_dir: Path) -> dict[str, str]:
+def spec_paths(spec_dir: Path, overlay_dir: Path | None = None) -> dict[str, Path]:
+    """Every spec to read, by file name: spec_dir's, each replaced by overlay_dir's file of the
+    same name where there is one (the overlay holds newer versions of some specs)."""
+    for directory in (spec_dir, overlay_dir):
+        if directory is not None and not directory.is_dir():
+            raise SystemExit(f"no spec directory at {directory}")
+    paths = {p.name: p for p in spec_dir.glob("*.json")}
+    if overlay_dir is not None:
+        paths.update({p.name: p for p in overlay_dir.glob("*.json")})
+    return paths
+
+
+def generate(spec_dir: Path, overlay_dir: Path | None = None) -> dict[str, str]:
     """Return {file name: source} for every module of protocol/messages."""
+    paths = spec_paths(spec_dir, overlay_dir)
     files: dict[str, str] = {}
     apis: list[tuple[int, str]] = []
-    for request_path in sorted(spec_dir.glob("*Request.json")):
-        request = load_spec(request_path)
+    for request_name in sorted(n for n in paths if n.endswith("Request.json")):
+        request = load_spec(paths[request_name])
         if not BROKER_LISTENERS & set(request.get("listeners", [])):
             continue
-        response = load_spec(spec_dir / request_path.name.replace("Request", "Response"))
+        response = load_spec(paths[request_name.replace("Request", "Response")])
         name = module_name(request["name"].removesuffix("Request"))
         files[f"{name}.py"] = api_module(request, response)
         apis.append((request["apiKey"], name))
     for header in ("RequestHeader", "ResponseHeader"):
-        spec = load_spec(spec_dir / f"{header}.json")
+        spec = load_spec(paths[f"{header}.json"])
         versions = range(0, Versions.parse(spec["validVersions"]).high + 1)
         files[f"{snake(header)}.py"] = data_module(spec, versions)
     for data in DATA_SPECS:
-        files[f"{snake(data)}.py"] = data_module(load_spec(spec_dir / f"{data}.json"))
+        files[f"{snake(data)}.py"] = data_module(load_spec(paths[f"{data}.json"]))
     files["__init__.py"] = index_module(sorted(apis))
     return files
 
@@ -362,9 +382,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("spec_dir", nargs="?", type=Path, default=DEFAULT_SPEC_DIR)
     parser.add_argument("out_dir", nargs="?", type=Path, default=DEFAULT_OUT_DIR)
+    parser.add_argument(
+        "--overlay", type=Path, default=DEFAULT_OVERLAY_DIR, help="specs replacing SPEC_DIR's of the same name"
+    )
     parser.add_argument("--check", action="store_true", help="compare instead of writing")
     args = parser.parse_args()
-    files = generate(args.spec_dir)
+    files = generate(args.spec_dir, args.overlay)
     if args.check:
         stale = [n for n, src in files.items() if _read(args.out_dir / n) != src]
         extra = sorted({p.name for p in args.out_dir.glob("*.py")} - set(files))

@@ -28,16 +28,140 @@ from protocol.primitives import (  # noqa: F401
 
 API_KEY = 79
 NAME = "ShareAcknowledge"
-MIN_VERSION = 0
-MAX_VERSION = -1
+MIN_VERSION = 1
+MAX_VERSION = 2
 FLEXIBLE_FROM = 0
 
-REQUEST: dict[int, KStruct] = {
+_request_v1 = KStruct(
+    Field("group_id", KString(compact=True, nullable=True), None),
+    Field("member_id", KString(compact=True, nullable=True), ''),
+    Field("share_session_epoch", Int32, 0),
+    Field("topics", KArray(KStruct(
+        Field("topic_id", Uuid, ZERO_UUID),
+        Field("partitions", KArray(KStruct(
+            Field("partition_index", Int32, 0),
+            Field("acknowledgement_batches", KArray(KStruct(
+                Field("first_offset", Int64, 0),
+                Field("last_offset", Int64, 0),
+                Field("acknowledge_types", KArray(Int8, compact=True), []),
+                flexible=True,
+                name="AcknowledgementBatch",
+            ), compact=True), []),
+            flexible=True,
+            name="AcknowledgePartition",
+        ), compact=True), []),
+        flexible=True,
+        name="AcknowledgeTopic",
+    ), compact=True), []),
+    flexible=True,
+    absent=[Field("is_renew_ack", None, False)],
+    name="ShareAcknowledgeRequest",
+)
 
+_request_v2 = KStruct(
+    Field("group_id", KString(compact=True, nullable=True), None),
+    Field("member_id", KString(compact=True, nullable=True), ''),
+    Field("share_session_epoch", Int32, 0),
+    Field("is_renew_ack", Bool, False),
+    Field("topics", KArray(KStruct(
+        Field("topic_id", Uuid, ZERO_UUID),
+        Field("partitions", KArray(KStruct(
+            Field("partition_index", Int32, 0),
+            Field("acknowledgement_batches", KArray(KStruct(
+                Field("first_offset", Int64, 0),
+                Field("last_offset", Int64, 0),
+                Field("acknowledge_types", KArray(Int8, compact=True), []),
+                flexible=True,
+                name="AcknowledgementBatch",
+            ), compact=True), []),
+            flexible=True,
+            name="AcknowledgePartition",
+        ), compact=True), []),
+        flexible=True,
+        name="AcknowledgeTopic",
+    ), compact=True), []),
+    flexible=True,
+    name="ShareAcknowledgeRequest",
+)
+
+REQUEST: dict[int, KStruct] = {
+    1: _request_v1,
+    2: _request_v2,
 }
 
-RESPONSE: dict[int, KStruct] = {
+_response_v1 = KStruct(
+    Field("throttle_time_ms", Int32, 0),
+    Field("error_code", Int16, 0),
+    Field("error_message", KString(compact=True, nullable=True), None),
+    Field("responses", KArray(KStruct(
+        Field("topic_id", Uuid, ZERO_UUID),
+        Field("partitions", KArray(KStruct(
+            Field("partition_index", Int32, 0),
+            Field("error_code", Int16, 0),
+            Field("error_message", KString(compact=True, nullable=True), None),
+            Field("current_leader", KStruct(
+                Field("leader_id", Int32, 0),
+                Field("leader_epoch", Int32, 0),
+                flexible=True,
+                name="LeaderIdAndEpoch",
+            ), STRUCT_DEFAULT),
+            flexible=True,
+            name="PartitionData",
+        ), compact=True), []),
+        flexible=True,
+        name="ShareAcknowledgeTopicResponse",
+    ), compact=True), []),
+    Field("node_endpoints", KArray(KStruct(
+        Field("node_id", Int32, 0),
+        Field("host", KString(compact=True), ''),
+        Field("port", Int32, 0),
+        Field("rack", KString(compact=True, nullable=True), None),
+        flexible=True,
+        name="NodeEndpoint",
+    ), compact=True), []),
+    flexible=True,
+    absent=[Field("acquisition_lock_timeout_ms", None, 0)],
+    name="ShareAcknowledgeResponse",
+)
 
+_response_v2 = KStruct(
+    Field("throttle_time_ms", Int32, 0),
+    Field("error_code", Int16, 0),
+    Field("error_message", KString(compact=True, nullable=True), None),
+    Field("acquisition_lock_timeout_ms", Int32, 0),
+    Field("responses", KArray(KStruct(
+        Field("topic_id", Uuid, ZERO_UUID),
+        Field("partitions", KArray(KStruct(
+            Field("partition_index", Int32, 0),
+            Field("error_code", Int16, 0),
+            Field("error_message", KString(compact=True, nullable=True), None),
+            Field("current_leader", KStruct(
+                Field("leader_id", Int32, 0),
+                Field("leader_epoch", Int32, 0),
+                flexible=True,
+                name="LeaderIdAndEpoch",
+            ), STRUCT_DEFAULT),
+            flexible=True,
+            name="PartitionData",
+        ), compact=True), []),
+        flexible=True,
+        name="ShareAcknowledgeTopicResponse",
+    ), compact=True), []),
+    Field("node_endpoints", KArray(KStruct(
+        Field("node_id", Int32, 0),
+        Field("host", KString(compact=True), ''),
+        Field("port", Int32, 0),
+        Field("rack", KString(compact=True, nullable=True), None),
+        flexible=True,
+        name="NodeEndpoint",
+    ), compact=True), []),
+    flexible=True,
+    name="ShareAcknowledgeResponse",
+)
+
+RESPONSE: dict[int, KStruct] = {
+    1: _response_v1,
+    2: _response_v2,
 }
 
 
@@ -61,6 +185,7 @@ class ShareAcknowledgeRequest(TypedDict, total=False):
     group_id: str | None
     member_id: str | None
     share_session_epoch: int
+    is_renew_ack: bool  # v2+
     topics: list[AcknowledgeTopic]
 
 
@@ -92,5 +217,6 @@ class ShareAcknowledgeResponse(TypedDict, total=False):
     throttle_time_ms: int
     error_code: int
     error_message: str | None
+    acquisition_lock_timeout_ms: int  # v2+
     responses: list[ShareAcknowledgeTopicResponse]
     node_endpoints: list[NodeEndpoint]

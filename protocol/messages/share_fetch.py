@@ -28,16 +28,97 @@ from protocol.primitives import (  # noqa: F401
 
 API_KEY = 78
 NAME = "ShareFetch"
-MIN_VERSION = 0
-MAX_VERSION = -1
-FLEXIBLE_FROM = 0
+MIN_VERSION = 1
+MAX_VERSION = 1
+FLEXIBLE_FROM = 1
+
+_request_v1 = KStruct(
+    Field("group_id", KString(compact=True, nullable=True), None),
+    Field("member_id", KString(compact=True, nullable=True), ''),
+    Field("share_session_epoch", Int32, 0),
+    Field("max_wait_ms", Int32, 0),
+    Field("min_bytes", Int32, 0),
+    Field("max_bytes", Int32, 2147483647),
+    Field("max_records", Int32, 0),
+    Field("batch_size", Int32, 0),
+    Field("topics", KArray(KStruct(
+        Field("topic_id", Uuid, ZERO_UUID),
+        Field("partitions", KArray(KStruct(
+            Field("partition_index", Int32, 0),
+            Field("acknowledgement_batches", KArray(KStruct(
+                Field("first_offset", Int64, 0),
+                Field("last_offset", Int64, 0),
+                Field("acknowledge_types", KArray(Int8, compact=True), []),
+                flexible=True,
+                name="AcknowledgementBatch",
+            ), compact=True), []),
+            flexible=True,
+            name="FetchPartition",
+        ), compact=True), []),
+        flexible=True,
+        name="FetchTopic",
+    ), compact=True), []),
+    Field("forgotten_topics_data", KArray(KStruct(
+        Field("topic_id", Uuid, ZERO_UUID),
+        Field("partitions", KArray(Int32, compact=True), []),
+        flexible=True,
+        name="ForgottenTopic",
+    ), compact=True), []),
+    flexible=True,
+    name="ShareFetchRequest",
+)
 
 REQUEST: dict[int, KStruct] = {
-
+    1: _request_v1,
 }
 
-RESPONSE: dict[int, KStruct] = {
+_response_v1 = KStruct(
+    Field("throttle_time_ms", Int32, 0),
+    Field("error_code", Int16, 0),
+    Field("error_message", KString(compact=True, nullable=True), None),
+    Field("acquisition_lock_timeout_ms", Int32, 0),
+    Field("responses", KArray(KStruct(
+        Field("topic_id", Uuid, ZERO_UUID),
+        Field("partitions", KArray(KStruct(
+            Field("partition_index", Int32, 0),
+            Field("error_code", Int16, 0),
+            Field("error_message", KString(compact=True, nullable=True), None),
+            Field("acknowledge_error_code", Int16, 0),
+            Field("acknowledge_error_message", KString(compact=True, nullable=True), None),
+            Field("current_leader", KStruct(
+                Field("leader_id", Int32, 0),
+                Field("leader_epoch", Int32, 0),
+                flexible=True,
+                name="LeaderIdAndEpoch",
+            ), STRUCT_DEFAULT),
+            Field("records", KBytes(compact=True, nullable=True), None),
+            Field("acquired_records", KArray(KStruct(
+                Field("first_offset", Int64, 0),
+                Field("last_offset", Int64, 0),
+                Field("delivery_count", Int16, 0),
+                flexible=True,
+                name="AcquiredRecords",
+            ), compact=True), []),
+            flexible=True,
+            name="PartitionData",
+        ), compact=True), []),
+        flexible=True,
+        name="ShareFetchableTopicResponse",
+    ), compact=True), []),
+    Field("node_endpoints", KArray(KStruct(
+        Field("node_id", Int32, 0),
+        Field("host", KString(compact=True), ''),
+        Field("port", Int32, 0),
+        Field("rack", KString(compact=True, nullable=True), None),
+        flexible=True,
+        name="NodeEndpoint",
+    ), compact=True), []),
+    flexible=True,
+    name="ShareFetchResponse",
+)
 
+RESPONSE: dict[int, KStruct] = {
+    1: _response_v1,
 }
 
 
@@ -48,7 +129,6 @@ class FetchTopic(TypedDict, total=False):
 
 class FetchPartition(TypedDict, total=False):
     partition_index: int
-    partition_max_bytes: int
     acknowledgement_batches: list[AcknowledgementBatch]
 
 
@@ -70,6 +150,8 @@ class ShareFetchRequest(TypedDict, total=False):
     max_wait_ms: int
     min_bytes: int
     max_bytes: int
+    max_records: int
+    batch_size: int
     topics: list[FetchTopic]
     forgotten_topics_data: list[ForgottenTopic]
 
@@ -112,5 +194,6 @@ class ShareFetchResponse(TypedDict, total=False):
     throttle_time_ms: int
     error_code: int
     error_message: str | None
+    acquisition_lock_timeout_ms: int
     responses: list[ShareFetchableTopicResponse]
     node_endpoints: list[NodeEndpoint]

@@ -28,16 +28,62 @@ from protocol.primitives import (  # noqa: F401
 
 API_KEY = 77
 NAME = "ShareGroupDescribe"
-MIN_VERSION = 0
-MAX_VERSION = -1
-FLEXIBLE_FROM = 0
+MIN_VERSION = 1
+MAX_VERSION = 1
+FLEXIBLE_FROM = 1
+
+_request_v1 = KStruct(
+    Field("group_ids", KArray(KString(compact=True), compact=True), []),
+    Field("include_authorized_operations", Bool, False),
+    flexible=True,
+    name="ShareGroupDescribeRequest",
+)
 
 REQUEST: dict[int, KStruct] = {
-
+    1: _request_v1,
 }
 
-RESPONSE: dict[int, KStruct] = {
+_response_v1 = KStruct(
+    Field("throttle_time_ms", Int32, 0),
+    Field("groups", KArray(KStruct(
+        Field("error_code", Int16, 0),
+        Field("error_message", KString(compact=True, nullable=True), None),
+        Field("group_id", KString(compact=True), ''),
+        Field("group_state", KString(compact=True), ''),
+        Field("group_epoch", Int32, 0),
+        Field("assignment_epoch", Int32, 0),
+        Field("assignor_name", KString(compact=True), ''),
+        Field("members", KArray(KStruct(
+            Field("member_id", KString(compact=True), ''),
+            Field("rack_id", KString(compact=True, nullable=True), None),
+            Field("member_epoch", Int32, 0),
+            Field("client_id", KString(compact=True), ''),
+            Field("client_host", KString(compact=True), ''),
+            Field("subscribed_topic_names", KArray(KString(compact=True), compact=True), []),
+            Field("assignment", KStruct(
+                Field("topic_partitions", KArray(KStruct(
+                    Field("topic_id", Uuid, ZERO_UUID),
+                    Field("topic_name", KString(compact=True), ''),
+                    Field("partitions", KArray(Int32, compact=True), []),
+                    flexible=True,
+                    name="TopicPartitions",
+                ), compact=True), []),
+                flexible=True,
+                name="Assignment",
+            ), STRUCT_DEFAULT),
+            flexible=True,
+            name="Member",
+        ), compact=True), []),
+        Field("authorized_operations", Int32, -2147483648),
+        flexible=True,
+        name="DescribedGroup",
+    ), compact=True), []),
+    flexible=True,
+    name="ShareGroupDescribeResponse",
+)
 
+RESPONSE: dict[int, KStruct] = {
+    1: _response_v1,
 }
 
 

@@ -28,16 +28,48 @@ from protocol.primitives import (  # noqa: F401
 
 API_KEY = 76
 NAME = "ShareGroupHeartbeat"
-MIN_VERSION = 0
-MAX_VERSION = -1
-FLEXIBLE_FROM = 0
+MIN_VERSION = 1
+MAX_VERSION = 1
+FLEXIBLE_FROM = 1
+
+_request_v1 = KStruct(
+    Field("group_id", KString(compact=True), ''),
+    Field("member_id", KString(compact=True), ''),
+    Field("member_epoch", Int32, 0),
+    Field("rack_id", KString(compact=True, nullable=True), None),
+    Field("subscribed_topic_names", KArray(KString(compact=True), compact=True, nullable=True), []),
+    flexible=True,
+    name="ShareGroupHeartbeatRequest",
+)
 
 REQUEST: dict[int, KStruct] = {
-
+    1: _request_v1,
 }
 
-RESPONSE: dict[int, KStruct] = {
+_response_v1 = KStruct(
+    Field("throttle_time_ms", Int32, 0),
+    Field("error_code", Int16, 0),
+    Field("error_message", KString(compact=True, nullable=True), None),
+    Field("member_id", KString(compact=True, nullable=True), None),
+    Field("member_epoch", Int32, 0),
+    Field("heartbeat_interval_ms", Int32, 0),
+    Field("assignment", KStruct(
+        Field("topic_partitions", KArray(KStruct(
+            Field("topic_id", Uuid, ZERO_UUID),
+            Field("partitions", KArray(Int32, compact=True), []),
+            flexible=True,
+            name="TopicPartitions",
+        ), compact=True), []),
+        flexible=True,
+        nullable=True,
+        name="Assignment",
+    ), None),
+    flexible=True,
+    name="ShareGroupHeartbeatResponse",
+)
 
+RESPONSE: dict[int, KStruct] = {
+    1: _response_v1,
 }
 
 

@@ -1,0 +1,188 @@
+"""protocol/specs/ holds the Kafka specs ../shared/kafka-protocol lacks or has older (the released
+share-group ones); the generator lays them over ../shared. These tests need only the repository:
+every spec pair kept here makes exactly the module protocol/messages/ holds, the overlay replaces
+by file name, and the released share-group wire formats read and write as the specs say (bytes
+worked out by hand from each spec's field order)."""
+
+from __future__ import annotations
+
+import re
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from protocol.messages import share_fetch, share_group_heartbeat
+
+ROOT = Path(__file__).resolve().parents[2]
+SPECS = ROOT / "protocol" / "specs"
+MESSAGES = ROOT / "protocol" / "messages"
+sys.path.insert(0, str(ROOT / "scripts"))
+import generate_protocol as generator  # noqa: E402
+
+LICENSE_FIRST_LINE = "// Licensed to the Apache Software Foundation (ASF) under one or more\n"
+TOPIC_ID = uuid.UUID("0102030405060708090a0b0c0d0e0f10")
+
+
+def spec_pairs() -> list[str]:
+    """API names whose request spec is kept here."""
+    return sorted(p.name.removesuffix("Request.json") for p in SPECS.glob("*Request.json"))
+
+
+def module_from_specs(api: str) -> tuple[dict, str]:
+    request = generator.load_spec(SPECS / f"{api}Request.json")
+    response = generator.load_spec(SPECS / f"{api}Response.json")
+    return request, generator.api_module(request, response)
+
+
+def test_every_spec_here_is_part_of_a_pair() -> None:
+    """A lone request or response would be checked by nothing below."""
+    names = {p.name for p in SPECS.glob("*.json")}
+    assert names == {f"{api}{kind}.json" for api in spec_pairs() for kind in ("Request", "Response")}
+    assert spec_pairs(), "no specs kept"
+
+
+@pytest.mark.parametrize("api", spec_pairs())
+def test_spec_pair_makes_the_committed_module(api: str) -> None:
+    request, source = module_from_specs(api)
+    module = generator.module_name(request["name"].removesuffix("Request")) + ".py"
+    assert source == (MESSAGES / module).read_text()
+
+
+@pytest.mark.parametrize("spec", sorted(p.name for p in SPECS.glob("*.json")))
+def test_spec_keeps_its_licence_header_and_recorded_source(spec: str) -> None:
+    assert (SPECS / spec).read_text().startswith(LICENSE_FIRST_LINE)
+    readme = (SPECS / "README.md").read_text()
+    assert re.search(rf"^\| {re.escape(spec)} \| [0-9a-f]{{40}} \|", readme, re.M), f"{spec}: no commit in README"
+
+
+def test_overlay_replaces_by_file_name_and_adds(tmp_path: Path) -> None:
+    base, overlay = tmp_path / "base", tmp_path / "overlay"
+    base.mkdir()
+    overlay.mkdir()
+    for name in ("FooRequest.json", "BarRequest.json"):
+        (base / name).write_text("{}")
+    for name in ("FooRequest.json", "BazRequest.json"):
+        (overlay / name).write_text("{}")
+    paths = generator.spec_paths(base, overlay)
+    assert paths == {
+        "BarRequest.json": base / "BarRequest.json",
+        "FooRequest.json": overlay / "FooRequest.json",
+        "BazRequest.json": overlay / "BazRequest.json",
+    }
+    assert generator.spec_paths(base) == {p.name: p for p in base.glob("*.json")}
+    with pytest.raises(SystemExit, match="no spec directory"):
+        generator.spec_paths(base, tmp_path / "missing")
+
+
+def test_released_share_group_describe_is_v1_only() -> None:
+    _, source = module_from_specs("ShareGroupDescribe")
+    namespace: dict = {}
+    exec(compile(source, "share_group_describe", "exec"), namespace)  # noqa: S102 - generated here
+    assert (namespace["API_KEY"], namespace["MIN_VERSION"], namespace["MAX_VERSION"]) == (77, 1, 1)
+    request = namespace["REQUEST"][1]
+    wire = request.build({"group_ids": ["g1"], "include_authorized_operations": True})
+    # compact array of 1, compact string "g1", true, no tagged fields
+    assert wire == bytes.fromhex("02" "036731" "01" "00")
+    assert request.parse(wire).group_ids == ["g1"]
+
+
+def test_share_group_heartbeat_v1_request() -> None:
+    assert (share_group_heartbeat.API_KEY, share_group_heartbeat.MIN_VERSION) == (76, 1)
+    request = share_group_heartbeat.REQUEST[1]
+    wire = bytes.fromhex(
+        "0267"  # group_id "g"
+        "036d31"  # member_id "m1"
+        "00000000"  # member_epoch 0: join
+        "00"  # rack_id null
+        "02" "0274"  # subscribed_topic_names ["t"]
+        "00"  # no tagged fields
+    )
+    parsed = request.parse(wire)
+    assert (parsed.group_id, parsed.member_id, parsed.member_epoch) == ("g", "m1", 0)
+    assert parsed.rack_id is None and parsed.subscribed_topic_names == ["t"]
+    assert request.build(parsed) == wire
+    unchanged = request.build({"group_id": "g", "member_id": "m1", "member_epoch": 3, "subscribed_topic_names": None})
+    assert unchanged == bytes.fromhex("0267" "036d31" "00000003" "00" "00" "00")
+
+
+SHARE_FETCH_V1_REQUEST = bytes.fromhex(
+    "0267"  # group_id "g"
+    "036d31"  # member_id "m1"
+    "00000001"  # share_session_epoch
+    "000001f4"  # max_wait_ms 500
+    "00000001"  # min_bytes
+    "00100000"  # max_bytes
+    "000001f4"  # max_records 500
+    "00000064"  # batch_size 100
+    "02"  # topics: 1
+    "0102030405060708090a0b0c0d0e0f10"  # topic_id
+    "02"  # partitions: 1
+    "00000000"  # partition_index
+    "02"  # acknowledgement_batches: 1
+    "000000000000000a"  # first_offset 10
+    "000000000000000c"  # last_offset 12
+    "04" "010002"  # acknowledge_types [accept, gap, release]
+    "00" "00" "00"  # tagged fields of batch, partition, topic
+    "01"  # forgotten_topics_data: empty
+    "00"  # no tagged fields
+)
+
+
+def test_share_fetch_v1_request() -> None:
+    assert (share_fetch.API_KEY, share_fetch.MIN_VERSION, share_fetch.MAX_VERSION) == (78, 1, 1)
+    request = share_fetch.REQUEST[1]
+    parsed = request.parse(SHARE_FETCH_V1_REQUEST)
+    assert (parsed.group_id, parsed.member_id, parsed.max_records, parsed.batch_size) == ("g", "m1", 500, 100)
+    [topic] = parsed.topics
+    assert topic.topic_id == TOPIC_ID
+    [batch] = topic.partitions[0].acknowledgement_batches
+    assert (batch.first_offset, batch.last_offset, batch.acknowledge_types) == (10, 12, [1, 0, 2])
+    assert request.build(parsed) == SHARE_FETCH_V1_REQUEST
+
+
+SHARE_FETCH_V1_RESPONSE = bytes.fromhex(
+    "00000000"  # throttle_time_ms
+    "0000"  # error_code
+    "00"  # error_message null
+    "00007530"  # acquisition_lock_timeout_ms 30000
+    "02"  # responses: 1
+    "0102030405060708090a0b0c0d0e0f10"  # topic_id
+    "02"  # partitions: 1
+    "00000000"  # partition_index
+    "0000" "00"  # error_code, error_message null
+    "0000" "00"  # acknowledge_error_code, acknowledge_error_message null
+    "00000001" "00000005" "00"  # current_leader: id 1, epoch 5, no tagged fields
+    "03" "abcd"  # records: 2 bytes
+    "02"  # acquired_records: 1
+    "000000000000000a"  # first_offset 10
+    "000000000000000c"  # last_offset 12
+    "0001"  # delivery_count 1
+    "00" "00" "00"  # tagged fields of acquired records, partition, topic
+    "01"  # node_endpoints: empty
+    "00"  # no tagged fields
+)
+
+
+def test_share_fetch_v1_response_with_acquired_records() -> None:
+    response = share_fetch.RESPONSE[1]
+    body = {
+        "acquisition_lock_timeout_ms": 30000,
+        "responses": [{
+            "topic_id": TOPIC_ID,
+            "partitions": [{
+                "partition_index": 0,
+                "current_leader": {"leader_id": 1, "leader_epoch": 5},
+                "records": b"\xab\xcd",
+                "acquired_records": [{"first_offset": 10, "last_offset": 12, "delivery_count": 1}],
+            }],
+        }],
+    }
+    assert response.build(body) == SHARE_FETCH_V1_RESPONSE
+    parsed = response.parse(SHARE_FETCH_V1_RESPONSE)
+    [partition] = parsed.responses[0].partitions
+    [acquired] = partition.acquired_records
+    assert (acquired.first_offset, acquired.last_offset, acquired.delivery_count) == (10, 12, 1)
+    assert bytes(partition.records) == b"\xab\xcd"
+    assert partition.error_message is None and partition.current_leader.leader_epoch == 5
