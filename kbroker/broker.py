@@ -29,6 +29,8 @@ from kbroker.coordinator.assignors import assignors_from_config
 from kbroker.coordinator.group_coordinator import GroupConfig, GroupCoordinator
 from kbroker.coordinator.offsets_topic import TOPIC as OFFSETS_TOPIC
 from kbroker.coordinator.offsets_topic import InternalTopic, OffsetsTopic
+from kbroker.coordinator.share_groups import ShareGroupConfig, ShareGroupCoordinator
+from kbroker.coordinator.share_partitions import ShareGroupSettings, SharePartitionManager
 from kbroker.coordinator.txn_coordinator import TOPIC as TRANSACTION_TOPIC
 from kbroker.coordinator.txn_coordinator import TransactionCoordinator, TxnConfig
 from kbroker.coordinator.txn_markers import MarkerSender
@@ -36,6 +38,9 @@ from kbroker.meta_properties import load_or_create_meta
 from kbroker.metadata.local_store import LocalMetadataStore
 from kbroker.metadata.store import BrokerEndpoint, BrokerIdInUse, BrokerRegistration, MetadataStore
 from kbroker.server.server import Server
+from kbroker.share.share_group import TopicInfo
+from kbroker.share.share_partition import ShareLimits
+from kbroker.share.share_sessions import ShareSessionCache
 from kbroker.storage.encryption import MissingKey
 from kbroker.storage.log import Log
 from kbroker.storage.log_dir_health import LogDirHealth
@@ -163,6 +168,7 @@ class Broker:
             self.groups,
             self.metadata_cache.partition_exists,
         )
+        self._open_share_groups(config)
         self._next_offset_expiry_ms = 0
         self._next_txn_abort_ms = 0
         self._next_producer_expiry_ms = 0
@@ -173,6 +179,46 @@ class Broker:
         self._ticker: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._stopped = asyncio.Event()
+
+    def _open_share_groups(self, config: BrokerConfig) -> None:
+        """Share groups (KIP-932): their coordinator, the share partitions this broker leads, and
+        the share sessions of the consumers fetching from it."""
+        settings = ShareGroupSettings(ShareLimits(
+            delivery_count_limit=config.get("group.share.delivery.count.limit"),
+            max_in_flight=config.get("group.share.partition.max.record.locks"),
+            lock_duration_ms=config.get("group.share.record.lock.duration.ms")))
+        self.share_partitions = SharePartitionManager(self.replicas, lambda group_id: settings)
+        self.share_sessions: ShareSessionCache[tuple[Any, int]] = ShareSessionCache(
+            config.get("group.share.max.share.sessions"))
+        self.share_groups = ShareGroupCoordinator(
+            ShareGroupConfig(session_timeout_ms=config.get("group.share.session.timeout.ms"),
+                             heartbeat_interval_ms=config.get("group.share.heartbeat.interval.ms"),
+                             max_size=config.get("group.share.max.size")),
+            self._share_topics, is_other_group=self._is_classic_group, on_member_gone=self._share_member_gone,
+            on_assigned=self.share_partitions.initialize)
+
+    def _share_topics(self) -> dict[str, TopicInfo]:
+        return {r.name: TopicInfo(r.topic_id, len(r.assignment)) for r in self.metadata_cache.topic_records()
+                if not r.name.startswith("__")}
+
+    def _is_classic_group(self, group_id: str) -> bool:
+        try:
+            return self.groups.describe(group_id) is not None
+        except Exception:  # not this broker's to say: the share coordinator checked it is
+            return False
+
+    def _share_member_gone(self, group_id: str, member_id: str) -> None:
+        """A share group member left or went silent: its share session here ends and what it
+        holds goes back to the queue at once."""
+        closed = self.share_sessions.close(group_id, member_id)
+        if closed is None:
+            return
+        names = []
+        for topic_id, index in closed.partitions:
+            record = self.metadata_cache.topic_by_id(topic_id)
+            if record is not None:
+                names.append((record.name, index))
+        self.share_partitions.release_member(group_id, member_id, names)
 
     def _open_acls(self, config: BrokerConfig) -> AclService | None:
         """The authorizer when `authorizer.class.name` names one of Kafka's (config.py refuses any
@@ -399,6 +445,8 @@ class Broker:
                 await self._ticker
         if self.cluster is not None:
             await self._controlled_shutdown()
+        self.share_groups.stop()
+        self.share_partitions.stop()
         self.configs.stop()
         self.credentials.stop()
         if self.acls is not None:

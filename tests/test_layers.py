@@ -63,7 +63,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     # The wiring of one broker.
     "kbroker.broker": frozenset({"kbroker.clock", "kbroker.cluster", "kbroker.config", "kbroker.coordinator",
                                  "kbroker.meta_properties", "kbroker.metadata", "kbroker.security", "kbroker.server",
-                                 "kbroker.storage"}),
+                                 "kbroker.share", "kbroker.storage"}),
     # Clients, tools and benchmarks, outside the broker.
     "kbroker.client": frozenset({"kbroker.clock", "kbroker.security", "protocol"}),
     # Local broker processes (and their ZooKeeper), for the tests, benchmarks and `kbroker cluster`.

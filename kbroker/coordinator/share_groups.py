@@ -26,17 +26,21 @@ class ShareGroupConfig:
 
 # (group id, member id) of a member that is gone.
 MemberGone = Callable[[str, str], None]
+# (group id, topic name, partition) of every partition a group's target assignment holds.
+Assigned = Callable[[str, str, int], None]
 
 
 class ShareGroupCoordinator:
     def __init__(self, config: ShareGroupConfig, topics: Callable[[], Mapping[str, TopicInfo]],
                  is_other_group: Callable[[str], bool] = lambda group_id: False,
-                 clock: WallClock = wall_clock_ms, on_member_gone: MemberGone | None = None) -> None:
+                 clock: WallClock = wall_clock_ms, on_member_gone: MemberGone | None = None,
+                 on_assigned: Assigned | None = None) -> None:
         self.config = config
         self.topics = topics
         self.is_other_group = is_other_group  # a classic or consumer group of that id exists
         self.clock = clock
         self.on_member_gone = on_member_gone
+        self.on_assigned = on_assigned
         self.groups: dict[str, ShareGroup] = {}
         self._expiry: asyncio.TimerHandle | None = None
 
@@ -49,9 +53,16 @@ class ShareGroupCoordinator:
             if self.is_other_group(group_id):
                 raise KafkaError(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a share group.")
             group = ShareGroup(group_id, self.config.session_timeout_ms, self.config.max_size)
-        answer = group.heartbeat(member_id, member_epoch, subscribed, rack, self.topics(), self.clock(),
+        topics = self.topics()
+        epoch_before = group.assignment_epoch
+        answer = group.heartbeat(member_id, member_epoch, subscribed, rack, topics, self.clock(),
                                  client_id, client_host)
         self.groups.setdefault(group_id, group)
+        if group.assignment_epoch != epoch_before and self.on_assigned is not None:
+            names = {info.topic_id: name for name, info in topics.items()}
+            for topic_id, index in sorted(group.target_partitions()):
+                if topic_id in names:
+                    self.on_assigned(group_id, names[topic_id], index)
         if answer.member_epoch < 0 and self.on_member_gone is not None:
             self.on_member_gone(group_id, member_id)
         self._arm_expiry()

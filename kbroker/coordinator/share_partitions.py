@@ -71,6 +71,16 @@ class SharePartitionManager:
         self._lock_timer: asyncio.TimerHandle | None = None
         self._lock_timer_at = 0
 
+    def lock_duration_ms(self, group_id: str = "") -> int:
+        return self.settings_of(group_id).limits.lock_duration_ms
+
+    def initialize(self, group_id: str, topic: str, index: int) -> None:
+        """Start a group's share partition now if this broker leads it (as Kafka does when the
+        partition is first assigned): `latest` then means records produced from now on."""
+        partition = self.replica_manager.find(topic, index)
+        if partition is not None and partition.is_leader:
+            self._share_partition_of(group_id, partition, self.settings_of(group_id))
+
     def share_partition(self, group_id: str, topic: str, index: int) -> SharePartition | None:
         return self._partitions.get((group_id, topic, index))
 

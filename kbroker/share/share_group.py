@@ -70,6 +70,10 @@ class ShareGroup:
             return "Empty"
         return "Stable" if all(m.member_epoch == self.assignment_epoch for m in self.members.values()) else "Assigning"
 
+    def target_partitions(self) -> set[tuple[uuid.UUID, int]]:
+        """Every (topic id, partition) the target assignment gives to some member."""
+        return {(t, p) for assignment in self._target.values() for t, parts in assignment.items() for p in parts}
+
     def subscribed_topics(self) -> set[str]:
         return {t for m in self.members.values() for t in m.subscribed}
 
