@@ -71,6 +71,11 @@ KAFKA_3_9_RANGES = {
     69: (0, 0),  # ConsumerGroupDescribe
     74: (0, 0),  # ListClientMetricsResources
     75: (0, 0),  # DescribeTopicPartitions
+    # Share groups (KIP-932) as released in Kafka 4.1 (3.9 has none); group.share.enable=false hides them.
+    76: (1, 1),  # ShareGroupHeartbeat
+    77: (1, 1),  # ShareGroupDescribe
+    78: (1, 1),  # ShareFetch
+    79: (1, 1),  # ShareAcknowledge
     80: (0, 0),  # AddRaftVoter
     81: (0, 0),  # RemoveRaftVoter
 }
@@ -81,5 +86,5 @@ def test_every_advertised_api_has_kafka_3_9s_range(broker: BrokerProcess) -> Non
         answer = client.request(API_VERSIONS, 3, {"client_software_name": "t", "client_software_version": "1"})
     advertised = {k.api_key: (k.min_version, k.max_version) for k in answer.api_keys}
     assert advertised[68] == (0, 1) and advertised[69] == (0, 0)  # the consumer group protocol (KIP-848)
-    assert advertised.keys() <= KAFKA_3_9_RANGES.keys(), "an API Kafka 3.9 does not serve"
+    assert advertised.keys() <= KAFKA_3_9_RANGES.keys(), "an API Kafka 3.9 (or 4.1 for share groups) does not serve"
     assert advertised == {key: KAFKA_3_9_RANGES[key] for key in advertised}
