@@ -16,7 +16,6 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from kbroker.clock import wall_clock_ms
-from kbroker.handlers import consumer_group_wire
 from kbroker.log_limiter import RateLimitedLog
 from kbroker.pacing import ENTRIES_PER_TURN, Pacer, each  # noqa: F401 - the handlers' toolkit
 from protocol.connection import Request, RequestHeader
@@ -77,8 +76,6 @@ PRODUCE_KEY = 0
 class CloseConnection(Exception):
     """Raised by a handler when Kafka would drop the connection instead of answering."""
 
-
-consumer_group_wire.register()  # before the first request is read
 
 # Every API this broker answers; a module per API, named after it.
 HANDLER_MODULES = (

@@ -29,7 +29,7 @@ from protocol.primitives import (  # noqa: F401
 API_KEY = 68
 NAME = "ConsumerGroupHeartbeat"
 MIN_VERSION = 0
-MAX_VERSION = 0
+MAX_VERSION = 1
 FLEXIBLE_FROM = 0
 
 _request_v0 = KStruct(
@@ -52,8 +52,29 @@ _request_v0 = KStruct(
     name="ConsumerGroupHeartbeatRequest",
 )
 
+_request_v1 = KStruct(
+    Field("group_id", KString(compact=True), ''),
+    Field("member_id", KString(compact=True), ''),
+    Field("member_epoch", Int32, 0),
+    Field("instance_id", KString(compact=True, nullable=True), None),
+    Field("rack_id", KString(compact=True, nullable=True), None),
+    Field("rebalance_timeout_ms", Int32, -1),
+    Field("subscribed_topic_names", KArray(KString(compact=True), compact=True, nullable=True), []),
+    Field("subscribed_topic_regex", KString(compact=True, nullable=True), None),
+    Field("server_assignor", KString(compact=True, nullable=True), None),
+    Field("topic_partitions", KArray(KStruct(
+        Field("topic_id", Uuid, ZERO_UUID),
+        Field("partitions", KArray(Int32, compact=True), []),
+        flexible=True,
+        name="TopicPartitions",
+    ), compact=True, nullable=True), []),
+    flexible=True,
+    name="ConsumerGroupHeartbeatRequest",
+)
+
 REQUEST: dict[int, KStruct] = {
     0: _request_v0,
+    1: _request_v1,
 }
 
 _response_v0 = KStruct(
@@ -80,6 +101,7 @@ _response_v0 = KStruct(
 
 RESPONSE: dict[int, KStruct] = {
     0: _response_v0,
+    1: _response_v0,
 }
 
 
