@@ -6,10 +6,15 @@ from __future__ import annotations
 from typing import Any
 
 from kbroker.handlers import RequestContext
-from kbroker.handlers.authorize import Op, Resource, allowed
-from kbroker.handlers.share_common import SharePartitionKey, acknowledge_all, require_share_groups, resolve
+from kbroker.handlers.share_common import (
+    SharePartitionKey,
+    acknowledge_all,
+    end_share_session,
+    listed_partitions,
+    share_request_member,
+)
 from kbroker.share.share_sessions import FINAL_EPOCH
-from protocol.errors import ErrorCode, KafkaError
+from protocol.errors import ErrorCode
 
 API_KEY = 79
 MIN_VERSION = 1
@@ -17,20 +22,12 @@ MAX_VERSION = 1
 
 
 async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
-    require_share_groups(ctx)
-    group_id, member_id = request.group_id, request.member_id
-    if not group_id or not member_id:
-        raise KafkaError(ErrorCode.INVALID_REQUEST, "ShareAcknowledge needs a group and a member id.")
-    if not allowed(ctx, Op.READ, Resource.GROUP, group_id):
-        raise KafkaError(ErrorCode.GROUP_AUTHORIZATION_FAILED)
-    broker = ctx.broker
-    broker.share_sessions.for_acknowledge(group_id, member_id, request.share_session_epoch, ctx.now_ms())
-    listed = [(t.topic_id, p.partition_index, p.acknowledgement_batches) for t in request.topics for p in t.partitions]
+    group_id, member_id = share_request_member(ctx, request, "ShareAcknowledge")
+    ctx.broker.share_sessions.for_acknowledge(group_id, member_id, request.share_session_epoch, ctx.now_ms())
     answers: dict[SharePartitionKey, dict[str, Any]] = {}
-    acknowledge_all(ctx, group_id, member_id, listed, answers)
+    acknowledge_all(ctx, group_id, member_id, listed_partitions(request), answers)
     if request.share_session_epoch == FINAL_EPOCH:
-        closed = broker.share_sessions.close(group_id, member_id)
-        broker.share_partitions.release_member(group_id, member_id, resolve(ctx, closed.partitions if closed else {}))
+        end_share_session(ctx, group_id, member_id)
     by_topic: dict[Any, list[dict[str, Any]]] = {}
     for (topic_id, index), answer in answers.items():
         by_topic.setdefault(topic_id, []).append(

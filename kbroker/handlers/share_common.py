@@ -18,6 +18,29 @@ def require_share_groups(ctx: RequestContext) -> None:
         raise KafkaError(ErrorCode.UNSUPPORTED_VERSION, "Share groups are not enabled on this broker.")
 
 
+def share_request_member(ctx: RequestContext, request: Any, api: str) -> tuple[str, str]:
+    """The (group, member) of a ShareFetch or ShareAcknowledge, once share groups are on, both ids
+    are there and the caller may READ the group."""
+    require_share_groups(ctx)
+    group_id, member_id = request.group_id, request.member_id
+    if not group_id or not member_id:
+        raise KafkaError(ErrorCode.INVALID_REQUEST, f"{api} needs a group and a member id.")
+    if not allowed(ctx, Op.READ, Resource.GROUP, group_id):
+        raise KafkaError(ErrorCode.GROUP_AUTHORIZATION_FAILED)
+    return group_id, member_id
+
+
+def listed_partitions(request: Any) -> list[tuple[uuid.UUID, int, Any]]:
+    """(topic id, partition, acknowledgement batches) of each partition a share request names."""
+    return [(t.topic_id, p.partition_index, p.acknowledgement_batches) for t in request.topics for p in t.partitions]
+
+
+def end_share_session(ctx: RequestContext, group_id: str, member_id: str) -> None:
+    """The final epoch: the session goes, and what the member still holds goes back to the queue."""
+    closed = ctx.broker.share_sessions.close(group_id, member_id)
+    ctx.broker.share_partitions.release_member(group_id, member_id, resolve(ctx, closed.partitions if closed else {}))
+
+
 def require_share_coordinator(ctx: RequestContext, group_id: str) -> None:
     """A share group is coordinated where its classic or consumer namesake would be: the leader
     of its `__consumer_offsets` partition (FindCoordinator answers the same for all three)."""

@@ -11,12 +11,14 @@ from kbroker.handlers.authorize import Op, Resource, allowed
 from kbroker.handlers.share_common import (
     SharePartitionKey,
     acknowledge_all,
+    end_share_session,
+    listed_partitions,
     partition_answer,
-    require_share_groups,
     resolve,
+    share_request_member,
 )
 from kbroker.share.share_sessions import FINAL_EPOCH
-from protocol.errors import ErrorCode, KafkaError
+from protocol.errors import ErrorCode
 
 API_KEY = 78
 MIN_VERSION = 1
@@ -24,24 +26,17 @@ MAX_VERSION = 1
 
 
 async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
-    require_share_groups(ctx)
-    group_id, member_id = request.group_id, request.member_id
-    if not group_id or not member_id:
-        raise KafkaError(ErrorCode.INVALID_REQUEST, "ShareFetch needs a group and a member id.")
-    if not allowed(ctx, Op.READ, Resource.GROUP, group_id):
-        raise KafkaError(ErrorCode.GROUP_AUTHORIZATION_FAILED)
-    broker = ctx.broker
-    listed = [(t.topic_id, p.partition_index, p.acknowledgement_batches) for t in request.topics for p in t.partitions]
+    group_id, member_id = share_request_member(ctx, request, "ShareFetch")
+    listed = listed_partitions(request)
     forget = [(t.topic_id, index) for t in request.forgotten_topics_data for index in t.partitions]
     has_acks = any(batches for _, _, batches in listed)
-    session = broker.share_sessions.for_fetch(group_id, member_id, request.share_session_epoch,
-                                              [(topic_id, index) for topic_id, index, _ in listed], forget,
-                                              has_acks, ctx.now_ms())
+    session = ctx.broker.share_sessions.for_fetch(group_id, member_id, request.share_session_epoch,
+                                                  [(topic_id, index) for topic_id, index, _ in listed], forget,
+                                                  has_acks, ctx.now_ms())
     answers: dict[SharePartitionKey, dict[str, Any]] = {}
     acknowledge_all(ctx, group_id, member_id, listed, answers)
     if request.share_session_epoch == FINAL_EPOCH:
-        closed = broker.share_sessions.close(group_id, member_id)
-        broker.share_partitions.release_member(group_id, member_id, resolve(ctx, closed.partitions if closed else {}))
+        end_share_session(ctx, group_id, member_id)
     else:
         await _fetch(ctx, request, group_id, member_id, list(session.partitions), answers)
     return _response(ctx, answers)
