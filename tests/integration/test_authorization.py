@@ -63,6 +63,7 @@ from tests.authz_matrix import (
 from tests.brokers import BrokerProcess, free_port
 from tests.rawclient import RawClient
 from tests.tls_material import TlsMaterial
+from tests.waiting import wait_until
 
 
 @pytest.fixture(scope="module")
@@ -398,3 +399,23 @@ def test_without_an_authorizer_the_acl_apis_say_security_is_disabled(tmp_path: P
             assert [r.error_code for r in created.results] == [ErrorCode.SECURITY_DISABLED]
     finally:
         assert process.stop() == 0, process.log_tail()
+
+
+def test_share_group_apis_need_read_on_the_group(secured: Secured) -> None:
+    heartbeat = {"group_id": "shares", "member_id": "m", "member_epoch": 0, "rack_id": None,
+                 "subscribed_topic_names": [TOPIC]}
+    fetch = {"group_id": "shares", "member_id": "m", "share_session_epoch": 0, "max_wait_ms": 0, "min_bytes": 1,
+             "max_bytes": 1 << 20, "max_records": 10, "batch_size": 10, "topics": [], "forgotten_topics_data": []}
+    acknowledge = {"group_id": "shares", "member_id": "m", "share_session_epoch": 1, "topics": []}
+    with secured.raw("nobody") as nobody:
+        assert nobody.request(76, 1, heartbeat).error_code == ErrorCode.GROUP_AUTHORIZATION_FAILED
+        assert nobody.request(78, 1, fetch).error_code == ErrorCode.GROUP_AUTHORIZATION_FAILED
+        assert nobody.request(79, 1, acknowledge).error_code == ErrorCode.GROUP_AUTHORIZATION_FAILED
+        described = nobody.request(77, 1, {"group_ids": ["shares"], "include_authorized_operations": False})
+        assert described.groups[0].error_code == ErrorCode.GROUP_AUTHORIZATION_FAILED
+    with secured.raw("admin") as admin:
+        answers = []
+        # The first asks may find the group coordinator still starting.
+        wait_until(lambda: answers.append(admin.request(76, 1, heartbeat))
+                   or answers[-1].error_code != ErrorCode.COORDINATOR_NOT_AVAILABLE, 30, "the coordinator")
+        assert (answers[-1].error_code, answers[-1].member_epoch) == (0, 1)
