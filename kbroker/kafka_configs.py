@@ -16,7 +16,8 @@ def _names(text: str) -> frozenset[str]:
 
 
 # Kafka's type of every broker config (ConfigDef.Type), by type (and Kafka 4.0's
-# group.consumer.regex.refresh.interval.ms, of the consumer group protocol kbroker serves as 4.0 does).
+# group.consumer.regex.refresh.interval.ms, of the consumer group protocol kbroker serves as 4.0 does,
+# and Kafka 4.1's group.share.max.share.sessions, of share groups as released).
 _BROKER_NAMES_BY_TYPE = {
     "BOOLEAN": _names("""
         auto.create.topics.enable auto.include.jmx.reporter auto.leader.rebalance.enable
@@ -64,7 +65,7 @@ _BROKER_NAMES_BY_TYPE = {
         group.share.heartbeat.interval.ms group.share.max.heartbeat.interval.ms
         group.share.max.record.lock.duration.ms group.share.max.session.timeout.ms
         group.share.min.heartbeat.interval.ms group.share.min.record.lock.duration.ms
-        group.share.min.session.timeout.ms group.share.partition.max.record.locks
+        group.share.min.session.timeout.ms group.share.max.share.sessions group.share.partition.max.record.locks
         group.share.record.lock.duration.ms group.share.session.timeout.ms
         initial.broker.registration.timeout.ms kafka.metrics.polling.interval.secs
         leader.imbalance.per.broker.percentage log.cleaner.io.buffer.size
