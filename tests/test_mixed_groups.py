@@ -9,9 +9,11 @@ convertToClassicGroup)."""
 
 from __future__ import annotations
 
+import asyncio
 import struct
 import uuid
 from collections.abc import Iterable
+from pathlib import Path
 
 import pytest
 
@@ -25,9 +27,11 @@ from kbroker.coordinator.group_conversion import (
     upgrade_refusal,
 )
 from kbroker.coordinator.group_membership import JoinRequest
+from kbroker.coordinator.group_offsets import OffsetCommit
 from kbroker.coordinator.reconciliation import MemberState
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages import consumer_protocol_assignment, consumer_protocol_subscription
+from tests.test_consumer_group_coordinator import clocked
 from tests.test_consumer_group_protocol import Client, Topics, engine, error_of, no_partition_owned_twice
 
 E = ErrorCode
@@ -354,3 +358,82 @@ def test_a_topic_id_unknown_to_the_coordinator_is_dropped_from_a_converted_assig
     converted = consumer_group_from_classic_group(group, topics, 0)
     assert converted.members["c1"].assigned == {topics.ids["t"]: frozenset({0})}
     assert uuid.UUID(int=0) not in converted.members["c1"].assigned
+
+
+# -- inside a real broker's group coordinator, on a manual clock -------------------------------------
+
+def classic_join(group: str, member_id: str = "", owned: dict[str, list[int]] | None = None) -> JoinRequest:
+    return JoinRequest(group, member_id, None, "classic-client", "/127.0.0.1", CLASSIC_SESSION_MS, REBALANCE_MS,
+                       "consumer", [("range", subscription(["events"], owned))], require_known_member_id=True)
+
+
+def test_a_group_upgrades_and_downgrades_online_keeping_its_offsets(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        broker, clock = await clocked(tmp_path)
+        try:
+            groups = broker.groups
+            # A classic group of one member, which owns both partitions and commits.
+            member_id = (await groups.join(classic_join("g"))).member_id
+            joining = asyncio.create_task(groups.join(classic_join("g", member_id)))
+            await asyncio.sleep(0)
+            clock.advance(3.1)  # the initial rebalance delay
+            joined = await asyncio.wait_for(joining, 10)
+            assert (joined.error, joined.leader, joined.generation_id) == (E.NO_ERROR, member_id, 1)
+            everything = assignment_bytes({"events": [0, 1]})
+            synced = await groups.sync("g", 1, member_id, None, "consumer", "range", {member_id: everything})
+            assert synced.error == E.NO_ERROR
+            assert groups.commit("g", 1, member_id, None, [OffsetCommit("events", 0, 10, -1, None)]) == [E.NO_ERROR]
+
+            # A consumer-protocol member joins: the group becomes a consumer group (upgrade).
+            n = groups.consumer_heartbeat(Heartbeat("g", "n", 0, rebalance_timeout_ms=REBALANCE_MS,
+                                                    subscribed_topic_names=["events"], owned=[]))
+            assert n.member_epoch == 2 and n.assignment == {}  # both partitions are still the classic member's
+            assert [(g.group_id, g.group_type) for g in groups.list_groups()] == [("g", "consumer")]
+            assert groups.heartbeat("g", 1, member_id, None) == E.REBALANCE_IN_PROGRESS
+            rejoined = await groups.join(classic_join("g", member_id))
+            assert (rejoined.error, rejoined.generation_id, rejoined.leader) == (E.NO_ERROR, 2, "")
+            synced = await groups.sync("g", 2, member_id, None, "consumer", "range", {})
+            [(kept_topic, kept)] = parse_assignment(synced.assignment)[0].items()
+            assert kept_topic == "events" and len(kept) == 1
+            n = groups.consumer_heartbeat(Heartbeat("g", "n", 2, owned=[]))
+            assert [len(ps) for ps in (n.assignment or {}).values()] == [1]
+            assert groups.commit("g", 1, member_id, None, [OffsetCommit("events", 0, 11, -1, None)]) == [
+                E.ILLEGAL_GENERATION]
+            assert groups.commit("g", 2, member_id, None, [OffsetCommit("events", 0, 12, -1, None)]) == [E.NO_ERROR]
+
+            # The consumer-protocol member leaves: the group is classic again and rebalances.
+            groups.consumer_heartbeat(Heartbeat("g", "n", 2, owned=[]))
+            groups.consumer_heartbeat(Heartbeat("g", "n", -1))
+            assert [(g.group_id, g.group_type, g.state) for g in groups.list_groups()] == [
+                ("g", "classic", "PreparingRebalance")]
+            assert groups.heartbeat("g", 2, member_id, None) == E.REBALANCE_IN_PROGRESS
+            again = await asyncio.wait_for(groups.join(classic_join("g", member_id)), 10)
+            assert (again.error, again.generation_id, again.leader) == (E.NO_ERROR, 3, member_id)
+            synced = await groups.sync("g", 3, member_id, None, "consumer", "range", {member_id: everything})
+            assert synced.error == E.NO_ERROR and groups.groups["g"].state is GroupState.STABLE
+            assert groups.fetch_offsets("g", None)[("events", 0)].offset == 12
+        finally:
+            await broker.stop()
+
+    asyncio.run(scenario())
+
+
+def test_a_silent_classic_member_of_a_consumer_group_is_fenced_by_its_timer(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        broker, clock = await clocked(tmp_path)
+        try:
+            groups = broker.groups
+            n = groups.consumer_heartbeat(Heartbeat("g", "n", 0, rebalance_timeout_ms=REBALANCE_MS,
+                                                    subscribed_topic_names=["events"], owned=[]))
+            member_id = (await groups.join(classic_join("g"))).member_id
+            assert (await groups.join(classic_join("g", member_id))).error == E.NO_ERROR
+            assert (await groups.sync("g", 2, member_id, None, None, None, {})).error == E.NO_ERROR
+            for _ in range(4):  # n heartbeats every 5 s; the classic member says nothing
+                clock.advance(5)
+                n = groups.consumer_heartbeat(Heartbeat("g", "n", n.member_epoch, owned=[]))
+            assert set(groups.consumer.groups["g"].members) == {"n"}  # its 10 s session ran out
+            assert groups.heartbeat("g", 2, member_id, None) == E.UNKNOWN_MEMBER_ID
+        finally:
+            await broker.stop()
+
+    asyncio.run(scenario())
