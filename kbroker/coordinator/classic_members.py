@@ -22,10 +22,15 @@ Pure: no IO and no clock of its own, like consumer_group.py.
 from __future__ import annotations
 
 import logging
-import uuid
 from dataclasses import replace
 
-from kbroker.coordinator.consumer_group import ClassicMetadata, ConsumerGroup, ConsumerGroups, ConsumerMember
+from kbroker.coordinator.consumer_group import (
+    ClassicMetadata,
+    ConsumerGroup,
+    ConsumerGroups,
+    ConsumerMember,
+    new_member_id,
+)
 from kbroker.coordinator.group import UNKNOWN_MEMBER_ID, JoinResult, SyncResult
 from kbroker.coordinator.group_conversion import (
     CONSUMER_PROTOCOL_TYPE,
@@ -59,7 +64,7 @@ class ClassicMembers:
 
     def _join(self, group: ConsumerGroup, request: JoinRequest, now_ms: int) -> JoinResult:
         unknown = request.member_id == UNKNOWN_MEMBER_ID
-        member_id = str(uuid.uuid4()) if unknown else request.member_id
+        member_id = new_member_id() if unknown else request.member_id
         max_size = self.groups.config.max_size
         if len(group.members) >= max_size and member_id not in group.members:
             raise KafkaError(E.GROUP_MAX_SIZE_REACHED)

@@ -26,6 +26,7 @@ classic members remain, the group is handed back to the classic protocol (`take_
 
 from __future__ import annotations
 
+import base64
 import enum
 import logging
 import re
@@ -52,6 +53,11 @@ LEAVE_GROUP_STATIC_MEMBER_EPOCH = -2
 CONSUMER_GENERATED_MEMBER_ID_REQUIRED_VERSION = 1
 # Regexes are re-resolved against new topics at most this often (Kafka's batch refresh interval).
 REGEX_MIN_REFRESH_INTERVAL_MS = 10_000
+
+
+def new_member_id() -> str:
+    """A member id the coordinator makes up, in the form of Kafka's Uuid.toString()."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
 
 
 class MigrationPolicy(enum.Enum):
@@ -320,6 +326,9 @@ class ConsumerGroups:
         if request.member_epoch in (LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH):
             return self._leave(request, now_ms)
         joining = request.member_epoch == 0
+        if joining and not request.member_id:
+            # Before v1 the coordinator names a new member (KIP-1082 moved that to the client).
+            request = replace(request, member_id=new_member_id())
         group = converted if converted is not None else self.groups.get(request.group_id)
         if group is None:
             if not joining:
