@@ -147,6 +147,7 @@ class Broker:
                 consumer_max_size=config.get("group.consumer.max.size"),
                 consumer_assignors=tuple(config.get("group.consumer.assignors")),
                 consumer_regex_refresh_interval_ms=config.get("group.consumer.regex.refresh.interval.ms"),
+                consumer_migration_policy=config.get("group.consumer.migration.policy"),
             ),
             self.metadata_cache.partition_exists,
         )

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kbroker.coordinator.consumer_group import MigrationPolicy
 from kbroker.kafka_configs import DYNAMIC_BROKER_CONFIGS, DYNAMIC_DEFAULTS
 from kbroker.properties import parse_properties
 from kbroker.security import sasl_config, tls
@@ -68,6 +69,10 @@ def _str(text: str) -> str:
 
 def _list(text: str) -> list[str]:
     return [item.strip() for item in text.split(",") if item.strip()]
+
+
+def _migration_policy(text: str) -> str:
+    return MigrationPolicy.parse(text).value
 
 
 _DEFS = [
@@ -150,6 +155,9 @@ _DEFS = [
               "Server-side assignors (uniform, range, or Kafka's class names); the first is the default."),
     ConfigDef("group.consumer.regex.refresh.interval.ms", _int, "600000",
               "How often subscription regexes are resolved again even when no topic was created or deleted."),
+    ConfigDef("group.consumer.migration.policy", _migration_policy, "bidirectional",
+              "Whether a group with members changes protocol online: bidirectional, upgrade (classic to "
+              "consumer only), downgrade (consumer to classic only) or disabled (empty groups always may)."),
     # Share groups (KIP-932, docs/share-groups.md).
     ConfigDef("group.share.enable", _bool, "true", "Serve share groups (KIP-932): advertise their APIs."),
     ConfigDef("group.share.session.timeout.ms", _int, "45000", "A share group member's session timeout."),

@@ -10,7 +10,9 @@ assignor and session settings are not the client's; TOPIC may then be a regex (^
 It prints one JSON object per line: {"assigned": [[topic, partition], ...]} whenever its
 assignment changes, {"msg": [partition, offset, value]} for each message processed, and
 {"ready": true} once subscribed. It commits each message's offset after processing it
-(at-least-once) or before (at-most-once). SIGTERM closes the consumer cleanly (it leaves the
+(at-least-once) or before (at-most-once); the confluent client reports each commit as
+{"commit": [partition, offset, error]} (error null when it succeeded: a failed commit, e.g. in
+a rebalance, is reported, not fatal). SIGTERM closes the consumer cleanly (it leaves the
 group); SIGKILL is a crash.
 """
 
@@ -36,7 +38,7 @@ def _stop(*_: object) -> None:
 
 
 def run_confluent(args: argparse.Namespace) -> None:
-    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
 
     config: dict[str, Any] = {
         "bootstrap.servers": args.bootstrap,
@@ -75,11 +77,21 @@ def run_confluent(args: argparse.Namespace) -> None:
             continue
         position = [TopicPartition(message.topic(), message.partition(), message.offset() + 1)]
         if args.commit == "before":
-            consumer.commit(offsets=position, asynchronous=False)
+            commit(consumer, position, KafkaException)
         emit({"msg": [message.partition(), message.offset(), message.value().decode()]})
         if args.commit == "after":
-            consumer.commit(offsets=position, asynchronous=False)
+            commit(consumer, position, KafkaException)
     consumer.close()
+
+
+def commit(consumer: Any, position: list[Any], kafka_exception: type[Exception]) -> None:
+    error = None
+    try:
+        result = consumer.commit(offsets=position, asynchronous=False)
+        error = next((str(tp.error) for tp in result or [] if tp.error is not None), None)
+    except kafka_exception as e:
+        error = str(e)
+    emit({"commit": [position[0].partition, position[0].offset, error]})
 
 
 def run_kafka_python(args: argparse.Namespace) -> None:

@@ -26,6 +26,7 @@ class MemberProcess:
         self.history: list[set[tuple[str, int]]] = []  # every assignment it reported, in order
         self.assignments_seen = 0
         self.messages: list[tuple[int, int, str]] = []
+        self.commits: list[tuple[int, int, str | None]] = []  # (partition, offset, error or None)
         self.ready = False
         self._changed = threading.Condition()
         self.proc = subprocess.Popen(
@@ -70,6 +71,8 @@ class MemberProcess:
                     self.assignments_seen += 1
                 elif "msg" in event:
                     self.messages.append(tuple(event["msg"]))  # type: ignore[arg-type]
+                elif "commit" in event:
+                    self.commits.append(tuple(event["commit"]))  # type: ignore[arg-type]
                 elif event.get("ready"):
                     self.ready = True
                 self._changed.notify_all()

@@ -1,6 +1,6 @@
 """The consumer protocol inside a real broker's group coordinator, in-process, on a manual clock:
 the session timer fences a silent member, offsets are committed by member epoch, an empty group
-changes protocol in either direction keeping its offsets, and a group with members does not."""
+changes protocol in either direction keeping its offsets (mixed groups: test_mixed_groups.py)."""
 
 from __future__ import annotations
 
@@ -65,10 +65,13 @@ def test_offsets_are_committed_by_member_epoch_and_survive_the_group_changing_pr
             assert groups.commit("g", answer.member_epoch, "a", None, commit) == [E.NO_ERROR]
             assert [g.group_type for g in groups.list_groups()] == ["consumer"]
 
-            # A classic member may not join while the group has consumer-protocol members...
-            refused = await groups.join(consumer_join("g", session_ms=10_000))
+            # A classic member may join a group with consumer-protocol members (a mixed group), if
+            # its subscription is the consumer protocol's (this one's is not)...
+            first = await groups.join(consumer_join("g", session_ms=10_000))
+            assert first.error == E.MEMBER_ID_REQUIRED
+            refused = await groups.join(consumer_join("g", first.member_id, session_ms=10_000))
             assert refused.error == E.INCONSISTENT_GROUP_PROTOCOL
-            # ...but once they are gone the group goes classic, its offsets with it.
+            # ...and once they are gone the group goes classic, its offsets with it.
             groups.consumer_heartbeat(Heartbeat("g", "a", -1))
             first = await groups.join(consumer_join("g", session_ms=10_000))
             assert first.error == E.MEMBER_ID_REQUIRED

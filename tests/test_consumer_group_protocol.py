@@ -409,3 +409,12 @@ def test_uniform_balances_mixed_subscriptions_and_keeps_what_it_can() -> None:
     again = UniformAssignor().assign(GroupSpec(
         {m: MemberSpec(s.subscribed, first[m]) for m, s in spec.members.items()}, spec.partitions))
     assert again == first  # nothing moves when nothing changed
+
+
+def test_before_v1_the_coordinator_names_each_new_member() -> None:
+    groups = engine(Topics(t=2))
+    join = Heartbeat("g", "", 0, rebalance_timeout_ms=30_000, subscribed_topic_names=["t"], owned=[], version=0)
+    first, second = groups.heartbeat(join, 0), groups.heartbeat(join, 1)
+    # Two members, each named as Kafka's Uuid.toString() names them (22 base64url characters).
+    assert first.member_id != second.member_id and len(first.member_id) == len(second.member_id) == 22
+    assert set(groups.groups["g"].members) == {first.member_id, second.member_id}

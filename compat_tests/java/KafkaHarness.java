@@ -62,6 +62,7 @@ import org.apache.kafka.clients.admin.RecordsToDelete;
 import org.apache.kafka.clients.admin.TopicDescription;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerGroupMetadata;
+import org.apache.kafka.clients.consumer.ConsumerRebalanceListener;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.ConsumerRecords;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
@@ -127,6 +128,7 @@ public final class KafkaHarness {
         SCENARIOS.put("scram_users", KafkaHarness::scramUsers);
         SCENARIOS.put("produce_paced", KafkaHarness::producePaced);
         SCENARIOS.put("authorize", KafkaHarness::authorize);
+        SCENARIOS.put("consumer_protocol_group", KafkaHarness::consumerProtocolGroup);
     }
 
     public static void main(String[] argv) throws Exception {
@@ -677,6 +679,118 @@ public final class KafkaHarness {
             out.put("committed_standalone", offsets(standalone.committed(both)));
         }
         return out;
+    }
+
+    /**
+     * The consumer group protocol (KIP-848, group.protocol=consumer, early access in this
+     * client): one member reads and commits, a second joins and the partitions are shared
+     * incrementally (the first gives up only what moves, committing it on revocation), the
+     * second resumes each partition it took at the committed offset, and after both leave a
+     * third member resumes where they left off. Records per partition: `first` before the first
+     * member reads, `second` while both are in the group, then one more for the third.
+     */
+    static Map<String, Object> consumerProtocolGroup(Args args) throws Exception {
+        String topic = args.get("topic");
+        String group = args.get("group");
+        int partitions = args.getInt("partitions");
+        int first = args.getInt("first");
+        int second = args.getInt("second");
+        Set<TopicPartition> all = new HashSet<>();
+        for (int p = 0; p < partitions; p++) all.add(new TopicPartition(topic, p));
+        Map<String, Object> conf = Map.of(ConsumerConfig.GROUP_ID_CONFIG, group,
+            ConsumerConfig.GROUP_PROTOCOL_CONFIG, "consumer",
+            ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false", ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
+        Map<String, Object> out = new LinkedHashMap<>();
+        try (KafkaProducer<byte[], byte[]> producer = producer(args, Map.of())) {
+            produceEach(producer, topic, partitions, first, "a");
+            RebalanceLog log1 = new RebalanceLog();
+            RebalanceLog log2 = new RebalanceLog();
+            try (KafkaConsumer<byte[], byte[]> c1 = consumer(args, conf); KafkaConsumer<byte[], byte[]> c2 = consumer(args, conf)) {
+                c1.subscribe(List.of(topic), log1.committingOn(c1));
+                out.put("first_records", positions(pollCount(c1, partitions * first)));
+                out.put("first_assignment", partitions(c1.assignment()));
+                ConsumerGroupMetadata meta = c1.groupMetadata();
+                out.put("first_group", map("group_id", meta.groupId(), "generation", meta.generationId(),
+                    "member_id_set", !meta.memberId().isEmpty()));
+                c1.commitSync();
+                out.put("committed_first", offsets(c1.committed(all)));
+
+                c2.subscribe(List.of(topic), log2.committingOn(c2));
+                produceEach(producer, topic, partitions, second, "b");
+                // Both poll in turn until the partitions are shared and the new records read.
+                List<Object> read1 = new ArrayList<>();
+                List<Object> read2 = new ArrayList<>();
+                long deadline = System.currentTimeMillis() + 2 * WAIT_MS;
+                while (read1.size() + read2.size() < partitions * second || c1.assignment().isEmpty()
+                        || c2.assignment().isEmpty() || c1.assignment().size() + c2.assignment().size() != partitions) {
+                    if (System.currentTimeMillis() > deadline) {
+                        throw new IllegalStateException("not shared in time: " + c1.assignment() + " " + c2.assignment()
+                            + " after " + read1.size() + "+" + read2.size() + " records");
+                    }
+                    for (ConsumerRecord<byte[], byte[]> r : c1.poll(Duration.ofMillis(100))) read1.add(position(r));
+                    for (ConsumerRecord<byte[], byte[]> r : c2.poll(Duration.ofMillis(100))) read2.add(position(r));
+                }
+                c1.commitSync();
+                c2.commitSync();
+                out.put("second_records_1", read1);
+                out.put("second_records_2", read2);
+                out.put("assignment_1", partitions(c1.assignment()));
+                out.put("assignment_2", partitions(c2.assignment()));
+                out.put("generation_2", c2.groupMetadata().generationId());
+                out.put("committed_second", offsets(c1.committed(all)));
+            }
+            out.put("rebalances_1", log1.events);
+            out.put("rebalances_2", log2.events);
+            produceEach(producer, topic, partitions, 1, "c");
+        }
+        try (KafkaConsumer<byte[], byte[]> c3 = consumer(args, conf)) {
+            c3.subscribe(List.of(topic));
+            out.put("third_records", positions(pollCount(c3, partitions)));
+            c3.commitSync();
+            out.put("committed_third", offsets(c3.committed(all)));
+        }
+        return out;
+    }
+
+    /** What a member's rebalance listener saw, in order; it commits what it gives up, as applications do. */
+    static final class RebalanceLog {
+        final List<Object> events = new ArrayList<>();
+
+        ConsumerRebalanceListener committingOn(KafkaConsumer<byte[], byte[]> consumer) {
+            return new ConsumerRebalanceListener() {
+                @Override
+                public void onPartitionsRevoked(Collection<TopicPartition> revoked) {
+                    if (!revoked.isEmpty()) {
+                        consumer.commitSync();
+                        events.add(map("revoked", partitions(revoked)));
+                    }
+                }
+
+                @Override
+                public void onPartitionsAssigned(Collection<TopicPartition> assigned) {
+                    if (!assigned.isEmpty()) events.add(map("assigned", partitions(assigned)));
+                }
+            };
+        }
+    }
+
+    static void produceEach(KafkaProducer<byte[], byte[]> producer, String topic, int partitions, int count,
+                            String prefix) throws Exception {
+        for (int p = 0; p < partitions; p++) {
+            for (int i = 0; i < count; i++) {
+                producer.send(new ProducerRecord<>(topic, p, null, bytes(prefix + p + "-" + i))).get(WAIT_MS, TimeUnit.MILLISECONDS);
+            }
+        }
+    }
+
+    static List<Object> positions(List<ConsumerRecord<byte[], byte[]>> records) {
+        List<Object> out = new ArrayList<>();
+        for (ConsumerRecord<byte[], byte[]> r : records) out.add(position(r));
+        return out;
+    }
+
+    static Object position(ConsumerRecord<byte[], byte[]> r) {
+        return map("partition", r.partition(), "offset", r.offset(), "value", string(r.value()));
     }
 
     /**

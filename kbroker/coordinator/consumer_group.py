@@ -16,10 +16,17 @@ Members are fenced (removed, group epoch bumped) when they leave (epoch -1), whe
 times out, or when they take longer than their rebalance timeout to revoke partitions. A static
 member (instance id) leaving with epoch -2 keeps its place and partitions for a session timeout,
 and a new incarnation with the same instance id takes them over.
+
+A group may also hold members of the classic protocol during an online upgrade or downgrade
+(Kafka 4.0's mixed groups): classic_members.py serves their JoinGroup, SyncGroup, Heartbeat and
+LeaveGroup over this same machinery, and group_conversion.py turns a classic group with members
+into a consumer group and back. When the last consumer-protocol member of a group is fenced and
+classic members remain, the group is handed back to the classic protocol (`take_downgraded`).
 """
 
 from __future__ import annotations
 
+import base64
 import enum
 import logging
 import re
@@ -48,6 +55,37 @@ CONSUMER_GENERATED_MEMBER_ID_REQUIRED_VERSION = 1
 REGEX_MIN_REFRESH_INTERVAL_MS = 10_000
 
 
+def new_member_id() -> str:
+    """A member id the coordinator makes up, in the form of Kafka's Uuid.toString()."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+
+
+class MigrationPolicy(enum.Enum):
+    """Kafka's ConsumerGroupMigrationPolicy: which online conversions of a group with members are
+    allowed (an empty group always changes protocol freely)."""
+
+    BIDIRECTIONAL = "bidirectional"
+    UPGRADE = "upgrade"
+    DOWNGRADE = "downgrade"
+    DISABLED = "disabled"
+
+    @classmethod
+    def parse(cls, text: str) -> MigrationPolicy:
+        try:
+            return cls(text.strip().lower())
+        except ValueError:
+            raise ValueError(f"group.consumer.migration.policy must be one of "
+                             f"{', '.join(p.value for p in cls)}; got {text!r}") from None
+
+    @property
+    def upgrade_enabled(self) -> bool:
+        return self in (MigrationPolicy.BIDIRECTIONAL, MigrationPolicy.UPGRADE)
+
+    @property
+    def downgrade_enabled(self) -> bool:
+        return self in (MigrationPolicy.BIDIRECTIONAL, MigrationPolicy.DOWNGRADE)
+
+
 @dataclass(frozen=True, slots=True)
 class ConsumerGroupConfig:
     """Kafka's `group.consumer.*` settings."""
@@ -57,6 +95,9 @@ class ConsumerGroupConfig:
     max_size: int = 2**31 - 1
     regex_refresh_interval_ms: int = 600_000
     assignors: tuple[Assignor, ...] = (UniformAssignor(),)
+    # `group.consumer.migration.policy`: whether a group with members may change protocol.
+    migration_policy: MigrationPolicy = MigrationPolicy.BIDIRECTIONAL
+    classic_max_size: int = 2**31 - 1  # `group.max.size`: a downgraded group must fit in it
 
 
 class TopicImage(Protocol):
@@ -106,6 +147,15 @@ class ConsumerGroupState(enum.Enum):
     DEAD = "Dead"
 
 
+@dataclass(frozen=True, slots=True)
+class ClassicMetadata:
+    """What a member speaking the classic protocol said in its JoinGroup (Kafka's
+    ClassicMemberMetadata): its session timeout and its protocols (name, subscription bytes)."""
+
+    session_timeout_ms: int
+    protocols: tuple[tuple[str, bytes], ...]
+
+
 @dataclass(slots=True)
 class ConsumerMember:
     member_id: str
@@ -124,6 +174,20 @@ class ConsumerMember:
     pending_revocation: Assignment = field(default_factory=dict)
     session_deadline_ms: int = 0
     revocation_deadline_ms: int | None = None
+    # Members of the classic protocol only: their JoinGroup metadata, and the times by which they
+    # must rejoin (told REBALANCE_IN_PROGRESS) and send their SyncGroup (after a JoinGroup answer).
+    classic: ClassicMetadata | None = None
+    join_deadline_ms: int | None = None
+    sync_deadline_ms: int | None = None
+
+    @property
+    def uses_classic_protocol(self) -> bool:
+        return self.classic is not None
+
+    def deadlines(self) -> list[int]:
+        """Every time at which the member may have to be fenced."""
+        times = [self.session_deadline_ms, self.revocation_deadline_ms, self.join_deadline_ms, self.sync_deadline_ms]
+        return [t for t in times if t is not None]
 
     def reconciliation_view(self) -> MemberAssignment:
         return MemberAssignment(self.state, self.member_epoch, self.assigned, self.pending_revocation)
@@ -168,6 +232,37 @@ class ConsumerGroup:
             names |= self.resolved_regexes.get(member.subscribed_topic_regex, frozenset())
         return names
 
+    def classic_members(self) -> list[ConsumerMember]:
+        return [m for m in self.members.values() if m.uses_classic_protocol]
+
+    def supports_classic_protocols(self, protocol_type: str, names: Iterable[str]) -> bool:
+        """Kafka's supportsClassicProtocols: a classic member may join with protocol type
+        `consumer` and a protocol every classic member already in the group supports."""
+        if protocol_type != "consumer":
+            return False
+        names = set(names)
+        for member in self.classic_members():
+            assert member.classic is not None
+            names &= {name for name, _ in member.classic.protocols}
+        return bool(names)
+
+    def only_classic_members_besides(self, member_id: str) -> bool:
+        """Whether `member_id` is the group's last member of the consumer protocol and others remain."""
+        others = [m for m in self.members.values() if m.member_id != member_id]
+        member = self.members.get(member_id)
+        return (member is not None and not member.uses_classic_protocol and bool(others)
+                and all(m.uses_classic_protocol for m in others))
+
+    def waiting_on_unreleased_partition(self, member: ConsumerMember) -> bool:
+        """Whether a partition of the member's target is still owned by another member."""
+        if member.state is not MemberState.UNRELEASED_PARTITIONS:
+            return False
+        for topic, partitions in self.target.get(member.member_id, {}).items():
+            assigned = member.assigned.get(topic, frozenset())
+            if any(p not in assigned and self.owner_epoch(topic, p) != -1 for p in partitions):
+                return True
+        return False
+
     def owner_epoch(self, topic: TopicId, partition: int) -> int:
         return self.partition_epochs.get((topic, partition), -1)
 
@@ -209,6 +304,13 @@ class ConsumerGroups:
         self.config = config
         self.image = image
         self.groups: dict[str, ConsumerGroup] = {}
+        # Groups whose last consumer-protocol member (the id beside each) left while classic members
+        # remain: no longer consumer groups, for the classic side to take over (group_conversion.py).
+        self.downgraded: list[tuple[ConsumerGroup, str]] = []
+
+    def take_downgraded(self) -> list[tuple[ConsumerGroup, str]]:
+        groups, self.downgraded = self.downgraded, []
+        return groups
 
     @property
     def assignor_names(self) -> list[str]:
@@ -216,14 +318,18 @@ class ConsumerGroups:
 
     # -- ConsumerGroupHeartbeat ------------------------------------------------------------------
 
-    def heartbeat(self, request: Heartbeat, now_ms: int) -> HeartbeatAnswer:
+    def heartbeat(self, request: Heartbeat, now_ms: int, converted: ConsumerGroup | None = None) -> HeartbeatAnswer:
         """Answer one heartbeat, or raise the KafkaError Kafka answers it with. Nothing changes
-        when it raises."""
+        when it raises. `converted`: the group a classic group with members becomes (an online
+        upgrade), taken in only if the heartbeat is accepted."""
         self.validate(request)
         if request.member_epoch in (LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH):
             return self._leave(request, now_ms)
         joining = request.member_epoch == 0
-        group = self.groups.get(request.group_id)
+        if joining and not request.member_id:
+            # Before v1 the coordinator names a new member (KIP-1082 moved that to the client).
+            request = replace(request, member_id=new_member_id())
+        group = converted if converted is not None else self.groups.get(request.group_id)
         if group is None:
             if not joining:
                 raise KafkaError(E.GROUP_ID_NOT_FOUND, f"Consumer group {request.group_id} not found.")
@@ -240,10 +346,25 @@ class ConsumerGroups:
         # -- from here on the request is accepted: change the group ------------------------------
         self.groups[group.group_id] = group
         if replaced is not None:
-            self._replace_static(group, replaced, updated)
+            self.replace_static(group, replaced, updated)
         group.put_member(updated)
         if new_regex and updated.subscribed_topic_regex:
             self._resolve(group, updated.subscribed_topic_regex, pattern, now_ms)
+        final = self.advance(group, updated, bump, request.owned, now_ms)
+        final.session_deadline_ms = now_ms + self.config.session_timeout_ms
+        full_request = joining or (request.rebalance_timeout_ms != -1 and request.owned is not None and (
+            request.subscribed_topic_names is not None or request.subscribed_topic_regex is not None))
+        changed = final.assigned != member.assigned or joining
+        assignment = _wire_assignment(final.assigned) if full_request or changed else None
+        return HeartbeatAnswer(final.member_id, final.member_epoch, self.config.heartbeat_interval_ms, assignment)
+
+    def advance(
+        self, group: ConsumerGroup, member: ConsumerMember, bump: bool,
+        owned: Sequence[tuple[TopicId, Sequence[int]]] | None, now_ms: int,
+    ) -> ConsumerMember:
+        """Steps 1-3 of a heartbeat once the member is in the group: a new group epoch if its
+        subscription (or the topics) changed, a new target assignment if the epoch moved, and
+        the member's reconciliation towards its target."""
         bump |= self._refresh_regexes(group, now_ms)
         bump |= self._refresh_subscription_metadata(group)
         if bump:
@@ -251,13 +372,7 @@ class ConsumerGroups:
             log.info("group %s: epoch %d", group.group_id, group.group_epoch)
         if group.group_epoch > group.assignment_epoch:
             self._assign(group)
-        final = self._reconcile(group, updated, request.owned, now_ms)
-        final.session_deadline_ms = now_ms + self.config.session_timeout_ms
-        full_request = joining or (request.rebalance_timeout_ms != -1 and request.owned is not None and (
-            request.subscribed_topic_names is not None or request.subscribed_topic_regex is not None))
-        changed = final.assigned != member.assigned or joining
-        assignment = _wire_assignment(final.assigned) if full_request or changed else None
-        return HeartbeatAnswer(final.member_id, final.member_epoch, self.config.heartbeat_interval_ms, assignment)
+        return self._reconcile(group, member, owned, now_ms)
 
     def validate(self, request: Heartbeat) -> None:
         """Kafka's checks before a heartbeat reaches the group (GroupCoordinatorService)."""
@@ -338,7 +453,7 @@ class ConsumerGroups:
             updated.subscribed_topic_regex = request.subscribed_topic_regex
         return updated
 
-    def _replace_static(self, group: ConsumerGroup, old: ConsumerMember, new: ConsumerMember) -> None:
+    def replace_static(self, group: ConsumerGroup, old: ConsumerMember, new: ConsumerMember) -> None:
         target = group.target.get(old.member_id)
         group.remove_member(old.member_id)
         if target is not None:
@@ -470,29 +585,63 @@ class ConsumerGroups:
         return HeartbeatAnswer(request.member_id, request.member_epoch, 0)
 
     def fence(self, group: ConsumerGroup, member_id: str, reason: str) -> None:
-        """Remove a member; the others get a new target assignment (the group epoch moves)."""
+        """Remove a member; the others get a new target assignment (the group epoch moves). When
+        it was the last member of the consumer protocol and the policy allows, the group goes
+        back to the classic protocol instead (Kafka's online downgrade)."""
+        if self._downgrade_allowed(group, member_id):
+            self._downgrade(group, member_id, reason)
+            return
         if group.remove_member(member_id) is None:
             return
+        self.members_left(group)
+        log.info("group %s: member %s %s (group epoch %d)", group.group_id, member_id, reason, group.group_epoch)
+
+    def members_left(self, group: ConsumerGroup) -> None:
+        """Members were removed: a new group epoch, so the others get a new target assignment."""
         self._refresh_regexes(group, 0)  # drops the regexes nobody uses any more
         self._refresh_subscription_metadata(group)
         group.group_epoch += 1
-        log.info("group %s: member %s %s (group epoch %d)", group.group_id, member_id, reason, group.group_epoch)
+
+    def _downgrade_allowed(self, group: ConsumerGroup, member_id: str) -> bool:
+        """Kafka's validateOnlineDowngradeWithFencedMember."""
+        if not group.only_classic_members_besides(member_id):
+            return False
+        if not self.config.migration_policy.downgrade_enabled:
+            log.info("group %s: not downgraded to a classic group: the migration policy does not allow it",
+                     group.group_id)
+            return False
+        if len(group.members) - 1 > self.config.classic_max_size:
+            log.info("group %s: not downgraded to a classic group: too many members for group.max.size",
+                     group.group_id)
+            return False
+        return True
+
+    def _downgrade(self, group: ConsumerGroup, member_id: str, reason: str) -> None:
+        # The group epoch stays: it becomes the classic generation, so members at the current
+        # epoch keep a valid generation and are simply asked to rejoin.
+        del self.groups[group.group_id]
+        self.downgraded.append((group, member_id))
+        log.info("group %s: member %s %s, the last of the consumer protocol: the group becomes a classic group",
+                 group.group_id, member_id, reason)
 
     def expire(self, group_id: str, member_id: str, now_ms: int) -> int | None:
-        """Fence the member if its session or its revocation time ran out; otherwise the time
-        at which to look again (None: the member is gone)."""
+        """Fence the member if its session, its revocation time, or (classic members) the time
+        to rejoin or to sync ran out; otherwise the time at which to look again (None: the
+        member is gone)."""
         group = self.groups.get(group_id)
         member = group.members.get(member_id) if group is not None else None
         if group is None or member is None:
             return None
-        if now_ms >= member.session_deadline_ms:
-            self.fence(group, member_id, "failed: its session timed out")
-            return None
-        revocation = member.revocation_deadline_ms
-        if revocation is not None and now_ms >= revocation:
-            self.fence(group, member_id, "failed to revoke its partitions within its rebalance timeout")
-            return None
-        return min(member.session_deadline_ms, revocation if revocation is not None else member.session_deadline_ms)
+        for deadline, reason in (
+            (member.session_deadline_ms, "failed: its session timed out"),
+            (member.revocation_deadline_ms, "failed to revoke its partitions within its rebalance timeout"),
+            (member.join_deadline_ms, "failed to rejoin within its rebalance timeout"),
+            (member.sync_deadline_ms, "failed to send its SyncGroup within its rebalance timeout"),
+        ):
+            if deadline is not None and now_ms >= deadline:
+                self.fence(group, member_id, reason)
+                return None
+        return min(member.deadlines())
 
     # -- offsets ---------------------------------------------------------------------------------
 
@@ -507,12 +656,10 @@ class ConsumerGroups:
         member = group.members.get(member_id)
         if member is None:
             raise KafkaError(E.UNKNOWN_MEMBER_ID, f"Member {member_id} is not a member of group {group.group_id}.")
-        if not transactional and api_version < 9:
+        if not transactional and not member.uses_classic_protocol and api_version < 9:
             raise KafkaError(E.UNSUPPORTED_VERSION, "OffsetCommit version 9 or above must be used by members "
                              "using the modern group protocol")
-        if member_epoch != member.member_epoch:
-            raise KafkaError(E.STALE_MEMBER_EPOCH, f"The received member epoch {member_epoch} does not match the "
-                             f"expected member epoch {member.member_epoch}.")
+        _check_commit_epoch(member, member_epoch)
 
     @staticmethod
     def validate_offset_fetch(group: ConsumerGroup, member_id: str | None, member_epoch: int) -> None:
@@ -522,9 +669,18 @@ class ConsumerGroups:
         member = group.members.get(member_id or "")
         if member is None:
             raise KafkaError(E.UNKNOWN_MEMBER_ID, f"Member {member_id} is not a member of group {group.group_id}.")
-        if member_epoch != member.member_epoch:
-            raise KafkaError(E.STALE_MEMBER_EPOCH, f"The received member epoch {member_epoch} does not match the "
-                             f"expected member epoch {member.member_epoch}.")
+        _check_commit_epoch(member, member_epoch)
+
+
+def _check_commit_epoch(member: ConsumerMember, member_epoch: int) -> None:
+    """Kafka's ConsumerGroup.validateMemberEpoch: a classic member's epoch is its generation."""
+    if member_epoch == member.member_epoch:
+        return
+    if member.uses_classic_protocol:
+        raise KafkaError(E.ILLEGAL_GENERATION, f"The received generation id {member_epoch} does not match the "
+                         f"expected generation id {member.member_epoch}.")
+    raise KafkaError(E.STALE_MEMBER_EPOCH, f"The received member epoch {member_epoch} does not match the "
+                     f"expected member epoch {member.member_epoch}.")
 
 
 def _check_epoch(member: ConsumerMember, request: Heartbeat) -> None:

@@ -1,16 +1,21 @@
 """The consumer protocol (KIP-848) inside the group coordinator: ConsumerGroupHeartbeat over the
-state machine of consumer_group.py, the timers that fence members whose session or rebalance
-timeout ran out, the topic metadata the assignors see, and the one rule that ties a group id to
-one protocol at a time.
+state machine of consumer_group.py, the classic protocol's requests to consumer groups
+(classic_members.py), the timers that fence members whose session, rebalance, join or sync
+timeout ran out, the topic metadata the assignors see, and the rules that move a group id from
+one protocol to the other.
 
-A group id names either a classic group (group_membership.py) or a consumer group. An empty
-classic group (one that only has committed offsets) becomes a consumer group on the first
-ConsumerGroupHeartbeat, and an empty consumer group a classic one on the first JoinGroup, as in
-Kafka; the offsets stay. A group with members does not change protocol here: Kafka 4.0 lets
-classic and consumer members share a group during an online upgrade, which kbroker does not
-build yet, so such a request is refused with the answer Kafka gives when it cannot take it.
+A group id names either a classic group (group_membership.py) or a consumer group. As in Kafka:
 
-Runs on the event loop: every method runs to completion between awaits.
+- an empty classic group (one that only has committed offsets) becomes a consumer group on the
+  first ConsumerGroupHeartbeat, and an empty consumer group a classic one on the first JoinGroup;
+- a classic group with members becomes a consumer group when a consumer-protocol member joins
+  (an online upgrade, if `group.consumer.migration.policy` allows it): its members stay, as
+  classic members of the consumer group;
+- a consumer group becomes a classic group again when its last consumer-protocol member leaves
+  and classic members remain (an online downgrade, policy permitting).
+
+Committed offsets stay through every change. Runs on the event loop: every method runs to
+completion between awaits.
 """
 
 from __future__ import annotations
@@ -23,16 +28,23 @@ from collections.abc import Iterable
 from kbroker.clock import LoopClock, Timer
 from kbroker.cluster.metadata_cache import MetadataCache
 from kbroker.coordinator.assignors import assignors_from_config
+from kbroker.coordinator.classic_members import ClassicMembers
 from kbroker.coordinator.consumer_group import (
     ConsumerGroup,
     ConsumerGroupConfig,
     ConsumerGroups,
     Heartbeat,
     HeartbeatAnswer,
+    MigrationPolicy,
 )
-from kbroker.coordinator.group import GroupState
+from kbroker.coordinator.group import GroupState, JoinResult, SyncResult
 from kbroker.coordinator.group_config import GroupConfig
-from kbroker.coordinator.group_membership import GroupMembership
+from kbroker.coordinator.group_conversion import (
+    classic_group_from_consumer_group,
+    consumer_group_from_classic_group,
+    upgrade_refusal,
+)
+from kbroker.coordinator.group_membership import GroupMembership, JoinRequest
 from protocol.errors import ErrorCode, KafkaError
 
 log = logging.getLogger("kbroker.coordinator")
@@ -69,6 +81,8 @@ def consumer_group_config(config: GroupConfig) -> ConsumerGroupConfig:
         max_size=config.consumer_max_size,
         regex_refresh_interval_ms=config.consumer_regex_refresh_interval_ms,
         assignors=tuple(assignors_from_config(list(config.consumer_assignors))),
+        migration_policy=MigrationPolicy.parse(config.consumer_migration_policy),
+        classic_max_size=config.max_size,
     )
 
 
@@ -78,6 +92,7 @@ class ConsumerMembership:
         self.classic = classic
         self.image = MetadataTopicImage(cache)
         self.consumer = ConsumerGroups(consumer_group_config(config), self.image)
+        self.classic_members = ClassicMembers(self.consumer)
         self.enabled = config.consumer_protocol_enabled
         self.clock = clock  # None: the running event loop
         self._timers: dict[tuple[str, str], Timer] = {}
@@ -105,34 +120,87 @@ class ConsumerMembership:
                              "(group.coordinator.rebalance.protocols).")
         self.consumer.validate(request)
         self.classic.check_coordinator(request.group_id)
-        self._take_over_empty_classic_group(request)
-        answer = self.consumer.heartbeat(request, self._now_ms())
+        now_ms = self._now_ms()
+        converted = self._upgrade(request, now_ms)
+        answer = self.consumer.heartbeat(request, now_ms, converted)
+        if converted is not None:
+            # Accepted: the classic group is gone, its members are the consumer group's now.
+            classic = self.classic.groups[request.group_id]
+            self.classic.hand_over(classic)
+            log.info("group %s: the classic group of %d members becomes a consumer group", request.group_id,
+                     len(classic.members))
+            for member_id in converted.members:
+                self._arm(request.group_id, member_id)
         self._arm(request.group_id, answer.member_id)
+        self._downgrade_groups()
         return answer
 
-    def _take_over_empty_classic_group(self, request: Heartbeat) -> None:
+    def _upgrade(self, request: Heartbeat, now_ms: int) -> ConsumerGroup | None:
+        """The consumer group a classic group becomes as this heartbeat joins it (None when there
+        is no classic group); raises Kafka's answer when it cannot become one."""
         classic = self.classic.live_group(request.group_id)
         if classic is None:
-            return
-        if request.member_epoch != 0 or not classic.is_in(GroupState.EMPTY):
+            return None
+        if request.member_epoch == 0 and classic.is_in(GroupState.EMPTY):
+            # An empty classic group (offsets only) turns into a consumer group; its offsets stay.
+            del self.classic.groups[request.group_id]
+            log.info("group %s: the empty classic group becomes a consumer group", request.group_id)
+            return None
+        refusal = upgrade_refusal(classic, self.consumer.config.migration_policy.upgrade_enabled,
+                                  self.consumer.config.max_size)
+        if request.member_epoch != 0 or refusal is not None:
+            if refusal is not None:
+                log.info("group %s: not upgraded to a consumer group: %s", request.group_id, refusal)
             raise KafkaError(E.GROUP_ID_NOT_FOUND, f"Group {request.group_id} is not a consumer group.")
-        # An empty classic group (offsets only) turns into a consumer group; its offsets stay.
-        del self.classic.groups[request.group_id]
-        log.info("group %s: the empty classic group becomes a consumer group", request.group_id)
+        return consumer_group_from_classic_group(classic, self.image, now_ms)
 
-    def release_for_classic(self, group_id: str) -> int:
-        """A JoinGroup arrived for `group_id`: NO_ERROR when it may go on as a classic group (an
-        empty consumer group is dropped; its offsets stay), else Kafka's refusal."""
+    def _downgrade_groups(self) -> None:
+        """Consumer groups whose last consumer-protocol member left become classic groups."""
+        for group, leaving_member_id in self.consumer.take_downgraded():
+            for member_id in group.members:
+                self._cancel_timer(group.group_id, member_id)
+            self.classic.take_over(classic_group_from_consumer_group(group, leaving_member_id, self.image))
+
+    # -- the classic protocol's requests to consumer groups ---------------------------------------
+
+    def is_consumer_group(self, group_id: str, with_members: bool = False) -> bool:
         group = self.groups.get(group_id)
-        if group is None:
-            return E.NO_ERROR
-        if group.is_empty:
+        return group is not None and not (with_members and group.is_empty)
+
+    def release_for_classic(self, group_id: str) -> None:
+        """A JoinGroup arrived for `group_id`, which has no members of the consumer protocol: an
+        empty consumer group is dropped (its offsets stay) and it goes on as a classic group."""
+        group = self.groups.get(group_id)
+        if group is not None and group.is_empty:
             del self.groups[group_id]
             log.info("group %s: the empty consumer group becomes a classic group", group_id)
-            return E.NO_ERROR
-        # Kafka 4.0 would take the member into the consumer group (mixed membership), which is
-        # not built: it is refused as Kafka refuses members the group cannot take.
-        return E.INCONSISTENT_GROUP_PROTOCOL
+
+    def classic_join(self, request: JoinRequest) -> JoinResult:
+        group = self.groups[request.group_id]
+        result = self.classic_members.join(group, request, self._now_ms())
+        self._arm(request.group_id, result.member_id)
+        return result
+
+    def classic_sync(
+        self, group_id: str, generation_id: int, member_id: str, instance_id: str | None,
+        protocol_type: str | None, protocol_name: str | None,
+    ) -> SyncResult:
+        result = self.classic_members.sync(self.groups[group_id], member_id, instance_id, generation_id,
+                                           protocol_type, protocol_name, self._now_ms())
+        self._arm(group_id, member_id)
+        return result
+
+    def classic_heartbeat(self, group_id: str, generation_id: int, member_id: str, instance_id: str | None) -> int:
+        error = self.classic_members.heartbeat(self.groups[group_id], member_id, instance_id, generation_id,
+                                               self._now_ms())
+        self._arm(group_id, member_id)
+        return error
+
+    def classic_leave(self, group_id: str, leaving: list[tuple[str, str | None]]) -> list[int]:
+        errors = self.classic_members.leave(self.groups[group_id], leaving)
+        for member_id, _ in leaving:
+            self._cancel_timer(group_id, member_id)
+        return errors
 
     # -- timers ----------------------------------------------------------------------------------
 
@@ -141,9 +209,7 @@ class ConsumerMembership:
         member = group.members.get(member_id) if group is not None else None
         if member is None:
             return
-        deadline = member.session_deadline_ms
-        if member.revocation_deadline_ms is not None:
-            deadline = min(deadline, member.revocation_deadline_ms)
+        deadline = min(member.deadlines())
         timer = self._timers.get((group_id, member_id))
         if timer is not None and not timer.cancelled() and timer.when() <= deadline / 1000:
             return  # it fires first and re-arms itself (a heartbeat costs no timer)
@@ -156,6 +222,12 @@ class ConsumerMembership:
         self._timers.pop((group_id, member_id), None)
         if self.consumer.expire(group_id, member_id, self._now_ms()) is not None:
             self._arm(group_id, member_id)
+        self._downgrade_groups()
+
+    def _cancel_timer(self, group_id: str, member_id: str) -> None:
+        timer = self._timers.pop((group_id, member_id), None)
+        if timer is not None:
+            timer.cancel()
 
     # -- leadership of `__consumer_offsets` partitions --------------------------------------------
 

@@ -20,3 +20,5 @@ class GroupConfig:
     consumer_max_size: int = 2**31 - 1
     consumer_assignors: tuple[str, ...] = ("uniform", "range")
     consumer_regex_refresh_interval_ms: int = 600_000
+    # `group.consumer.migration.policy`: bidirectional, upgrade, downgrade or disabled.
+    consumer_migration_policy: str = "bidirectional"

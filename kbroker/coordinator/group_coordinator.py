@@ -127,9 +127,14 @@ class GroupCoordinator:
     # -- membership (group_membership.py) ----------------------------------------------------------
 
     async def join(self, request: JoinRequest) -> JoinResult:
-        refusal = self.consumer.release_for_classic(request.group_id)
-        if refusal != E.NO_ERROR:
-            return JoinResult(refusal, request.member_id)
+        if self.consumer.is_consumer_group(request.group_id, with_members=True):
+            # A classic member joins a consumer group (a mixed group, as in an online upgrade).
+            try:
+                self.membership.check_join(request)
+            except KafkaError as e:
+                return JoinResult(e.code, request.member_id)
+            return self.consumer.classic_join(request)
+        self.consumer.release_for_classic(request.group_id)
         return await self.membership.join(request)
 
     def consumer_heartbeat(self, request: Heartbeat) -> HeartbeatAnswer:
@@ -140,15 +145,33 @@ class GroupCoordinator:
         self, group_id: str, generation_id: int, member_id: str, instance_id: str | None,
         protocol_type: str | None, protocol_name: str | None, assignments: dict[str, bytes],
     ) -> SyncResult:
+        if self._consumer_group_of_classic_request(group_id):
+            return self.consumer.classic_sync(group_id, generation_id, member_id, instance_id, protocol_type,
+                                              protocol_name)
         return await self.membership.sync(group_id, generation_id, member_id, instance_id, protocol_type,
                                           protocol_name, assignments)
 
     def heartbeat(self, group_id: str, generation_id: int, member_id: str, instance_id: str | None) -> int:
+        if self._consumer_group_of_classic_request(group_id):
+            return self.consumer.classic_heartbeat(group_id, generation_id, member_id, instance_id)
         return self.membership.heartbeat(group_id, generation_id, member_id, instance_id)
 
     def leave(self, group_id: str, leaving: list[tuple[str, str | None]]) -> tuple[int, list[int]]:
         """Remove members (member id, instance id); returns the top-level and per-member errors."""
+        if self._consumer_group_of_classic_request(group_id):
+            return E.NO_ERROR, self.consumer.classic_leave(group_id, leaving)
         return self.membership.leave(group_id, leaving)
+
+    def _consumer_group_of_classic_request(self, group_id: str) -> bool:
+        """Whether a SyncGroup, Heartbeat or LeaveGroup goes to a consumer group's classic members
+        (after the checks every group request passes)."""
+        if not group_id or not self.consumer.is_consumer_group(group_id):
+            return False
+        try:
+            self.membership.check_coordinator(group_id)
+        except KafkaError:
+            return False  # the classic side answers NOT_COORDINATOR
+        return True
 
     # -- offsets (group_offsets.py) ----------------------------------------------------------------
 

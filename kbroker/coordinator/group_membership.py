@@ -111,6 +111,40 @@ class GroupMembership:
                 if member.session_timer is not None:
                     member.session_timer.cancel()
 
+    def hand_over(self, group: Group) -> None:
+        """The group becomes a consumer group (an online upgrade): members waiting in a join or
+        a sync are told to rejoin (they will, through the consumer group), its timers stop, and
+        its record in `__consumer_offsets` is deleted (its offsets stay)."""
+        if group.join_timer is not None:
+            group.join_timer.cancel()
+        for member in group.members.values():
+            if member.awaiting_join is not None and not member.awaiting_join.done():
+                member.awaiting_join.set_result(JoinResult(E.REBALANCE_IN_PROGRESS, member.member_id))
+            if member.awaiting_sync is not None and not member.awaiting_sync.done():
+                member.awaiting_sync.set_result(SyncResult(E.REBALANCE_IN_PROGRESS))
+            member.awaiting_join = member.awaiting_sync = None
+            if member.session_timer is not None:
+                member.session_timer.cancel()
+        del self.groups[group.group_id]
+        try:
+            self.topic.write(group.group_id, [self.topic.group_entry(group.group_id, None)], wall_clock_ms())
+        except KafkaError as e:
+            # Only a restart would see the old record; its members then time out as usual.
+            log.warning("group %s: could not delete the classic group's record: %s", group.group_id, e)
+
+    def take_over(self, group: Group) -> None:
+        """A consumer group became this classic group (an online downgrade): its members get a
+        session, and a rebalance starts in which each rejoins through JoinGroup."""
+        self.groups[group.group_id] = group
+        group.state_timestamp_ms = wall_clock_ms()
+        for member in group.members.values():
+            self.touch(group, member)
+        self._prepare_rebalance(group, "the group was downgraded from the consumer protocol")
+
+    def check_join(self, request: JoinRequest) -> None:
+        """The checks a JoinGroup passes whatever protocol its group speaks."""
+        self._check_join(request)
+
     def remove_group(self, group: Group, now_ms: int) -> None:
         """The group is gone (deleted, or its offsets expired): Dead, and no longer known."""
         group.transition(GroupState.DEAD, now_ms)

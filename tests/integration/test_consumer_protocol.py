@@ -1,12 +1,16 @@
 """Acceptance: the consumer group protocol (KIP-848, `group.protocol=consumer`) with
 confluent-kafka consumers in their own processes — members join, leave and crash, every
 rebalance is incremental (members keep the partitions they had), committed offsets resume
-exactly, and a regex subscription picks up a topic created later."""
+exactly, a regex subscription picks up a topic created later, and a rolling restart moves a
+classic group to the consumer protocol through mixed membership."""
 
 from __future__ import annotations
 
+import threading
+from collections import Counter
+
 import pytest
-from confluent_kafka import ConsumerGroupType
+from confluent_kafka import ConsumerGroupTopicPartitions, ConsumerGroupType, Producer
 from confluent_kafka.admin import AdminClient
 
 from tests.brokers import BrokerProcess
@@ -119,3 +123,133 @@ def test_a_regex_subscription_picks_up_a_new_topic(protocol_broker: BrokerProces
         wait_until(lambda: "new-topic-message" in m1.values(), 30, "the new topic's message")
     finally:
         m1.stop()
+
+
+class SteadyProducer:
+    """Produces distinct values to a topic from a thread until stopped; keeps what was delivered."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        self.producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+        self.topic = topic
+        self.delivered: list[str] = []
+        self.errors: list[object] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        sent = 0
+        while not self._stop.is_set():
+            for _ in range(20):
+                value = f"r{sent}"
+                sent += 1
+                self.producer.produce(self.topic, value.encode(), on_delivery=self._delivered)
+            self.producer.poll(0)
+            self._stop.wait(0.1)  # about 200 records a second
+
+    def _delivered(self, error: object, message: object) -> None:
+        if error is not None:
+            self.errors.append(error)
+        else:
+            self.delivered.append(message.value().decode())  # type: ignore[attr-defined]
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+        assert self.producer.flush(30) == 0
+
+
+class CommittedOffsets:
+    """Samples the group's committed offsets from a thread, keeping every value seen per partition."""
+
+    def __init__(self, bootstrap: str, group: str) -> None:
+        self.admin = AdminClient({"bootstrap.servers": bootstrap})
+        self.group = group
+        self.seen: dict[int, list[int]] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                request = [ConsumerGroupTopicPartitions(self.group)]
+                result = self.admin.list_consumer_group_offsets(request)[self.group].result(10)
+            except Exception:  # noqa: BLE001 - a coordinator busy in a rebalance: sample again
+                self._stop.wait(0.2)
+                continue
+            for tp in result.topic_partitions:
+                if tp.offset >= 0:
+                    history = self.seen.setdefault(tp.partition, [])
+                    if not history or history[-1] != tp.offset:
+                        history.append(tp.offset)
+            self._stop.wait(0.2)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(15)
+
+
+def test_a_rolling_restart_moves_a_classic_group_to_the_consumer_protocol(make_broker) -> None:
+    """Three classic consumers (eager `range`) consume and commit while a producer keeps
+    producing; they are restarted one by one with group.protocol=consumer. The group goes through
+    mixed membership (classic members inside a consumer group) to a consumer group, and no
+    committed offset goes backwards, no record is lost, and a record is read twice only when the
+    commit after its first reading failed (the uncommitted window of a rebalance)."""
+    broker = make_broker(**PROTOCOL_SETTINGS, **{"group.initial.rebalance.delay.ms": "0"})
+    bootstrap = broker.bootstrap
+    topic = create_topic(bootstrap, "rolling", partitions=6)
+    group = "rolling-upgrade"
+    everything = partitions_of(topic, 6)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    producer = SteadyProducer(bootstrap, topic)
+    committed = CommittedOffsets(bootstrap, group)
+    members = [MemberProcess.python(bootstrap, group, topic, f"classic{i}") for i in range(3)]
+    everyone = list(members)
+    try:
+        wait_until(lambda: covered(members, everything, each=2), 60, "three classic members with two partitions each")
+        wait_until(lambda: all(m.messages for m in members), 60, "every classic member consuming")
+        produced_at_restart = []
+        for i in range(3):
+            produced_at_restart.append(len(producer.delivered))
+            old = members[i]
+            old.stop()  # a clean leave
+            new = member(broker, group, topic, f"consumer{i}")
+            members[i] = new
+            everyone.append(new)
+            wait_until(lambda: covered(members, everything), 90, f"all partitions owned after restart {i}")
+            seen = len(new.messages)
+            wait_until(lambda: len(new.messages) > seen + 10, 60, f"consumer{i} consuming")  # noqa: B023
+            described = admin.describe_consumer_groups([group])[group].result(30)
+            assert described.type == ConsumerGroupType.CONSUMER  # mixed, then all consumer-protocol
+        wait_until(lambda: covered(members, everything, each=2), 60, "three consumer-protocol members, two each")
+        producer.stop()
+        produced = set(producer.delivered)
+        assert producer.errors == [] and len(produced) == len(producer.delivered)
+        produced_at_restart.append(len(produced))
+        assert produced_at_restart == sorted(set(produced_at_restart)), "production went on through every restart"
+        wait_until(lambda: produced <= {v for m in everyone for v in m.values()}, 60, "every record consumed")
+    finally:
+        stop_all(everyone)
+        committed.stop()
+        if not producer._stop.is_set():
+            producer.stop()
+
+    # The group went through mixed membership: converted with its classic members, who then
+    # rejoined it through JoinGroup.
+    log = broker.log_text()
+    assert "the classic group of 2 members becomes a consumer group" in log
+    assert "classic member" in log
+    # No committed offset ever went backwards.
+    assert set(committed.seen) == {p for _, p in everything}
+    for partition, history in committed.seen.items():
+        assert history == sorted(history), (partition, history)
+    # Every record consumed at least once; duplicates only where a commit after the first reading
+    # failed: a record committed once is never read again.
+    readings = Counter((p, o) for m in everyone for p, o, _ in m.messages)
+    successful = Counter((p, o - 1) for m in everyone for p, o, error in m.commits if error is None)
+    failed = sum(1 for m in everyone for _, _, error in m.commits if error is not None)
+    duplicates = sum(n - 1 for n in readings.values())
+    assert max(successful.values()) == 1, [r for r, n in successful.items() if n > 1]
+    assert duplicates <= failed, (duplicates, failed)
+    print(f"rolling restart: {len(readings)} records, {duplicates} read twice, {failed} failed commits")
