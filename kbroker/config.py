@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kbroker.coordinator.consumer_group import MigrationPolicy
 from kbroker.kafka_configs import DYNAMIC_BROKER_CONFIGS, DYNAMIC_DEFAULTS
 from kbroker.properties import parse_properties
 from kbroker.security import sasl_config, tls
@@ -71,8 +70,15 @@ def _list(text: str) -> list[str]:
     return [item.strip() for item in text.split(",") if item.strip()]
 
 
+# group.consumer.migration.policy's values (the coordinator's MigrationPolicy; config sits below it).
+MIGRATION_POLICIES = ("bidirectional", "upgrade", "downgrade", "disabled")
+
+
 def _migration_policy(text: str) -> str:
-    return MigrationPolicy.parse(text).value
+    value = text.strip().lower()
+    if value not in MIGRATION_POLICIES:
+        raise ValueError(f"{text!r}: expected one of {', '.join(MIGRATION_POLICIES)}")
+    return value
 
 
 _DEFS = [

@@ -437,3 +437,10 @@ def test_a_silent_classic_member_of_a_consumer_group_is_fenced_by_its_timer(tmp_
             await broker.stop()
 
     asyncio.run(scenario())
+
+
+def test_the_config_accepts_exactly_the_coordinators_migration_policies() -> None:
+    from kbroker.config import MIGRATION_POLICIES
+    from kbroker.coordinator.consumer_group import MigrationPolicy
+
+    assert set(MIGRATION_POLICIES) == {policy.value for policy in MigrationPolicy}
