@@ -330,7 +330,12 @@ class ShareCoordinator:
                   partition: int) -> tuple[ShareStateKey, ShareStateShard | None]:
         key = ShareStateKey(group_id, topic_id, partition)
         hosted = self.topic.hosted(coordinator_key(group_id, topic_id, partition))
-        return key, self.shards.get(hosted.index) if hosted is not None else None
+        if hosted is None:
+            return key, None
+        if hosted.index not in self.shards:
+            # Led without a leadership change to load it on (the topic just created here): replay it now.
+            self.load(hosted.index)
+        return key, self.shards.get(hosted.index)
 
     async def _append(self, key: ShareStateKey, shard: ShareStateShard, record: Entry) -> int:
         """Append the record, apply it, and answer once every in-sync replica has it."""

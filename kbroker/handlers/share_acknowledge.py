@@ -27,7 +27,7 @@ async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
     broker.share_sessions.for_acknowledge(group_id, member_id, request.share_session_epoch, ctx.now_ms())
     listed = [(t.topic_id, p.partition_index, p.acknowledgement_batches) for t in request.topics for p in t.partitions]
     answers: dict[SharePartitionKey, dict[str, Any]] = {}
-    acknowledge_all(ctx, group_id, member_id, listed, answers)
+    await acknowledge_all(ctx, group_id, member_id, listed, answers)
     if request.share_session_epoch == FINAL_EPOCH:
         closed = broker.share_sessions.close(group_id, member_id)
         broker.share_partitions.release_member(group_id, member_id, resolve(ctx, closed.partitions if closed else {}))

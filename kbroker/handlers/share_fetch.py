@@ -38,7 +38,7 @@ async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
                                               [(topic_id, index) for topic_id, index, _ in listed], forget,
                                               has_acks, ctx.now_ms())
     answers: dict[SharePartitionKey, dict[str, Any]] = {}
-    acknowledge_all(ctx, group_id, member_id, listed, answers)
+    await acknowledge_all(ctx, group_id, member_id, listed, answers)
     if request.share_session_epoch == FINAL_EPOCH:
         closed = broker.share_sessions.close(group_id, member_id)
         broker.share_partitions.release_member(group_id, member_id, resolve(ctx, closed.partitions if closed else {}))
