@@ -210,9 +210,11 @@ class SharePartitionManager:
         self._leader_epochs[key] = epoch
         return ErrorCode.NO_ERROR
 
-    async def _ensure_loaded(self, group_id: str, wanted: Sequence[tuple[str, int]]) -> dict[tuple[str, int], int]:
-        """Load the share partitions of `wanted` that this broker leads and has not loaded;
-        the error of each one that could not be."""
+    async def _ensure_loaded(self, group_id: str, wanted: Sequence[tuple[str, int]],
+                             timeout_s: float) -> dict[tuple[str, int], int]:
+        """Load the share partitions of `wanted` that this broker leads and has not loaded,
+        waiting at most `timeout_s` (a fetch's wait: a load still running when it ends goes on,
+        and the fetch answers that partition empty); the error of each one that failed."""
         pending: dict[tuple[str, int], asyncio.Task[int]] = {}
         for topic, index in wanted:
             partition = self.replica_manager.find(topic, index)
@@ -225,8 +227,15 @@ class SharePartitionManager:
             pending[(topic, index)] = task
         if not pending:
             return {}
-        codes = await asyncio.gather(*pending.values())
-        return {where: code for where, code in zip(pending, codes, strict=True) if code != ErrorCode.NO_ERROR}
+        # Even with no time left, a load that needs no IO (a local coordinator) finishes first.
+        await asyncio.wait(pending.values(), timeout=max(timeout_s, 0.001))
+        failed = {}
+        for where, task in pending.items():
+            if not task.done():
+                failed[where] = ErrorCode.NO_ERROR  # still loading: nothing to give yet
+            elif task.cancelled() or task.result() != ErrorCode.NO_ERROR:
+                failed[where] = ErrorCode.NOT_LEADER_OR_FOLLOWER if task.cancelled() else task.result()
+        return failed
 
     def _loaded(self, key: ShareKey, partition: Partition) -> SharePartition | None:
         """The loaded share partition, unless it was loaded under an older leadership (then it
@@ -253,7 +262,7 @@ class SharePartitionManager:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max_wait_ms / 1000
         while True:
-            failed = await self._ensure_loaded(group_id, wanted)
+            failed = await self._ensure_loaded(group_id, wanted, max(0.0, deadline - loop.time()))
             answers = self._fetch_once(group_id, member_id, wanted, max_records, max_bytes, failed)
             self._arm_lock_timer()
             remaining = deadline - loop.time()

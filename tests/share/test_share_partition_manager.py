@@ -11,6 +11,7 @@ from pathlib import Path
 
 from kbroker.clock import wall_clock_ms
 from kbroker.cluster.replica_manager import ReplicaManager
+from kbroker.coordinator.share_coordinator import StateRead
 from kbroker.coordinator.share_partitions import (
     MemoryPersister,
     ShareFetched,
@@ -241,5 +242,31 @@ def test_a_fenced_write_drops_the_share_partition_and_leadership_loss_too(tmp_pa
             assert offsets(again) == [0, 1]
             manager.on_leadership_change("t", 0, leads=False)
             assert manager.share_partition("g", "t", 0) is None
+
+    asyncio.run(asyncio.wait_for(scenario(), 30))
+
+
+class SlowReads(MemoryPersister):
+    """Reads wait for the test to open the gate (a share coordinator failing over)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = asyncio.Event()
+
+    async def read(self, *args: object) -> StateRead:  # type: ignore[override]
+        await self.gate.wait()
+        return await super().read(*args)  # type: ignore[arg-type]
+
+
+def test_a_fetch_waits_for_a_slow_load_no_longer_than_its_max_wait(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        persister, clock = SlowReads(), Clock()
+        async with manager_over_log(tmp_path, clock, persister=persister) as manager:
+            await produce(manager, [b"a"])
+            [empty] = await asyncio.wait_for(manager.fetch("g", "m1", [("t", 0)], 10, 1 << 20, 50), 5)
+            assert (empty.error, empty.acquired) == (ErrorCode.NO_ERROR, ())
+            persister.gate.set()
+            [answer] = await manager.fetch("g", "m1", [("t", 0)], 10, 1 << 20, 1000)
+            assert offsets(answer) == [0]
 
     asyncio.run(asyncio.wait_for(scenario(), 30))
