@@ -29,8 +29,11 @@ from kbroker.coordinator.assignors import assignors_from_config
 from kbroker.coordinator.group_coordinator import GroupConfig, GroupCoordinator
 from kbroker.coordinator.offsets_topic import TOPIC as OFFSETS_TOPIC
 from kbroker.coordinator.offsets_topic import InternalTopic, OffsetsTopic
+from kbroker.coordinator.share_coordinator import TOPIC as SHARE_STATE_TOPIC
+from kbroker.coordinator.share_coordinator import ShareCoordinator, ShareCoordinatorConfig
 from kbroker.coordinator.share_groups import ShareGroupConfig, ShareGroupCoordinator
 from kbroker.coordinator.share_partitions import ShareGroupSettings, SharePartitionManager
+from kbroker.coordinator.share_persister import SharePersister
 from kbroker.coordinator.txn_coordinator import TOPIC as TRANSACTION_TOPIC
 from kbroker.coordinator.txn_coordinator import TransactionCoordinator, TxnConfig
 from kbroker.coordinator.txn_markers import MarkerSender
@@ -182,13 +185,27 @@ class Broker:
         self._stopped = asyncio.Event()
 
     def _open_share_groups(self, config: BrokerConfig) -> None:
-        """Share groups (KIP-932): their coordinator, the share partitions this broker leads, and
-        the share sessions of the consumers fetching from it."""
+        """Share groups (KIP-932): their coordinator, the share coordinator (share-partition state
+        in `__share_group_state`), the share partitions this broker leads, and the share
+        sessions of the consumers fetching from it."""
         settings = ShareGroupSettings(ShareLimits(
             delivery_count_limit=config.get("group.share.delivery.count.limit"),
             max_in_flight=config.get("group.share.partition.max.record.locks"),
             lock_duration_ms=config.get("group.share.record.lock.duration.ms")))
-        self.share_partitions = SharePartitionManager(self.replicas, lambda group_id: settings)
+        self.share_coordinator = ShareCoordinator(
+            InternalTopic(SHARE_STATE_TOPIC, self.topics, self.replicas,
+                          config.get("share.coordinator.state.topic.num.partitions"),
+                          config.get("share.coordinator.state.topic.replication.factor"),
+                          config.get("share.coordinator.state.topic.segment.bytes"),
+                          # As KIP-932 has it: snapshots and updates are pruned, not compacted.
+                          {"cleanup.policy": "delete", "retention.ms": "-1",
+                           "min.insync.replicas": str(config.get("share.coordinator.state.topic.min.isr"))}),
+            ShareCoordinatorConfig(
+                updates_per_snapshot=config.get("share.coordinator.snapshot.update.records.per.snapshot"),
+                write_timeout_ms=config.get("share.coordinator.write.timeout.ms")))
+        self.share_persister = SharePersister(self.share_coordinator, self.cluster, config.broker_id)
+        self.share_partitions = SharePartitionManager(self.replicas, lambda group_id: settings,
+                                                      persister=self.share_persister)
         self.share_sessions: ShareSessionCache[tuple[Any, int]] = ShareSessionCache(
             config.get("group.share.max.share.sessions"))
         self.share_groups = ShareGroupCoordinator(
@@ -255,6 +272,7 @@ class Broker:
         self.groups.load()
         self.groups.start_timers()
         self.transactions.load()
+        self.share_coordinator.load()
         self.configs.start(asyncio.get_running_loop())
         self.credentials.start(asyncio.get_running_loop())
         if self.acls is not None:
@@ -332,8 +350,11 @@ class Broker:
 
     def _on_leadership_change(self, topic: str, index: int, leads: bool) -> None:
         """Coordinator failover: the new leader of an internal partition replays it and takes over
-        its groups or transactional ids; the old one lets them go."""
-        coordinator = {OFFSETS_TOPIC: self.groups, TRANSACTION_TOPIC: self.transactions}.get(topic)
+        its groups, transactional ids or share-partition states; the old one lets them go. A
+        topic partition's share partitions leave the old leader (the new one loads them)."""
+        self.share_partitions.on_leadership_change(topic, index, leads)
+        coordinator = {OFFSETS_TOPIC: self.groups, TRANSACTION_TOPIC: self.transactions,
+                       SHARE_STATE_TOPIC: self.share_coordinator}.get(topic)
         if coordinator is None:
             return
         if leads:
@@ -448,6 +469,7 @@ class Broker:
             await self._controlled_shutdown()
         self.share_groups.stop()
         self.share_partitions.stop()
+        await self.share_persister.close()
         self.configs.stop()
         self.credentials.stop()
         if self.acls is not None:

@@ -46,6 +46,14 @@ _KBROKER_ONLY_TYPES = {
     "socket.request.read.timeout.ms": "LONG",
     "socket.request.max.entries": "INT",
     "log.encryption.key.file": "STRING",  # a path, not the keys: not sensitive (as ssl.keystore.location)
+    # Share groups' settings of Kafka 4.1, which 3.9's catalogue lacks (KIP-932).
+    "group.share.max.share.sessions": "INT",
+    "share.coordinator.state.topic.num.partitions": "INT",
+    "share.coordinator.state.topic.replication.factor": "SHORT",
+    "share.coordinator.state.topic.min.isr": "SHORT",
+    "share.coordinator.state.topic.segment.bytes": "INT",
+    "share.coordinator.snapshot.update.records.per.snapshot": "INT",
+    "share.coordinator.write.timeout.ms": "INT",
 }
 
 # DescribeConfigs' config_type codes (KIP-569).

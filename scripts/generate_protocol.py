@@ -31,6 +31,13 @@ DEFAULT_OVERLAY_DIR = ROOT / "protocol" / "specs"
 # A broker serves the APIs whose spec lists one of these listeners.
 BROKER_LISTENERS = {"broker", "zkBroker"}
 DATA_SPECS = ("ConsumerProtocolSubscription", "ConsumerProtocolAssignment")
+# Inter-broker APIs whose only (early-access, "unstable") version is generated all the same:
+# kbroker brokers speak them to each other (the share coordinator's state RPCs, KIP-932) and never
+# advertise them to clients, so an unreleased schema is no compatibility risk.
+INTER_BROKER_UNSTABLE = frozenset({
+    "InitializeShareGroupStateRequest", "ReadShareGroupStateRequest", "WriteShareGroupStateRequest",
+    "DeleteShareGroupStateRequest", "ReadShareGroupStateSummaryRequest",
+})
 PRIMITIVES = {
     "int8": "Int8",
     "int16": "Int16",
@@ -186,7 +193,8 @@ def _options(compact: bool, nullable: bool) -> str:
 def valid_versions(spec: dict) -> range:
     versions = Versions.parse(spec["validVersions"])
     assert versions.high is not None
-    high = versions.high - (1 if spec.get("latestVersionUnstable") else 0)
+    unstable = spec.get("latestVersionUnstable") and spec["name"] not in INTER_BROKER_UNSTABLE
+    high = versions.high - (1 if unstable else 0)
     return range(versions.low, high + 1)
 
 

@@ -84,11 +84,13 @@ class Marker:
 
 
 class InternalTopic:
-    """A compacted internal topic whose partitions own keys by Java's string hash."""
+    """An internal topic whose partitions own keys by Java's string hash: compacted unless
+    `configs` says otherwise (they override the defaults; `min.insync.replicas` is capped at the
+    replication factor the topic gets)."""
 
     def __init__(
         self, name: str, topics: TopicManager, replicas: ReplicaManager, partitions: int, replication_factor: int,
-        segment_bytes: int,
+        segment_bytes: int, configs: dict[str, str] | None = None,
     ) -> None:
         self.name = name
         self.topics = topics
@@ -96,6 +98,7 @@ class InternalTopic:
         self.partitions = partitions
         self.replication_factor = replication_factor
         self.segment_bytes = segment_bytes
+        self.configs = configs or {}
         self._creating: asyncio.Task[None] | None = None
 
     def exists(self) -> bool:
@@ -117,7 +120,9 @@ class InternalTopic:
             raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE,
                              f"{self.name} needs {factor} brokers and {live} are alive")
         configs = {"cleanup.policy": "compact", "segment.bytes": str(self.segment_bytes),
-                   "compression.type": "producer"}
+                   "compression.type": "producer", **self.configs}
+        if "min.insync.replicas" in configs:
+            configs["min.insync.replicas"] = str(min(int(configs["min.insync.replicas"]), factor))
         spec = TopicSpec(self.name, self.partitions, factor, None, configs)
         if self.topics.cluster is None:
             try:

@@ -2,7 +2,8 @@
 
 A handler module defines `API_KEY`, the version range it serves (`MIN_VERSION`,
 `MAX_VERSION`), optionally `ADVERTISED_MIN` when ApiVersions must advertise older
-versions than it serves (as Kafka 3.9 does), and `async def handle(ctx, request)`
+versions than it serves (as Kafka 3.9 does) or `ADVERTISED = False` when ApiVersions must not
+list it at all (brokers' APIs at unreleased versions), and `async def handle(ctx, request)`
 returning the response body (a mapping), or None for no response (acks=0).
 """
 
@@ -112,6 +113,7 @@ HANDLER_MODULES = (
     "heartbeat",
     "incremental_alter_configs",
     "init_producer_id",
+    "initialize_share_group_state",
     "join_group",
     "leave_group",
     "list_groups",
@@ -124,6 +126,7 @@ HANDLER_MODULES = (
     "offset_fetch",
     "offset_for_leader_epoch",
     "produce",
+    "read_share_group_state",
     "sasl_authenticate",
     "sasl_handshake",
     "share_acknowledge",
@@ -132,6 +135,7 @@ HANDLER_MODULES = (
     "share_group_heartbeat",
     "sync_group",
     "txn_offset_commit",
+    "write_share_group_state",
     "write_txn_markers",
 )
 
@@ -151,9 +155,11 @@ def handlers() -> dict[int, ModuleType]:
 
 
 def advertised_versions() -> list[tuple[int, int, int]]:
-    """(api key, min, max) for ApiVersions, sorted by key."""
+    """(api key, min, max) for ApiVersions, sorted by key. An API whose module says
+    `ADVERTISED = False` is served but not listed (inter-broker APIs at unreleased versions)."""
     return sorted(
         (key, getattr(m, "ADVERTISED_MIN", m.MIN_VERSION), m.MAX_VERSION) for key, m in handlers().items()
+        if getattr(m, "ADVERTISED", True)
     )
 
 

@@ -1,19 +1,22 @@
-"""FindCoordinator: which broker coordinates a group or a transactional id."""
+"""FindCoordinator: which broker coordinates a group, a transactional id or (v6+, key type 2) a
+share partition's state: the leader of the key's partition of `__consumer_offsets`,
+`__transaction_state` or `__share_group_state`."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from kbroker.coordinator.share_state_records import parse_coordinator_key
 from kbroker.handlers import Pacer, RequestContext
-from kbroker.handlers.authorize import Op, Resource, allowed
+from kbroker.handlers.authorize import Op, Resource, allowed, cluster_allowed
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.find_coordinator import Coordinator, FindCoordinatorResponse
 
 API_KEY = 10
 MIN_VERSION = 0
-MAX_VERSION = 6  # v6 adds share-group keys, which this broker refuses (no share groups)
+MAX_VERSION = 6  # v6 adds share keys ("group:topicId:partition"), for share-partition leaders
 
-GROUP, TRANSACTION = 0, 1
+GROUP, TRANSACTION, SHARE = 0, 1, 2
 
 
 async def handle(ctx: RequestContext, request: Any) -> FindCoordinatorResponse:
@@ -36,15 +39,18 @@ def _find(ctx: RequestContext, key: str, key_type: int) -> Coordinator:
 
 
 def _coordinator(ctx: RequestContext, key: str, key_type: int) -> Coordinator:
-    if key_type not in (GROUP, TRANSACTION):
+    if key_type not in (GROUP, TRANSACTION, SHARE) or (key_type == SHARE and ctx.version < 6):
         raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unknown coordinator type {key_type}")
+    if key_type == SHARE:
+        _check_share_key(ctx, key)
     if key_type == GROUP and not allowed(ctx, Op.DESCRIBE, Resource.GROUP, key):
         raise KafkaError(ErrorCode.GROUP_AUTHORIZATION_FAILED, "Group authorization failed.")
     if key_type == TRANSACTION and not allowed(ctx, Op.DESCRIBE, Resource.TRANSACTIONAL_ID, key):
         raise KafkaError(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "Transactional Id authorization failed.")
     if key_type == TRANSACTION and not key:
         raise KafkaError(ErrorCode.INVALID_REQUEST, "empty transactional id")
-    topic = ctx.broker.groups.topic if key_type == GROUP else ctx.broker.transactions.topic
+    topic = {GROUP: ctx.broker.groups.topic, TRANSACTION: ctx.broker.transactions.topic,
+             SHARE: ctx.broker.share_coordinator.topic}[key_type]
     topic.ensure()
     cluster = ctx.broker.cluster
     if cluster is not None:
@@ -60,3 +66,14 @@ def _coordinator(ctx: RequestContext, key: str, key_type: int) -> Coordinator:
     if endpoint is None:
         raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE)
     return {"node_id": endpoint.broker_id, "host": endpoint.host, "port": endpoint.port}
+
+
+def _check_share_key(ctx: RequestContext, key: str) -> None:
+    """Kafka's rules for a share coordinator's key: brokers ask (CLUSTER_ACTION), and the key is
+    "group:topicId:partition"."""
+    if not cluster_allowed(ctx, Op.CLUSTER_ACTION):
+        raise KafkaError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed.")
+    try:
+        parse_coordinator_key(key)
+    except ValueError as e:
+        raise KafkaError(ErrorCode.INVALID_REQUEST, str(e)) from None

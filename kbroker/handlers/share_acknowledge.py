@@ -25,7 +25,7 @@ async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
     group_id, member_id = share_request_member(ctx, request, "ShareAcknowledge")
     ctx.broker.share_sessions.for_acknowledge(group_id, member_id, request.share_session_epoch, ctx.now_ms())
     answers: dict[SharePartitionKey, dict[str, Any]] = {}
-    acknowledge_all(ctx, group_id, member_id, listed_partitions(request), answers)
+    await acknowledge_all(ctx, group_id, member_id, listed_partitions(request), answers)
     if request.share_session_epoch == FINAL_EPOCH:
         end_share_session(ctx, group_id, member_id)
     by_topic: dict[Any, list[dict[str, Any]]] = {}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Iterable
 from typing import Any
@@ -78,10 +79,12 @@ def partition_answer(index: int) -> dict[str, Any]:
             "current_leader": {"leader_id": -1, "leader_epoch": -1}, "records": b"", "acquired_records": []}
 
 
-def acknowledge_all(ctx: RequestContext, group_id: str, member_id: str,
-                    listed: Iterable[tuple[uuid.UUID, int, Any]],
-                    answers: dict[SharePartitionKey, dict[str, Any]]) -> None:
-    """Apply the acknowledgements of each listed partition; each answer's acknowledge error."""
+async def acknowledge_all(ctx: RequestContext, group_id: str, member_id: str,
+                          listed: Iterable[tuple[uuid.UUID, int, Any]],
+                          answers: dict[SharePartitionKey, dict[str, Any]]) -> None:
+    """Apply the acknowledgements of each listed partition; each answer's acknowledge error,
+    once the share coordinator has them (the partitions' writes run side by side)."""
+    pending: list[tuple[dict[str, Any], Any]] = []
     for topic_id, index, batches in listed:
         if not batches:
             continue
@@ -94,5 +97,7 @@ def acknowledge_all(ctx: RequestContext, group_id: str, member_id: str,
             answer["acknowledge_error_code"] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
             continue
         wanted = [AcknowledgementBatch(b.first_offset, b.last_offset, tuple(b.acknowledge_types)) for b in batches]
-        answer["acknowledge_error_code"] = ctx.broker.share_partitions.acknowledge(group_id, member_id, name,
-                                                                                   index, wanted)
+        pending.append((answer, ctx.broker.share_partitions.acknowledge(group_id, member_id, name, index, wanted)))
+    codes = await asyncio.gather(*(work for _, work in pending))
+    for (answer, _), code in zip(pending, codes, strict=True):
+        answer["acknowledge_error_code"] = code

@@ -34,7 +34,7 @@ async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
                                                   [(topic_id, index) for topic_id, index, _ in listed], forget,
                                                   has_acks, ctx.now_ms())
     answers: dict[SharePartitionKey, dict[str, Any]] = {}
-    acknowledge_all(ctx, group_id, member_id, listed, answers)
+    await acknowledge_all(ctx, group_id, member_id, listed, answers)
     if request.share_session_epoch == FINAL_EPOCH:
         end_share_session(ctx, group_id, member_id)
     else:

@@ -29,15 +29,50 @@ from protocol.primitives import (  # noqa: F401
 API_KEY = 83
 NAME = "InitializeShareGroupState"
 MIN_VERSION = 0
-MAX_VERSION = -1
+MAX_VERSION = 0
 FLEXIBLE_FROM = 0
 
-REQUEST: dict[int, KStruct] = {
+_request_v0 = KStruct(
+    Field("group_id", KString(compact=True), ''),
+    Field("topics", KArray(KStruct(
+        Field("topic_id", Uuid, ZERO_UUID),
+        Field("partitions", KArray(KStruct(
+            Field("partition", Int32, 0),
+            Field("state_epoch", Int32, 0),
+            Field("start_offset", Int64, 0),
+            flexible=True,
+            name="PartitionData",
+        ), compact=True), []),
+        flexible=True,
+        name="InitializeStateData",
+    ), compact=True), []),
+    flexible=True,
+    name="InitializeShareGroupStateRequest",
+)
 
+REQUEST: dict[int, KStruct] = {
+    0: _request_v0,
 }
 
-RESPONSE: dict[int, KStruct] = {
+_response_v0 = KStruct(
+    Field("results", KArray(KStruct(
+        Field("topic_id", Uuid, ZERO_UUID),
+        Field("partitions", KArray(KStruct(
+            Field("partition", Int32, 0),
+            Field("error_code", Int16, 0),
+            Field("error_message", KString(compact=True, nullable=True), None),
+            flexible=True,
+            name="PartitionResult",
+        ), compact=True), []),
+        flexible=True,
+        name="InitializeStateResult",
+    ), compact=True), []),
+    flexible=True,
+    name="InitializeShareGroupStateResponse",
+)
 
+RESPONSE: dict[int, KStruct] = {
+    0: _response_v0,
 }
 
 

@@ -29,15 +29,59 @@ from protocol.primitives import (  # noqa: F401
 API_KEY = 84
 NAME = "ReadShareGroupState"
 MIN_VERSION = 0
-MAX_VERSION = -1
+MAX_VERSION = 0
 FLEXIBLE_FROM = 0
 
-REQUEST: dict[int, KStruct] = {
+_request_v0 = KStruct(
+    Field("group_id", KString(compact=True), ''),
+    Field("topics", KArray(KStruct(
+        Field("topic_id", Uuid, ZERO_UUID),
+        Field("partitions", KArray(KStruct(
+            Field("partition", Int32, 0),
+            Field("leader_epoch", Int32, 0),
+            flexible=True,
+            name="PartitionData",
+        ), compact=True), []),
+        flexible=True,
+        name="ReadStateData",
+    ), compact=True), []),
+    flexible=True,
+    name="ReadShareGroupStateRequest",
+)
 
+REQUEST: dict[int, KStruct] = {
+    0: _request_v0,
 }
 
-RESPONSE: dict[int, KStruct] = {
+_response_v0 = KStruct(
+    Field("results", KArray(KStruct(
+        Field("topic_id", Uuid, ZERO_UUID),
+        Field("partitions", KArray(KStruct(
+            Field("partition", Int32, 0),
+            Field("error_code", Int16, 0),
+            Field("error_message", KString(compact=True, nullable=True), None),
+            Field("state_epoch", Int32, 0),
+            Field("start_offset", Int64, 0),
+            Field("state_batches", KArray(KStruct(
+                Field("first_offset", Int64, 0),
+                Field("last_offset", Int64, 0),
+                Field("delivery_state", Int8, 0),
+                Field("delivery_count", Int16, 0),
+                flexible=True,
+                name="StateBatch",
+            ), compact=True), []),
+            flexible=True,
+            name="PartitionResult",
+        ), compact=True), []),
+        flexible=True,
+        name="ReadStateResult",
+    ), compact=True), []),
+    flexible=True,
+    name="ReadShareGroupStateResponse",
+)
 
+RESPONSE: dict[int, KStruct] = {
+    0: _response_v0,
 }
 
 

@@ -11,7 +11,14 @@ from pathlib import Path
 
 from kbroker.clock import wall_clock_ms
 from kbroker.cluster.replica_manager import ReplicaManager
-from kbroker.coordinator.share_partitions import ShareFetched, ShareGroupSettings, SharePartitionManager
+from kbroker.coordinator.share_coordinator import StateRead
+from kbroker.coordinator.share_partitions import (
+    MemoryPersister,
+    ShareFetched,
+    ShareGroupSettings,
+    SharePartitionManager,
+    StatePersister,
+)
 from kbroker.share.share_partition import AcknowledgementBatch, AcknowledgeType, Archived, ShareLimits
 from kbroker.storage.log_config import LogConfig
 from kbroker.storage.log_manager import LogManager
@@ -19,6 +26,7 @@ from protocol.errors import ErrorCode
 from protocol.record_batch import Record, decode_batches, encode_batch
 
 LOCK_MS = 30_000
+TOPIC_ID = uuid.uuid4()
 
 
 class Clock:
@@ -31,13 +39,15 @@ class Clock:
 
 @asynccontextmanager
 async def manager_over_log(tmp_path: Path, clock: Clock, earliest: bool = True,
-                           archived: list[Archived] | None = None) -> AsyncIterator[SharePartitionManager]:
+                           archived: list[Archived] | None = None,
+                           persister: StatePersister | None = None) -> AsyncIterator[SharePartitionManager]:
     replicas = ReplicaManager(0, LogManager([tmp_path / "logs"]))
-    replicas.become_leader("t", 0, uuid.uuid4(), LogConfig(), 1, [0], [0], wall_clock_ms())
+    replicas.become_leader("t", 0, TOPIC_ID, LogConfig(), 1, [0], [0], wall_clock_ms())
     settings = ShareGroupSettings(ShareLimits(delivery_count_limit=2, max_in_flight=100, lock_duration_ms=LOCK_MS),
                                   start_at_earliest=earliest)
     manager = SharePartitionManager(replicas, lambda group: settings, clock,
-                                    lambda g, t, i, records: (archived if archived is not None else []).extend(records))
+                                    lambda g, t, i, records: (archived if archived is not None else []).extend(records),
+                                    persister)
     try:
         yield manager
     finally:
@@ -66,9 +76,9 @@ def delivered(answer: ShareFetched) -> dict[int, bytes | None]:
             for r in b.records if b.base_offset + r.offset_delta in wanted}
 
 
-def accept(manager: SharePartitionManager, member: str, answer: ShareFetched,
+async def accept(manager: SharePartitionManager, member: str, answer: ShareFetched,
            kind: AcknowledgeType = AcknowledgeType.ACCEPT) -> int:
-    return manager.acknowledge("g", member, "t", 0, [AcknowledgementBatch(r.first_offset, r.last_offset, (kind,))
+    return await manager.acknowledge("g", member, "t", 0, [AcknowledgementBatch(r.first_offset, r.last_offset, (kind,))
                                                      for r in answer.acquired])
 
 
@@ -84,9 +94,9 @@ def test_two_members_split_one_partition_and_each_record_is_delivered_once(tmp_p
             assert delivered(second) == {4: b"e", 5: b"f"}
             # The answer stops after the last batch holding an acquired record.
             assert [b.base_offset for b in decode_batches(first.records.read_bytes())] == [0, 3]  # type: ignore[union-attr]
-            assert accept(manager, "m1", first) == ErrorCode.NO_ERROR
-            assert accept(manager, "m1", second) == ErrorCode.INVALID_RECORD_STATE  # not m1's
-            assert accept(manager, "m2", second) == ErrorCode.NO_ERROR
+            assert await accept(manager, "m1", first) == ErrorCode.NO_ERROR
+            assert await accept(manager, "m1", second) == ErrorCode.INVALID_RECORD_STATE  # not m1's
+            assert await accept(manager, "m2", second) == ErrorCode.NO_ERROR
             assert manager.share_partition("g", "t", 0).start_offset == 6  # type: ignore[union-attr]
 
     asyncio.run(asyncio.wait_for(scenario(), 30))
@@ -104,7 +114,7 @@ def test_a_lock_that_expires_redelivers_and_the_limit_archives(tmp_path: Path) -
             manager.expire_locks(clock.now)
             [again] = await manager.fetch("g", "m2", [("t", 0)], 10, 1 << 20, 0)
             assert offsets(again) == [0, 1] and [r.delivery_count for r in again.acquired] == [2]
-            assert accept(manager, "m2", again, AcknowledgeType.RELEASE) == ErrorCode.NO_ERROR
+            assert await accept(manager, "m2", again, AcknowledgeType.RELEASE) == ErrorCode.NO_ERROR
             # Delivered twice, the limit: released, they are archived instead of redelivered.
             assert [(a.offset, a.delivery_count) for a in archived] == [(0, 2), (1, 2)]
 
@@ -126,7 +136,7 @@ def test_a_waiting_fetch_wakes_for_new_data_and_for_released_records(tmp_path: P
             waiting = asyncio.ensure_future(manager.fetch("g", "m2", [("t", 0)], 10, 1 << 20, max_wait_ms=20_000))
             await asyncio.sleep(0)
             assert not waiting.done()
-            assert accept(manager, "m1", answer, AcknowledgeType.RELEASE) == ErrorCode.NO_ERROR
+            assert await accept(manager, "m1", answer, AcknowledgeType.RELEASE) == ErrorCode.NO_ERROR
             [answer] = await asyncio.wait_for(waiting, 10)
             assert offsets(answer) == [1]
 
@@ -143,7 +153,120 @@ def test_unknown_partitions_and_a_member_leaving(tmp_path: Path) -> None:
             manager.release_member("g", "m1", [("t", 0)])
             [answer] = await manager.fetch("g", "m2", [("t", 0)], 10, 1 << 20, 0)
             assert offsets(answer) == [0, 1]
-            assert manager.acknowledge("other-group", "m2", "t", 0, [AcknowledgementBatch(0, 1, (1,))]) == \
+            assert await manager.acknowledge("other-group", "m2", "t", 0, [AcknowledgementBatch(0, 1, (1,))]) == \
                 ErrorCode.INVALID_RECORD_STATE
+
+    asyncio.run(asyncio.wait_for(scenario(), 30))
+
+
+def test_a_new_leader_redelivers_only_what_was_not_acknowledged(tmp_path: Path) -> None:
+    """The state written through the persister is what the next manager (a restarted broker, a
+    new leader) starts from: accepted and rejected records stay settled, acquired ones come
+    back available, with the delivery count last written."""
+    async def scenario() -> None:
+        persister, clock = MemoryPersister(), Clock()
+        async with manager_over_log(tmp_path, clock, persister=persister) as manager:
+            await produce(manager, [b"a", b"b", b"c", b"d", b"e", b"f"])
+            [first] = await manager.fetch("g", "m1", [("t", 0)], 6, 1 << 20, 0)
+            assert offsets(first) == [0, 1, 2, 3, 4, 5]
+            settle = [AcknowledgementBatch(0, 1, (AcknowledgeType.ACCEPT,)),
+                      AcknowledgementBatch(3, 3, (AcknowledgeType.REJECT,)),
+                      AcknowledgementBatch(4, 4, (AcknowledgeType.RELEASE,))]
+            assert await manager.acknowledge("g", "m1", "t", 0, settle) == ErrorCode.NO_ERROR
+        # Offsets 2 and 5 were held (their locks do not survive), 4 released: all three come back,
+        # counted as delivered once already (the write with the acknowledgement said so).
+        async with manager_over_log(tmp_path, clock, persister=persister) as restarted:
+            [again] = await restarted.fetch("g", "m2", [("t", 0)], 10, 1 << 20, 0)
+            assert {o: r.delivery_count for r in again.acquired for o in range(r.first_offset, r.last_offset + 1)} \
+                == {2: 2, 4: 2, 5: 2}
+
+    asyncio.run(asyncio.wait_for(scenario(), 30))
+
+
+class GatedPersister(MemoryPersister):
+    """Writes wait for the test to open the gate, and answer `answer`."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = asyncio.Event()
+        self.answer = ErrorCode.NO_ERROR
+        self.writes = 0
+
+    async def write(self, *args: object) -> int:  # type: ignore[override]
+        self.writes += 1
+        await self.gate.wait()
+        if self.answer != ErrorCode.NO_ERROR:
+            return self.answer
+        return await super().write(*args)  # type: ignore[arg-type]
+
+
+def test_an_acknowledgement_is_answered_once_written_and_a_failed_write_is_its_error(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        persister, clock = GatedPersister(), Clock()
+        async with manager_over_log(tmp_path, clock, persister=persister) as manager:
+            await produce(manager, [b"a", b"b", b"c"])
+            [answer] = await manager.fetch("g", "m1", [("t", 0)], 3, 1 << 20, 0)
+            acking = []
+            for offset in (0, 1):
+                acking.append(asyncio.ensure_future(
+                    manager.acknowledge("g", "m1", "t", 0, [AcknowledgementBatch(offset, offset, (1,))])))
+                await asyncio.sleep(0.05)
+            assert not any(a.done() for a in acking), "answered before the state was written"
+            assert persister.writes == 1  # one write in flight; the second waits for its turn
+            persister.gate.set()
+            assert await asyncio.gather(*acking) == [ErrorCode.NO_ERROR, ErrorCode.NO_ERROR]
+            assert persister.writes == 2
+            stored = persister.states[("g", TOPIC_ID, 0)]
+            assert stored.start_offset == 2
+            persister.answer = ErrorCode.COORDINATOR_NOT_AVAILABLE
+            assert await manager.acknowledge("g", "m1", "t", 0, [AcknowledgementBatch(2, 2, (1,))]) == \
+                ErrorCode.COORDINATOR_NOT_AVAILABLE
+            assert offsets(answer) == [0, 1, 2]
+
+    asyncio.run(asyncio.wait_for(scenario(), 30))
+
+
+def test_a_fenced_write_drops_the_share_partition_and_leadership_loss_too(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        persister, clock = GatedPersister(), Clock()
+        persister.gate.set()
+        async with manager_over_log(tmp_path, clock, persister=persister) as manager:
+            await produce(manager, [b"a", b"b"])
+            [answer] = await manager.fetch("g", "m1", [("t", 0)], 1, 1 << 20, 0)
+            persister.answer = ErrorCode.FENCED_LEADER_EPOCH
+            assert await manager.acknowledge("g", "m1", "t", 0, [AcknowledgementBatch(0, 0, (1,))]) == \
+                ErrorCode.NOT_LEADER_OR_FOLLOWER
+            assert manager.share_partition("g", "t", 0) is None  # loaded again at the next fetch
+            persister.answer = ErrorCode.NO_ERROR
+            [again] = await manager.fetch("g", "m1", [("t", 0)], 10, 1 << 20, 0)
+            assert offsets(again) == [0, 1]
+            manager.on_leadership_change("t", 0, leads=False)
+            assert manager.share_partition("g", "t", 0) is None
+
+    asyncio.run(asyncio.wait_for(scenario(), 30))
+
+
+class SlowReads(MemoryPersister):
+    """Reads wait for the test to open the gate (a share coordinator failing over)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = asyncio.Event()
+
+    async def read(self, *args: object) -> StateRead:  # type: ignore[override]
+        await self.gate.wait()
+        return await super().read(*args)  # type: ignore[arg-type]
+
+
+def test_a_fetch_waits_for_a_slow_load_no_longer_than_its_max_wait(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        persister, clock = SlowReads(), Clock()
+        async with manager_over_log(tmp_path, clock, persister=persister) as manager:
+            await produce(manager, [b"a"])
+            [empty] = await asyncio.wait_for(manager.fetch("g", "m1", [("t", 0)], 10, 1 << 20, 50), 5)
+            assert (empty.error, empty.acquired) == (ErrorCode.NO_ERROR, ())
+            persister.gate.set()
+            [answer] = await manager.fetch("g", "m1", [("t", 0)], 10, 1 << 20, 1000)
+            assert offsets(answer) == [0]
 
     asyncio.run(asyncio.wait_for(scenario(), 30))

@@ -1,0 +1,33 @@
+"""WriteShareGroupState (KIP-932, inter-broker): a share-partition leader writes its state to the
+share coordinator, answered once on every in-sync replica of `__share_group_state`. Served to
+brokers (CLUSTER_ACTION), not advertised: its only version is Kafka 4.0's early access."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from kbroker.coordinator.share_state_records import PersistedBatch
+from kbroker.handlers import RequestContext
+from kbroker.handlers.authorize import Op, require_cluster
+
+API_KEY = 85
+MIN_VERSION = 0
+MAX_VERSION = 0
+ADVERTISED = False
+
+
+async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    require_cluster(ctx, Op.CLUSTER_ACTION)
+    coordinator = ctx.broker.share_coordinator
+    results = []
+    for topic in request.topics:
+        codes = await asyncio.gather(*(
+            coordinator.write(request.group_id, topic.topic_id, p.partition, p.state_epoch, p.leader_epoch,
+                              p.start_offset, [PersistedBatch(b.first_offset, b.last_offset, b.delivery_state,
+                                                              b.delivery_count) for b in p.state_batches])
+            for p in topic.partitions))
+        results.append({"topic_id": topic.topic_id, "partitions": [
+            {"partition": p.partition, "error_code": code, "error_message": None}
+            for p, code in zip(topic.partitions, codes, strict=True)]})
+    return {"results": results}
