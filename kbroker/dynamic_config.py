@@ -46,6 +46,12 @@ _KBROKER_ONLY_TYPES = {
     "socket.request.read.timeout.ms": "LONG",
     "socket.request.max.entries": "INT",
     "log.encryption.key.file": "STRING",  # a path, not the keys: not sensitive (as ssl.keystore.location)
+    # Kafka 4.1's bounds of share group configs, which Kafka 3.9's catalogue lacks.
+    "group.share.min.delivery.count.limit": "INT",
+    "group.share.max.delivery.count.limit": "INT",
+    "group.share.min.partition.max.record.locks": "INT",
+    "group.share.max.partition.max.record.locks": "INT",
+    "group.share.max.share.sessions": "INT",
 }
 
 # DescribeConfigs' config_type codes (KIP-569).

@@ -25,7 +25,7 @@ import logging
 import re
 import uuid
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
@@ -209,6 +209,9 @@ class ConsumerGroups:
         self.config = config
         self.image = image
         self.groups: dict[str, ConsumerGroup] = {}
+        # A group's own (session timeout, heartbeat interval) from its group configs
+        # (consumer.session.timeout.ms, consumer.heartbeat.interval.ms); None: the broker's.
+        self.timing_of: Callable[[str], tuple[int, int]] | None = None
 
     @property
     def assignor_names(self) -> list[str]:
@@ -252,12 +255,15 @@ class ConsumerGroups:
         if group.group_epoch > group.assignment_epoch:
             self._assign(group)
         final = self._reconcile(group, updated, request.owned, now_ms)
-        final.session_deadline_ms = now_ms + self.config.session_timeout_ms
+        session_timeout_ms, heartbeat_interval_ms = (
+            self.timing_of(group.group_id) if self.timing_of is not None
+            else (self.config.session_timeout_ms, self.config.heartbeat_interval_ms))
+        final.session_deadline_ms = now_ms + session_timeout_ms
         full_request = joining or (request.rebalance_timeout_ms != -1 and request.owned is not None and (
             request.subscribed_topic_names is not None or request.subscribed_topic_regex is not None))
         changed = final.assigned != member.assigned or joining
         assignment = _wire_assignment(final.assigned) if full_request or changed else None
-        return HeartbeatAnswer(final.member_id, final.member_epoch, self.config.heartbeat_interval_ms, assignment)
+        return HeartbeatAnswer(final.member_id, final.member_epoch, heartbeat_interval_ms, assignment)
 
     def validate(self, request: Heartbeat) -> None:
         """Kafka's checks before a heartbeat reaches the group (GroupCoordinatorService)."""

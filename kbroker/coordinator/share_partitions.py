@@ -43,6 +43,7 @@ class ShareGroupSettings:
     limits: ShareLimits = field(default_factory=ShareLimits)
     start_at_earliest: bool = False  # share.auto.offset.reset
     read_committed: bool = False  # share.isolation.level
+    start_by_duration_ms: int | None = None  # share.auto.offset.reset=by_duration:<duration>
 
 
 @dataclass(frozen=True)
@@ -143,9 +144,27 @@ class SharePartitionManager:
         key = (group_id, partition.topic, partition.index)
         share = self._partitions.get(key)
         if share is None:
-            start = partition.log_start_offset if settings.start_at_earliest else partition.high_watermark
-            share = self._partitions[key] = SharePartition(start, settings.limits)
+            share = self._partitions[key] = SharePartition(self._start_offset(partition, settings), settings.limits)
         return share
+
+    def _start_offset(self, partition: Partition, settings: ShareGroupSettings) -> int:
+        """Where a group starts reading a partition (Kafka's share.auto.offset.reset): the log start,
+        the first record at or after now minus a duration (the end if there is none), or the end."""
+        if settings.start_at_earliest:
+            return partition.log_start_offset
+        if settings.start_by_duration_ms is not None:
+            found = partition.fetch_offset_for_timestamp(self.clock() - settings.start_by_duration_ms, -1, False)
+            if found.offset >= 0:
+                return found.offset
+        return partition.high_watermark
+
+    def settings_changed(self, group_id: str) -> None:
+        """A group's configs changed: its share partitions take the new lock duration, delivery
+        limit and in-flight limit from now on (their start offsets stay)."""
+        limits = self.settings_of(group_id).limits
+        for (group, _, _), share in self._partitions.items():
+            if group == group_id:
+                share.limits = limits
 
     async def _wait_for_records(self, wanted: Sequence[tuple[str, int]], timeout_s: float) -> None:
         # Registered before yielding to the loop: data or a settlement in between must wake us.
