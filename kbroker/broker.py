@@ -14,6 +14,7 @@ from typing import Any
 
 from kbroker.clock import wall_clock_ms
 from kbroker.cluster.acls import AclService, AclStoreUnreadable
+from kbroker.cluster.broker_client import AsyncBrokerClient
 from kbroker.cluster.configs import ConfigService
 from kbroker.cluster.controller import Controller
 from kbroker.cluster.credentials import UserCredentials
@@ -27,6 +28,7 @@ from kbroker.cluster.store_writer import StoreWriter
 from kbroker.cluster.topics import TopicManager
 from kbroker.config import BrokerConfig, ConfigError
 from kbroker.coordinator.assignors import assignors_from_config
+from kbroker.coordinator.dead_letters import DeadLetters, DeadLetterSettings
 from kbroker.coordinator.group_coordinator import GroupConfig, GroupCoordinator
 from kbroker.coordinator.offsets_topic import TOPIC as OFFSETS_TOPIC
 from kbroker.coordinator.offsets_topic import InternalTopic, OffsetsTopic
@@ -187,7 +189,14 @@ class Broker:
     def _open_share_groups(self, config: BrokerConfig) -> None:
         """Share groups (KIP-932): their coordinator, the share partitions this broker leads, and
         the share sessions of the consumers fetching from it."""
-        self.share_partitions = SharePartitionManager(self.replicas, self._share_settings)
+        self.dead_letters = DeadLetters(
+            self.replicas, self.metadata_cache, self.group_configs, self.topics,
+            lambda: DeadLetterSettings(
+                auto_create=bool(self.config.get("errors.deadletterqueue.auto.create.topics.enable")),
+                topic_prefix=self.config.get("errors.deadletterqueue.topic.name.prefix") or ""),
+            remote_leader=self._leader_endpoint, client_factory=self._inter_broker_client)
+        self.share_partitions = SharePartitionManager(self.replicas, self._share_settings,
+                                                      on_archived=self.dead_letters.archived)
         self.share_sessions: ShareSessionCache[tuple[Any, int]] = ShareSessionCache(
             config.get("group.share.max.share.sessions"))
         self.share_groups = ShareGroupCoordinator(
@@ -221,6 +230,21 @@ class Broker:
             start_at_earliest=reset == "earliest",
             read_committed=configs.value(group_id, "share.isolation.level") == "read_committed",
             start_by_duration_ms=duration_ms)
+
+    def _leader_endpoint(self, topic: str, index: int) -> tuple[int, tuple[str, int]] | None:
+        """The leader of a partition led elsewhere and its inter-broker address (a cluster only)."""
+        if self.cluster is None:
+            return None
+        state = self.cluster.state_of(topic, index)
+        if state is None or state.leader < 0:
+            return None
+        address = self.cluster.endpoint_of(state.leader)
+        return (state.leader, address) if address is not None else None
+
+    def _inter_broker_client(self, host: str, port: int) -> AsyncBrokerClient:
+        assert self.cluster is not None
+        return AsyncBrokerClient(host, port, f"dead-letters-{self.config.broker_id}",
+                                 ssl_context=self.cluster.inter_broker_ssl, sasl=self.cluster.inter_broker_sasl)
 
     def _consumer_group_timing(self, group_id: str) -> tuple[int, int]:
         """A consumer-protocol group's (session timeout, heartbeat interval): its group configs,
@@ -486,6 +510,7 @@ class Broker:
             await self._controlled_shutdown()
         self.share_groups.stop()
         self.share_partitions.stop()
+        await self.dead_letters.stop()
         self.configs.stop()
         self.credentials.stop()
         self.group_configs.stop()

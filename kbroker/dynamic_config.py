@@ -52,6 +52,9 @@ _KBROKER_ONLY_TYPES = {
     "group.share.min.partition.max.record.locks": "INT",
     "group.share.max.partition.max.record.locks": "INT",
     "group.share.max.share.sessions": "INT",
+    # KIP-1191's (Kafka trunk).
+    "errors.deadletterqueue.auto.create.topics.enable": "BOOLEAN",
+    "errors.deadletterqueue.topic.name.prefix": "STRING",
 }
 
 # DescribeConfigs' config_type codes (KIP-569).
