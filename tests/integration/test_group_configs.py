@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -298,3 +299,35 @@ def test_zookeeper_layout_and_every_broker_follows(tmp_path: Path, zk_connect: s
     finally:
         for process in brokers:
             process.kill()
+
+
+def _shared_values(broker: BrokerProcess, group: str, topic: str, want: int, timeout_s: float) -> list[bytes]:
+    consumer = ShareConsumer({"bootstrap.servers": broker.bootstrap, "group.id": group})
+    consumer.subscribe([topic])
+    seen: list[bytes] = []
+    deadline = time.monotonic() + timeout_s
+    try:
+        # Polls until `want` records came or the time is up (then what came, maybe nothing).
+        while len(seen) < want and time.monotonic() < deadline:
+            seen.extend(m.value() for m in consumer.poll(0.5) if m.error() is None)
+    finally:
+        consumer.close()
+    return seen
+
+
+def test_share_isolation_level_read_committed_waits_for_the_commit(broker: BrokerProcess) -> None:
+    topic = create_topic(broker.bootstrap, "isolation")
+    for group, level in (("reads-uncommitted", "read_uncommitted"), ("reads-committed", "read_committed")):
+        assert incremental(broker.bootstrap, group, ("share.auto.offset.reset", SET, "earliest"),
+                           ("share.isolation.level", SET, level)) == (ErrorCode.NO_ERROR, None)
+    transactional = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "isolation-txn"})
+    transactional.init_transactions(30)
+    transactional.begin_transaction()
+    transactional.produce(topic, b"pending")
+    assert transactional.flush(30) == 0
+    # The record is in the log: a read_uncommitted group gets it at once.
+    assert _shared_values(broker, "reads-uncommitted", topic, 1, 60) == [b"pending"]
+    # read_committed stops at the last stable offset: nothing while the transaction is open.
+    assert _shared_values(broker, "reads-committed", topic, 1, 3) == []
+    transactional.commit_transaction(30)
+    assert _shared_values(broker, "reads-committed", topic, 1, 60) == [b"pending"]
