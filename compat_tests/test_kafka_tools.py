@@ -324,6 +324,8 @@ TOPIC_DEFAULT_DIFFERENCES = [
     replace(r"^  message\.timestamp\.after\.max\.ms=.*$", "  message.timestamp.after.max.ms=<differs>"),
     # Tiered storage is not built: its switches are not listed.
     replace(r"^  remote\.log\.(copy\.disable|delete\.on\.disable)=.*\n", ""),
+    # KIP-1191's opt-in of dead-letter topics (Kafka's trunk), which Kafka 3.9 does not have.
+    replace(r"^  errors\.deadletterqueue\.group\.enable=.*\n", ""),
 ]
 
 

@@ -14,10 +14,12 @@ from typing import Any
 
 from kbroker.clock import wall_clock_ms
 from kbroker.cluster.acls import AclService, AclStoreUnreadable
+from kbroker.cluster.broker_client import AsyncBrokerClient
 from kbroker.cluster.configs import ConfigService
 from kbroker.cluster.controller import Controller
 from kbroker.cluster.credentials import UserCredentials
 from kbroker.cluster.fetch_sessions import FetchSessionCache
+from kbroker.cluster.group_configs import GroupConfigs, auto_offset_reset
 from kbroker.cluster.metadata_cache import MetadataCache
 from kbroker.cluster.producer_ids import ProducerIdManager
 from kbroker.cluster.replica_fetcher import FetcherConfig
@@ -26,6 +28,7 @@ from kbroker.cluster.store_writer import StoreWriter
 from kbroker.cluster.topics import TopicManager
 from kbroker.config import BrokerConfig, ConfigError
 from kbroker.coordinator.assignors import assignors_from_config
+from kbroker.coordinator.dead_letters import DeadLetters, DeadLetterSettings
 from kbroker.coordinator.group_coordinator import GroupConfig, GroupCoordinator
 from kbroker.coordinator.offsets_topic import TOPIC as OFFSETS_TOPIC
 from kbroker.coordinator.offsets_topic import InternalTopic, OffsetsTopic
@@ -82,6 +85,8 @@ class Broker:
             self.configs = ConfigService(self)  # applies the stored dynamic broker configs to `config`
             self.credentials = UserCredentials(self.store, self.store_writer)  # SCRAM credentials, for SASL listeners
             self.credentials.load()
+            self.group_configs = GroupConfigs(self.store, self.store_writer, config)  # kafka-configs --entity-type groups
+            self.group_configs.load()
             self.acls = self._open_acls(config)
         except BaseException:
             self.store.close()
@@ -154,6 +159,7 @@ class Broker:
             ),
             self.metadata_cache.partition_exists,
         )
+        self.groups.consumer.consumer.timing_of = self._consumer_group_timing
         self.transactions = TransactionCoordinator(
             InternalTopic(
                 TRANSACTION_TOPIC,
@@ -186,12 +192,8 @@ class Broker:
 
     def _open_share_groups(self, config: BrokerConfig) -> None:
         """Share groups (KIP-932): their coordinator, the share coordinator (share-partition state
-        in `__share_group_state`), the share partitions this broker leads, and the share
-        sessions of the consumers fetching from it."""
-        settings = ShareGroupSettings(ShareLimits(
-            delivery_count_limit=config.get("group.share.delivery.count.limit"),
-            max_in_flight=config.get("group.share.partition.max.record.locks"),
-            lock_duration_ms=config.get("group.share.record.lock.duration.ms")))
+        in `__share_group_state`), the share partitions this broker leads with their dead letters,
+        and the share sessions of the consumers fetching from it."""
         self.share_coordinator = ShareCoordinator(
             InternalTopic(SHARE_STATE_TOPIC, self.topics, self.replicas,
                           config.get("share.coordinator.state.topic.num.partitions"),
@@ -204,7 +206,14 @@ class Broker:
                 updates_per_snapshot=config.get("share.coordinator.snapshot.update.records.per.snapshot"),
                 write_timeout_ms=config.get("share.coordinator.write.timeout.ms")))
         self.share_persister = SharePersister(self.share_coordinator, self.cluster, config.broker_id)
-        self.share_partitions = SharePartitionManager(self.replicas, lambda group_id: settings,
+        self.dead_letters = DeadLetters(
+            self.replicas, self.metadata_cache, self.group_configs, self.topics,
+            lambda: DeadLetterSettings(
+                auto_create=bool(self.config.get("errors.deadletterqueue.auto.create.topics.enable")),
+                topic_prefix=self.config.get("errors.deadletterqueue.topic.name.prefix") or ""),
+            remote_leader=self._leader_endpoint, client_factory=self._inter_broker_client)
+        self.share_partitions = SharePartitionManager(self.replicas, self._share_settings,
+                                                      on_archived=self.dead_letters.archived,
                                                       persister=self.share_persister)
         self.share_sessions: ShareSessionCache[tuple[Any, int]] = ShareSessionCache(
             config.get("group.share.max.share.sessions"))
@@ -213,7 +222,60 @@ class Broker:
                              heartbeat_interval_ms=config.get("group.share.heartbeat.interval.ms"),
                              max_size=config.get("group.share.max.size")),
             self._share_topics, is_other_group=self._is_classic_group, on_member_gone=self._share_member_gone,
-            on_assigned=self.share_partitions.initialize)
+            on_assigned=self.share_partitions.initialize, config_of=self._share_group_config)
+        # Read at every share fetch: kept per group until its configs change.
+        self._share_settings_cache: dict[str, ShareGroupSettings] = {}
+        self.group_configs.on_change(self._share_group_configs_changed)
+
+    def _share_group_configs_changed(self, group_id: str) -> None:
+        self._share_settings_cache.pop(group_id, None)
+        self.share_partitions.settings_changed(group_id)
+
+    def _share_settings(self, group_id: str) -> ShareGroupSettings:
+        """A share group's settings: its group configs, else the broker's group.share.* configs."""
+        cached = self._share_settings_cache.get(group_id)
+        if cached is None:
+            cached = self._share_settings_cache[group_id] = self._read_share_settings(group_id)
+        return cached
+
+    def _read_share_settings(self, group_id: str) -> ShareGroupSettings:
+        configs = self.group_configs
+        reset, duration_ms = auto_offset_reset(configs.value(group_id, "share.auto.offset.reset"))
+        return ShareGroupSettings(
+            ShareLimits(delivery_count_limit=configs.int_value(group_id, "share.delivery.count.limit"),
+                        max_in_flight=configs.int_value(group_id, "share.partition.max.record.locks"),
+                        lock_duration_ms=configs.int_value(group_id, "share.record.lock.duration.ms")),
+            start_at_earliest=reset == "earliest",
+            read_committed=configs.value(group_id, "share.isolation.level") == "read_committed",
+            start_by_duration_ms=duration_ms)
+
+    def _leader_endpoint(self, topic: str, index: int) -> tuple[int, tuple[str, int]] | None:
+        """The leader of a partition led elsewhere and its inter-broker address (a cluster only)."""
+        if self.cluster is None:
+            return None
+        state = self.cluster.state_of(topic, index)
+        if state is None or state.leader < 0:
+            return None
+        address = self.cluster.endpoint_of(state.leader)
+        return (state.leader, address) if address is not None else None
+
+    def _inter_broker_client(self, host: str, port: int) -> AsyncBrokerClient:
+        assert self.cluster is not None
+        return AsyncBrokerClient(host, port, f"dead-letters-{self.config.broker_id}",
+                                 ssl_context=self.cluster.inter_broker_ssl, sasl=self.cluster.inter_broker_sasl)
+
+    def _consumer_group_timing(self, group_id: str) -> tuple[int, int]:
+        """A consumer-protocol group's (session timeout, heartbeat interval): its group configs,
+        else the broker's group.consumer.* configs."""
+        configs = self.group_configs
+        return (configs.int_value(group_id, "consumer.session.timeout.ms"),
+                configs.int_value(group_id, "consumer.heartbeat.interval.ms"))
+
+    def _share_group_config(self, group_id: str) -> ShareGroupConfig:
+        configs = self.group_configs
+        return ShareGroupConfig(session_timeout_ms=configs.int_value(group_id, "share.session.timeout.ms"),
+                                heartbeat_interval_ms=configs.int_value(group_id, "share.heartbeat.interval.ms"),
+                                max_size=self.config.get("group.share.max.size"))
 
     def _share_topics(self) -> dict[str, TopicInfo]:
         return {r.name: TopicInfo(r.topic_id, len(r.assignment)) for r in self.metadata_cache.topic_records()
@@ -275,6 +337,7 @@ class Broker:
         self.share_coordinator.load()
         self.configs.start(asyncio.get_running_loop())
         self.credentials.start(asyncio.get_running_loop())
+        self.group_configs.start(asyncio.get_running_loop())
         if self.acls is not None:
             self.acls.start(asyncio.get_running_loop())
         for listener in self.config.listeners_parsed():
@@ -470,8 +533,10 @@ class Broker:
         self.share_groups.stop()
         self.share_partitions.stop()
         await self.share_persister.close()
+        await self.dead_letters.stop()
         self.configs.stop()
         self.credentials.stop()
+        self.group_configs.stop()
         if self.acls is not None:
             self.acls.stop()
         await self.server.stop()

@@ -54,6 +54,14 @@ _KBROKER_ONLY_TYPES = {
     "share.coordinator.state.topic.segment.bytes": "INT",
     "share.coordinator.snapshot.update.records.per.snapshot": "INT",
     "share.coordinator.write.timeout.ms": "INT",
+    # Kafka 4.1's bounds of share group configs, which Kafka 3.9's catalogue lacks.
+    "group.share.min.delivery.count.limit": "INT",
+    "group.share.max.delivery.count.limit": "INT",
+    "group.share.min.partition.max.record.locks": "INT",
+    "group.share.max.partition.max.record.locks": "INT",
+    # KIP-1191's (Kafka trunk).
+    "errors.deadletterqueue.auto.create.topics.enable": "BOOLEAN",
+    "errors.deadletterqueue.topic.name.prefix": "STRING",
 }
 
 # DescribeConfigs' config_type codes (KIP-569).

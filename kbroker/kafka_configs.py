@@ -426,4 +426,5 @@ TOPIC_CONFIG_TYPES: dict[str, str] = {
     "segment.jitter.ms": "LONG",
     "segment.ms": "LONG",
     "unclean.leader.election.enable": "BOOLEAN",
+    "errors.deadletterqueue.group.enable": "BOOLEAN",  # KIP-1191 (Kafka trunk)
 }

@@ -1,5 +1,5 @@
-"""`kbroker configs`: describe and alter topic and broker configs, and users' SCRAM credentials
-(kbroker/cli/scram_users.py), like kafka-configs.sh."""
+"""`kbroker configs`: describe and alter topic, broker and group configs, and users' SCRAM
+credentials (kbroker/cli/scram_users.py), like kafka-configs.sh."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from kbroker.client.admin import (
     BROKER_RESOURCE,
     CONFIG_SOURCES,
     DELETE,
+    GROUP_RESOURCE,
     SET,
     SUBTRACT,
     TOPIC_RESOURCE,
@@ -21,10 +22,11 @@ from kbroker.client.admin import (
 )
 
 USERS = -1  # not a config resource: users' SCRAM credentials have their own APIs
-ENTITY_TYPES = {"topics": TOPIC_RESOURCE, "brokers": BROKER_RESOURCE, "users": USERS}
+ENTITY_TYPES = {"topics": TOPIC_RESOURCE, "brokers": BROKER_RESOURCE, "users": USERS, "groups": GROUP_RESOURCE}
 BROKER_DEFAULT = ""  # the entity name of the cluster-wide broker defaults
 # Without --all, describe shows only what was set on the entity itself.
-_DYNAMIC_SOURCE = {TOPIC_RESOURCE: 1, BROKER_RESOURCE: 2}
+_DYNAMIC_SOURCE = {TOPIC_RESOURCE: 1, BROKER_RESOURCE: 2, GROUP_RESOURCE: 8}
+_ENTITY_WORD = {TOPIC_RESOURCE: "topic", BROKER_RESOURCE: "broker", GROUP_RESOURCE: "group"}
 _DYNAMIC_DEFAULT_BROKER_SOURCE = 3
 # Commas separate configs, except inside [ ] (list values such as cleanup.policy=[compact,delete]).
 _OUTSIDE_BRACKETS = r"(?=[^\]]*(?:\[|$))"
@@ -38,8 +40,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     actions = parser.add_mutually_exclusive_group(required=True)
     actions.add_argument("--describe", action="store_true", help="show the entity's configs")
     actions.add_argument("--alter", action="store_true", help="change the entity's configs")
-    parser.add_argument("--entity-type", choices=sorted(ENTITY_TYPES), help="topics, brokers or users")
-    parser.add_argument("--entity-name", help="topic name, broker id or user name")
+    parser.add_argument("--entity-type", choices=sorted(ENTITY_TYPES), help="topics, brokers, users or groups")
+    parser.add_argument("--entity-name", help="topic name, broker id, user name or group id")
     parser.add_argument("--entity-default", action="store_true", help="the default config of all brokers")
     parser.add_argument("--topic", help="shorthand for --entity-type topics --entity-name TOPIC")
     parser.add_argument("--broker", help="shorthand for --entity-type brokers --entity-name BROKER")
@@ -94,7 +96,7 @@ def _entity(args: argparse.Namespace) -> tuple[int, str | None]:
                 raise CommandError("--topic/--broker/--broker-defaults conflict with --entity-type")
             entity_type, name = shorthand_type, shorthand_name
     if entity_type is None:
-        raise CommandError("--entity-type is required (topics or brokers)")
+        raise CommandError("--entity-type is required (topics, brokers, users or groups)")
     if args.entity_default:
         if entity_type != "brokers":
             raise CommandError("--entity-default is only valid with --entity-type brokers")
@@ -111,6 +113,8 @@ def _entity(args: argparse.Namespace) -> tuple[int, str | None]:
 def _entities(client: Client, resource_type: int, name: str | None) -> list[str]:
     if name is not None:
         return [name]
+    if resource_type == GROUP_RESOURCE:
+        return [group.group_id for group in client.list_groups()]
     metadata = client.metadata(refresh=True)
     if resource_type == TOPIC_RESOURCE:
         return sorted(metadata.topics)
@@ -134,8 +138,7 @@ def _describe(client: Client, resource_type: int, name: str | None, show_all: bo
 def _heading(resource_type: int, entity: str, show_all: bool) -> str:
     if resource_type == BROKER_RESOURCE and entity == BROKER_DEFAULT:
         return "Default configs for brokers in the cluster are:"
-    kind = "topic" if resource_type == TOPIC_RESOURCE else "broker"
-    return f"{'All' if show_all else 'Dynamic'} configs for {kind} {entity} are:"
+    return f"{'All' if show_all else 'Dynamic'} configs for {_ENTITY_WORD[resource_type]} {entity} are:"
 
 
 def _source_shown(resource_type: int, entity: str) -> int:
@@ -170,7 +173,7 @@ def _alter(client: Client, resource_type: int, name: str, args: argparse.Namespa
     if resource_type == BROKER_RESOURCE and name == BROKER_DEFAULT:
         print("Completed updating default config for brokers in the cluster.")
     else:
-        print(f"Completed updating config for {'topic' if resource_type == TOPIC_RESOURCE else 'broker'} {name}.")
+        print(f"Completed updating config for {_ENTITY_WORD[resource_type]} {name}.")
 
 
 def _operations(args: argparse.Namespace) -> list[tuple[str, int, str | None]]:

@@ -23,7 +23,7 @@ INCREMENTAL_ALTER_CONFIGS = 44
 ALTER_PARTITION_REASSIGNMENTS = 45
 LIST_PARTITION_REASSIGNMENTS = 46
 # Config resource types and IncrementalAlterConfigs operations, as numbered on the wire.
-TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
+TOPIC_RESOURCE, BROKER_RESOURCE, GROUP_RESOURCE = 2, 4, 32
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 CONFIG_SOURCES = {
     0: "UNKNOWN", 1: "DYNAMIC_TOPIC_CONFIG", 2: "DYNAMIC_BROKER_CONFIG", 3: "DYNAMIC_DEFAULT_BROKER_CONFIG",
@@ -78,7 +78,7 @@ class AdminClient(ClusterClient):
         check(result.error_code, result.error_message)
 
     def describe_configs(self, resource_type: int, name: str) -> list[ConfigEntry]:
-        """Every config of a topic or broker ("" for the broker defaults), with synonyms."""
+        """Every config of a topic, broker ("" for the broker defaults) or group, with synonyms."""
         body = {"resources": [{"resource_type": resource_type, "resource_name": name,
                                "configuration_keys": None}],
                 "include_synonyms": True, "include_documentation": False}

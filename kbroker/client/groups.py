@@ -25,6 +25,7 @@ LIST_GROUPS = 16
 DELETE_GROUPS = 42
 OFFSET_DELETE = 47
 CONSUMER_GROUP_DESCRIBE = 69
+SHARE_GROUP_DESCRIBE = 77
 CONSUMER_PROTOCOL_TYPE = "consumer"
 _INT16 = struct.Struct(">h")
 _T = TypeVar("_T")
@@ -59,18 +60,39 @@ class GroupDescription:
     group_type: str = "classic"  # or "consumer": the group protocol its members speak
 
 
+@dataclass
+class ShareMember:
+    member_id: str
+    client_id: str
+    client_host: str
+    member_epoch: int
+    assignment: list[tuple[str, int]]  # (topic, partition)
+
+
+@dataclass
+class ShareGroupDescription:
+    group_id: str
+    state: str  # Empty, Stable, Dead
+    group_epoch: int
+    assignment_epoch: int
+    members: list[ShareMember]
+    coordinator: Coordinator
+
+
 class GroupsClient(CoordinatorClient):
     """Listing, describing and deleting groups, and their committed offsets."""
 
-    def list_groups(self, states: Iterable[str] = ()) -> list[GroupListing]:
-        """Every group known to any broker (those in `states` only, if given), sorted by id."""
-        wanted = list(states)
+    def list_groups(self, states: Iterable[str] = (), types: Iterable[str] = ()) -> list[GroupListing]:
+        """Every group known to any broker (those in `states` and of `types` only, if given), sorted by id."""
+        wanted, kinds = list(states), list(types)
         listings: dict[str, GroupListing] = {}
         for node in sorted(self.metadata(refresh=True).brokers):
             version = self.version(LIST_GROUPS, node)
             if wanted and version < 4:
                 raise KafkaError(ErrorCode.UNSUPPORTED_VERSION, f"broker {node} cannot filter groups by state")
-            response = self.request(LIST_GROUPS, {"states_filter": wanted, "types_filter": []}, version, node)
+            if kinds and version < 5:
+                raise KafkaError(ErrorCode.UNSUPPORTED_VERSION, f"broker {node} cannot filter groups by type")
+            response = self.request(LIST_GROUPS, {"states_filter": wanted, "types_filter": kinds}, version, node)
             check(response.error_code, context=f"list groups of broker {node}")
             listings.update((g.group_id, GroupListing(g.group_id, g.protocol_type, g.group_state, g.group_type))
                             for g in response.groups)
@@ -118,6 +140,24 @@ class GroupsClient(CoordinatorClient):
         ]
         return GroupDescription(group_id, result.group_state, CONSUMER_PROTOCOL_TYPE, result.assignor_name, members,
                                 coordinator, group_type="consumer")
+
+    def describe_share_group(self, group_id: str) -> ShareGroupDescription:
+        """A share group as ShareGroupDescribe shows it (KafkaError GROUP_ID_NOT_FOUND when unknown)."""
+        return self._retry_coordinator(lambda: self._describe_share_group(group_id))
+
+    def _describe_share_group(self, group_id: str) -> ShareGroupDescription:
+        coordinator = self._find_coordinator(group_id)
+        body = {"group_ids": [group_id], "include_authorized_operations": False}
+        result = self.request(SHARE_GROUP_DESCRIBE, body, 1, coordinator.node_id).groups[0]
+        raise_retriable([result.error_code])
+        check(result.error_code, result.error_message)
+        members = [
+            ShareMember(m.member_id, m.client_id, m.client_host, m.member_epoch,
+                        sorted((t.topic_name, p) for t in m.assignment.topic_partitions for p in t.partitions))
+            for m in result.members
+        ]
+        return ShareGroupDescription(group_id, result.group_state, result.group_epoch, result.assignment_epoch,
+                                     members, coordinator)
 
     def fetch_offsets(self, group_id: str, partitions: Iterable[tuple[str, int]] | None = None
                       ) -> dict[tuple[str, int], int]:

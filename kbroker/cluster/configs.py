@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from kbroker import dynamic_config
+from kbroker.cluster.group_configs import GROUP_CONFIG_DEFS
 from kbroker.config import TOPIC_CONFIG_SYNONYMS, ConfigError, parse_ip_overrides
 from kbroker.storage.log_config import LogConfig
 from protocol.errors import ErrorCode, KafkaError
@@ -28,6 +29,7 @@ class ResourceType(enum.IntEnum):
     TOPIC = 2
     BROKER = 4
     BROKER_LOGGER = 8
+    GROUP = 32
 
 
 class ConfigSource(enum.IntEnum):
@@ -37,6 +39,7 @@ class ConfigSource(enum.IntEnum):
     STATIC_BROKER_CONFIG = 4
     DEFAULT_CONFIG = 5
     DYNAMIC_BROKER_LOGGER_CONFIG = 6
+    GROUP_CONFIG = 8
 
 
 class ConfigType(enum.IntEnum):
@@ -214,6 +217,38 @@ class ConfigService:
 
     def topic_overrides(self, name: str) -> dict[str, str]:
         return dict(self.broker.topics.require(name).configs)
+
+    # -- groups -----------------------------------------------------------------------------------
+
+    def describe_group(self, group: str, keys: list[str] | None = None, synonyms: bool = False) -> list[dict[str, Any]]:
+        """As Kafka's ConfigHelper for a GROUP: every group config, the group's own value first
+        (GROUP_CONFIG), then the broker config behind it with its sources; none is read-only."""
+        overrides = self.broker.group_configs.overrides(group)
+        layers = self._layers()
+        entries = []
+        for name in sorted(GROUP_CONFIG_DEFS):
+            if keys is not None and name not in keys:
+                continue
+            definition = GROUP_CONFIG_DEFS[name]
+            chain = [
+                _synonym(n, v, _SOURCE_OF[source])
+                for n, v, source in (dynamic_config.synonym_chain(definition.synonym, layers)
+                                     if definition.synonym else [])
+            ]
+            value = chain[0]["value"] if chain else definition.default
+            if name in overrides:
+                value = overrides[name]
+                chain.insert(0, _synonym(name, value, ConfigSource.GROUP_CONFIG))
+            source = chain[0]["source"] if chain else ConfigSource.DEFAULT_CONFIG
+            entries.append(config_entry(
+                name, value, source, chain if synonyms else None,
+                config_type=dynamic_config.CONFIG_TYPE_CODES[definition.kind],
+            ))
+        return entries
+
+    async def alter_group(self, group: str, overrides: Mapping[str, str], validate_only: bool) -> None:
+        """Replace a group's configs (AlterConfigs semantics), after Kafka's checks."""
+        await self.broker.group_configs.alter(group, overrides, validate_only)
 
     # -- brokers ----------------------------------------------------------------------------------
 

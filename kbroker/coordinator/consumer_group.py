@@ -32,7 +32,7 @@ import logging
 import re
 import uuid
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
@@ -304,6 +304,9 @@ class ConsumerGroups:
         self.config = config
         self.image = image
         self.groups: dict[str, ConsumerGroup] = {}
+        # A group's own (session timeout, heartbeat interval) from its group configs
+        # (consumer.session.timeout.ms, consumer.heartbeat.interval.ms); None: the broker's.
+        self.timing_of: Callable[[str], tuple[int, int]] | None = None
         # Groups whose last consumer-protocol member (the id beside each) left while classic members
         # remain: no longer consumer groups, for the classic side to take over (group_conversion.py).
         self.downgraded: list[tuple[ConsumerGroup, str]] = []
@@ -351,12 +354,19 @@ class ConsumerGroups:
         if new_regex and updated.subscribed_topic_regex:
             self._resolve(group, updated.subscribed_topic_regex, pattern, now_ms)
         final = self.advance(group, updated, bump, request.owned, now_ms)
-        final.session_deadline_ms = now_ms + self.config.session_timeout_ms
+        session_timeout_ms, heartbeat_interval_ms = self.timing(group.group_id)
+        final.session_deadline_ms = now_ms + session_timeout_ms
         full_request = joining or (request.rebalance_timeout_ms != -1 and request.owned is not None and (
             request.subscribed_topic_names is not None or request.subscribed_topic_regex is not None))
         changed = final.assigned != member.assigned or joining
         assignment = _wire_assignment(final.assigned) if full_request or changed else None
-        return HeartbeatAnswer(final.member_id, final.member_epoch, self.config.heartbeat_interval_ms, assignment)
+        return HeartbeatAnswer(final.member_id, final.member_epoch, heartbeat_interval_ms, assignment)
+
+    def timing(self, group_id: str) -> tuple[int, int]:
+        """(session timeout, heartbeat interval) of a group: its group configs', else the broker's."""
+        if self.timing_of is not None:
+            return self.timing_of(group_id)
+        return self.config.session_timeout_ms, self.config.heartbeat_interval_ms
 
     def advance(
         self, group: ConsumerGroup, member: ConsumerMember, bump: bool,

@@ -34,8 +34,11 @@ class ShareGroupCoordinator:
     def __init__(self, config: ShareGroupConfig, topics: Callable[[], Mapping[str, TopicInfo]],
                  is_other_group: Callable[[str], bool] = lambda group_id: False,
                  clock: WallClock = wall_clock_ms, on_member_gone: MemberGone | None = None,
-                 on_assigned: Assigned | None = None) -> None:
+                 on_assigned: Assigned | None = None,
+                 config_of: Callable[[str], ShareGroupConfig] | None = None) -> None:
         self.config = config
+        # A group's own settings (its share.session.timeout.ms, ... group configs); the broker's otherwise.
+        self.config_of = config_of or (lambda group_id: config)
         self.topics = topics
         self.is_other_group = is_other_group  # a classic or consumer group of that id exists
         self.clock = clock
@@ -53,6 +56,8 @@ class ShareGroupCoordinator:
             if self.is_other_group(group_id):
                 raise KafkaError(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a share group.")
             group = ShareGroup(group_id, self.config.session_timeout_ms, self.config.max_size)
+        # Read at every heartbeat, so a changed group config applies from the member's next one.
+        group.session_timeout_ms = self.config_of(group_id).session_timeout_ms
         topics = self.topics()
         epoch_before = group.assignment_epoch
         answer = group.heartbeat(member_id, member_epoch, subscribed, rack, topics, self.clock(),

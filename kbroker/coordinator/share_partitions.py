@@ -63,6 +63,7 @@ class ShareGroupSettings:
     limits: ShareLimits = field(default_factory=ShareLimits)
     start_at_earliest: bool = False  # share.auto.offset.reset
     read_committed: bool = False  # share.isolation.level
+    start_by_duration_ms: int | None = None  # share.auto.offset.reset=by_duration:<duration>
 
 
 @dataclass(frozen=True)
@@ -172,8 +173,16 @@ class SharePartitionManager:
     # -- loading ---------------------------------------------------------------------------------
 
     def _start_offset(self, group_id: str, partition: Partition) -> int:
+        """Where a group starts reading a partition (Kafka's share.auto.offset.reset): the log start,
+        the first record at or after now minus a duration (the end if there is none), or the end."""
         settings = self.settings_of(group_id)
-        return partition.log_start_offset if settings.start_at_earliest else partition.high_watermark
+        if settings.start_at_earliest:
+            return partition.log_start_offset
+        if settings.start_by_duration_ms is not None:
+            found = partition.fetch_offset_for_timestamp(self.clock() - settings.start_by_duration_ms, -1, False)
+            if found.offset >= 0:
+                return found.offset
+        return partition.high_watermark
 
     def _start_load(self, key: ShareKey, partition: Partition, start_if_new: int) -> asyncio.Task[int]:
         task = asyncio.get_running_loop().create_task(self._load(key, partition, start_if_new))
@@ -316,6 +325,14 @@ class SharePartitionManager:
         last_acquired = acquired[-1].last_offset
         end = next(end for _, last, end in extents if last >= last_acquired)
         return ShareFetched(ErrorCode.NO_ERROR, BatchBytes(data[:end], extents[0][0]), tuple(acquired))
+
+    def settings_changed(self, group_id: str) -> None:
+        """A group's configs changed: its share partitions take the new lock duration, delivery
+        limit and in-flight limit from now on (their start offsets stay)."""
+        limits = self.settings_of(group_id).limits
+        for (group, _, _), share in self._partitions.items():
+            if group == group_id:
+                share.limits = limits
 
     async def _wait_for_records(self, wanted: Sequence[tuple[str, int]], timeout_s: float) -> None:
         # Registered before yielding to the loop: data or a settlement in between must wake us.

@@ -1,4 +1,4 @@
-"""AlterConfigs (legacy): replace the whole set of overrides of a topic or broker."""
+"""AlterConfigs (legacy): replace the whole set of overrides of a topic, broker or group."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ from collections import Counter
 from typing import Any
 
 from kbroker.cluster.configs import ResourceType
+from kbroker.cluster.group_configs import check_group_name
 from kbroker.handlers import RequestContext, authorize
 from protocol.errors import ErrorCode, KafkaError
 
@@ -37,6 +38,9 @@ def check_config_access(ctx: RequestContext, resource: Any, operation: authorize
         raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Topic authorization failed.")
     if kind in (ResourceType.BROKER, ResourceType.BROKER_LOGGER) and not authorize.cluster_allowed(ctx, operation):
         raise KafkaError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed.")
+    if kind == ResourceType.GROUP and not authorize.allowed(ctx, operation, authorize.Resource.GROUP,
+                                                            resource.resource_name):
+        raise KafkaError(ErrorCode.GROUP_AUTHORIZATION_FAILED, "Group authorization failed.")
 
 
 def resource_result(resource: Any, error: KafkaError | None = None) -> dict[str, Any]:
@@ -72,6 +76,9 @@ async def _apply(ctx: RequestContext, resource: Any, validate_only: bool) -> Non
         await service.alter_topic(resource.resource_name, configs, validate_only)
     elif resource.resource_type == ResourceType.BROKER:
         await service.alter_broker(service.check_broker_resource(resource.resource_name), configs, validate_only)
+    elif resource.resource_type == ResourceType.GROUP:
+        check_group_name(resource.resource_name)
+        await service.alter_group(resource.resource_name, configs, validate_only)
     elif resource.resource_type == ResourceType.BROKER_LOGGER:
         raise KafkaError(ErrorCode.INVALID_REQUEST, "AlterConfigs does not support the BROKER_LOGGER resource type")
     else:

@@ -1,10 +1,11 @@
-"""DescribeConfigs: the effective configs of topics and brokers, with their sources."""
+"""DescribeConfigs: the effective configs of topics, brokers and groups, with their sources."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from kbroker.cluster.configs import ResourceType, describe_loggers
+from kbroker.cluster.group_configs import GROUP_CONFIG_DEFS, check_group_name
 from kbroker.cluster.topics import validate_topic_name
 from kbroker.config import BROKER_CONFIG_DEFS
 from kbroker.handlers import RequestContext, authorize, each
@@ -44,8 +45,9 @@ def _describe(ctx: RequestContext, resource: Any, synonyms: bool, documentation:
         unknown_topic = e.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION and resource.resource_type == ResourceType.TOPIC
         return {**result, "error_code": e.code, "error_message": "" if unknown_topic else e.message}
     if documentation:
+        docs = GROUP_CONFIG_DEFS if resource.resource_type == ResourceType.GROUP else BROKER_CONFIG_DEFS
         for entry in configs:
-            definition = BROKER_CONFIG_DEFS.get(entry["name"])
+            definition = docs.get(entry["name"])
             entry["documentation"] = definition.doc if definition is not None else None
     return {**result, "configs": configs}
 
@@ -59,6 +61,9 @@ def _configs(
         return service.describe_topic(name, service.topic_overrides(name), keys, synonyms)
     if resource_type == ResourceType.BROKER:
         return service.describe_broker(service.check_broker_resource(name, describing=True), keys, synonyms)
+    if resource_type == ResourceType.GROUP:
+        check_group_name(name, describing=True)
+        return service.describe_group(name, keys, synonyms)
     if resource_type == ResourceType.BROKER_LOGGER:
         service.check_broker_resource(name)
         return describe_loggers(keys)

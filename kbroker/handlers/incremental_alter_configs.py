@@ -8,6 +8,7 @@ from typing import Any
 
 from kbroker import dynamic_config
 from kbroker.cluster.configs import ResourceType, set_logger_level
+from kbroker.cluster.group_configs import check_group_name
 from kbroker.config import BUILT_IN_DEFAULTS
 from kbroker.handlers import RequestContext, authorize
 from kbroker.handlers.alter_configs import check_config_access, resource_result, with_repeats
@@ -80,6 +81,10 @@ async def _apply(ctx: RequestContext, resource: Any, validate_only: bool) -> Non
         # As Kafka: a list operation on a config the entity does not set starts from the default.
         current = service.broker_overrides(broker_id)
         await service.alter_broker(broker_id, _updated(current, BUILT_IN_DEFAULTS, resource.configs), validate_only)
+    elif resource.resource_type == ResourceType.GROUP:
+        check_group_name(name)
+        current = ctx.broker.group_configs.overrides(name)
+        await service.alter_group(name, _updated(current, {}, resource.configs), validate_only)
     elif resource.resource_type == ResourceType.BROKER_LOGGER:
         service.check_broker_resource(name)
         for config in resource.configs:

@@ -30,4 +30,4 @@ async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
                                            for topic_id, partitions in answer.assignment.items()]}
     return {"throttle_time_ms": 0, "error_code": ErrorCode.NO_ERROR, "error_message": None,
             "member_id": request.member_id, "member_epoch": answer.member_epoch,
-            "heartbeat_interval_ms": share_groups.config.heartbeat_interval_ms, "assignment": assignment}
+            "heartbeat_interval_ms": share_groups.config_of(request.group_id).heartbeat_interval_ms, "assignment": assignment}

@@ -78,6 +78,7 @@ class LocalMetadataStore(MetadataStore):
         self._topics: dict[str, TopicRecord] = {}
         self._broker_configs: dict[str, dict[str, str]] = {}
         self._user_configs: dict[str, dict[str, str]] = {}
+        self._group_configs: dict[str, dict[str, str]] = {}
         self._partition_states: dict[tuple[str, int], PartitionState] = {}
         self._controller_epoch = 0
         self._cluster_id: str | None = None
@@ -108,6 +109,7 @@ class LocalMetadataStore(MetadataStore):
             self._topics[record.name] = record
         self._broker_configs = {k: dict(v) for k, v in document.get("broker_configs", {}).items()}
         self._user_configs = {k: dict(v) for k, v in document.get("user_configs", {}).items()}
+        self._group_configs = {k: dict(v) for k, v in document.get("group_configs", {}).items()}
         for topic, states in document.get("partition_states", {}).items():
             for partition, s in states.items():
                 self._partition_states[(topic, int(partition))] = PartitionState(
@@ -130,6 +132,7 @@ class LocalMetadataStore(MetadataStore):
         self._topics = {}
         self._broker_configs = {}
         self._user_configs = {}
+        self._group_configs = {}
         self._partition_states = {}
         self._controller_epoch = 0
         self._cluster_id = None
@@ -164,6 +167,8 @@ class LocalMetadataStore(MetadataStore):
             document["controller_epoch"] = self._controller_epoch
         if self._user_configs:
             document["user_configs"] = self._user_configs
+        if self._group_configs:
+            document["group_configs"] = self._group_configs
         if self._cluster_id is not None:
             document["cluster_id"] = self._cluster_id
         if self._acls:
@@ -253,6 +258,22 @@ class LocalMetadataStore(MetadataStore):
 
     def list_user_configs(self) -> dict[str, dict[str, str]]:
         return {user: dict(configs) for user, configs in self._user_configs.items()}
+
+    # -- groups ---------------------------------------------------------------------------------
+
+    def get_group_configs(self, group: str) -> dict[str, str]:
+        return dict(self._group_configs.get(group, {}))
+
+    def set_group_configs(self, group: str, configs: Mapping[str, str]) -> None:
+        if configs:
+            self._group_configs[group] = dict(configs)
+        else:
+            self._group_configs.pop(group, None)
+        self._save()
+        self._config_changed("groups", sanitize_entity_name(group))
+
+    def list_group_configs(self) -> dict[str, dict[str, str]]:
+        return {group: dict(configs) for group, configs in self._group_configs.items()}
     # -- ACLs -------------------------------------------------------------------------------------
 
     def list_acls(self) -> dict[ResourcePattern, frozenset[AccessControlEntry]]:

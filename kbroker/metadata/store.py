@@ -158,7 +158,8 @@ class MetadataStore(ABC):
     @abstractmethod
     def watch_config_changes(self, callback: Callable[[str, str], None]) -> Unwatch:
         """Call `callback(entity_type, entity_name)` after each later change of dynamic configs:
-        ("topics", name), ("brokers", id or "<default>") or ("users", sanitized user name), so every broker can reload what
+        ("topics", name), ("brokers", id or "<default>"), ("users", sanitized user name) or
+        ("groups", sanitized group id), so every broker can reload what
         another one changed. Unlike the other watches, nothing is reported right away."""
 
     # -- users (SCRAM credentials) --------------------------------------------------------------
@@ -177,6 +178,22 @@ class MetadataStore(ABC):
     @abstractmethod
     def list_user_configs(self) -> dict[str, dict[str, str]]:
         """user -> configs, for every user that has some."""
+
+    # -- groups (KIP-848/KIP-932 group configs) -------------------------------------------------
+
+    @abstractmethod
+    def get_group_configs(self, group: str) -> dict[str, str]:
+        """The dynamic configs of group `group` (`share.auto.offset.reset`, ...), as kept in
+        `/config/groups/<group>`. Empty when there are none."""
+
+    @abstractmethod
+    def set_group_configs(self, group: str, configs: Mapping[str, str]) -> None:
+        """Replace the configs of `group`; every broker hears of it through `watch_config_changes`
+        as ("groups", sanitize_entity_name(group))."""
+
+    @abstractmethod
+    def list_group_configs(self) -> dict[str, dict[str, str]]:
+        """group -> configs, for every group that has some."""
 
     # -- partition leadership -------------------------------------------------------------------
 

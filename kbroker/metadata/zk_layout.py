@@ -16,6 +16,7 @@ The layout and JSON are Kafka's (`kafka.zk.ZkData`), so an operator's habits (`z
     /config/topics/<topic>                        {"version":1,"config":{..}}
     /config/brokers/<id>|<default>                {"version":1,"config":{..}}
     /config/users/<sanitized user>                {"version":1,"config":{"SCRAM-SHA-256":"salt=..,stored_key=..,.."}}
+    /config/groups/<sanitized group>              {"version":1,"config":{"share.auto.offset.reset":"earliest"}}
     /config/changes/config_change_<seq>           {"version":2,"entity_path":"topics/<topic>"}
     /kafka-acl/<ResourceType>/<name>              {"version":1,"acls":[{"principal","permissionType",
                                                    "operation","host"}]}  (LITERAL patterns)
@@ -55,6 +56,9 @@ TOPICS_PATH = "/brokers/topics"
 TOPIC_CONFIGS_PATH = "/config/topics"
 BROKER_CONFIGS_PATH = "/config/brokers"
 USER_CONFIGS_PATH = "/config/users"
+# Kafka's ConfigType.GROUP entity ("groups"); Kafka 3.8+ keeps group configs in KRaft only, so
+# this path follows the layout of the other entities.
+GROUP_CONFIGS_PATH = "/config/groups"
 CONFIG_CHANGES_PATH = "/config/changes"
 CONFIG_CHANGE_PREFIX = "config_change_"
 DELETE_TOPICS_PATH = "/admin/delete_topics"

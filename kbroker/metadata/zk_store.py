@@ -54,6 +54,7 @@ from kbroker.metadata.zk_layout import (
     CONTROLLER_EPOCH_PATH,
     CONTROLLER_PATH,
     DELETE_TOPICS_PATH,
+    GROUP_CONFIGS_PATH,
     TOP_LEVEL_PATHS,
     TOPIC_CONFIGS_PATH,
     TOPICS_PATH,
@@ -374,17 +375,36 @@ class ZooKeeperMetadataStore(MetadataStore):
         self._notify_config_change("users", name)
 
     def list_user_configs(self) -> dict[str, dict[str, str]]:
+        return self._list_entity_configs(USER_CONFIGS_PATH)
+
+    def _list_entity_configs(self, root: str) -> dict[str, dict[str, str]]:
         try:
-            names = self._client.retry(self._client.get_children, USER_CONFIGS_PATH)
+            names = self._client.retry(self._client.get_children, root)
         except NoNodeError:
             return {}
-        results = self._get_many([f"{USER_CONFIGS_PATH}/{name}" for name in names])
-        users = {}
+        results = self._get_many([f"{root}/{name}" for name in names])
+        entities = {}
         for name, found in zip(names, results, strict=True):
             configs = {k: str(v) for k, v in ((found[0] or {}).get("config") or {}).items()} if found else {}
             if configs:
-                users[desanitize_entity_name(name)] = configs
-        return users
+                entities[desanitize_entity_name(name)] = configs
+        return entities
+
+    # -- groups ---------------------------------------------------------------------------------
+
+    def get_group_configs(self, group: str) -> dict[str, str]:
+        found = self._get(f"{GROUP_CONFIGS_PATH}/{sanitize_entity_name(group)}")
+        if found is None or not found[0]:
+            return {}
+        return {k: str(v) for k, v in found[0].get("config", {}).items()}
+
+    def set_group_configs(self, group: str, configs: Mapping[str, str]) -> None:
+        name = sanitize_entity_name(group)
+        self._set_or_create(f"{GROUP_CONFIGS_PATH}/{name}", encode_json({"version": 1, "config": dict(configs)}))
+        self._notify_config_change("groups", name)
+
+    def list_group_configs(self) -> dict[str, dict[str, str]]:
+        return self._list_entity_configs(GROUP_CONFIGS_PATH)
 
     # -- ACLs -------------------------------------------------------------------------------------
 

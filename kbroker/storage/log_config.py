@@ -58,6 +58,8 @@ class LogConfig:
     remote_storage_enable: bool = False
     local_retention_ms: int = -2
     local_retention_bytes: int = -2
+    # KIP-1191: a share group may write its dead letters here (Kafka trunk's topic config).
+    errors_deadletterqueue_group_enable: bool = False
 
     @property
     def compact(self) -> bool:
@@ -181,6 +183,7 @@ _SPECS: dict[str, _Spec] = {
     "remote.storage.enable": _BOOL,
     "local.retention.ms": _long(-2),
     "local.retention.bytes": _long(-2),
+    "errors.deadletterqueue.group.enable": _BOOL,
 }
 
 
