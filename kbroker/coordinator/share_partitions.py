@@ -242,8 +242,15 @@ class SharePartitionManager:
         for where, task in pending.items():
             if not task.done():
                 failed[where] = ErrorCode.NO_ERROR  # still loading: nothing to give yet
-            elif task.cancelled() or task.result() != ErrorCode.NO_ERROR:
-                failed[where] = ErrorCode.NOT_LEADER_OR_FOLLOWER if task.cancelled() else task.result()
+            elif task.cancelled():
+                failed[where] = ErrorCode.NOT_LEADER_OR_FOLLOWER
+            elif task.result() == ErrorCode.COORDINATOR_NOT_AVAILABLE:
+                # The share coordinator is starting or moving (its topic being created, say): as
+                # while loading, nothing to give yet; the next fetch loads again. Clients take a
+                # coordinator error on a fetched partition as fatal.
+                failed[where] = ErrorCode.NO_ERROR
+            elif task.result() != ErrorCode.NO_ERROR:
+                failed[where] = task.result()
         return failed
 
     def _loaded(self, key: ShareKey, partition: Partition) -> SharePartition | None:

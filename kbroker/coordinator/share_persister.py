@@ -14,6 +14,7 @@ of the coordinator takes a ZooKeeper session's timeout, and an acknowledgement w
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -30,6 +31,7 @@ INITIALIZE, READ, WRITE = 83, 84, 85
 RETRY_S = 0.1
 CONNECTIONS_PER_BROKER = 4  # one request at a time on each
 # Answers after which asking again (maybe elsewhere) may succeed.
+log = logging.getLogger("kbroker.share")
 RETRIABLE = frozenset({ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE,
                        ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.REQUEST_TIMED_OUT,
                        ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.NOT_ENOUGH_REPLICAS,
@@ -46,6 +48,7 @@ class SharePersister:
         self.local_id = local_id
         self.retry_timeout_s = retry_timeout_s
         self._clients: dict[int, list[tuple[AsyncBrokerClient, asyncio.Lock]]] = {}
+        self._unavailable_reason: str | None = None
 
     # -- the three calls -------------------------------------------------------------------------
 
@@ -99,7 +102,11 @@ class SharePersister:
         topic = self.coordinator.topic
         try:
             topic.ensure()  # created on first use, as Kafka does
-        except KafkaError:
+        except KafkaError as e:
+            # E.g. fewer brokers alive than its replication factor: say so once, not per retry.
+            if e.message != self._unavailable_reason:
+                self._unavailable_reason = e.message
+                log.warning("the share coordinator's topic %s cannot be created: %s", topic.name, e.message)
             return None
         if self.cluster is None:
             return await local()

@@ -164,7 +164,10 @@ def test_a_topic_that_did_not_opt_in_gets_nothing(broker: BrokerProcess) -> None
 def test_dead_letters_reach_a_partition_led_by_another_broker(tmp_path: Any, zk_connect: str) -> None:
     brokers = [BrokerProcess(tmp_path / f"b{i}", overrides={
         "broker.id": str(i), "zookeeper.connect": zk_connect, "offsets.topic.num.partitions": "1",
-        "offsets.topic.replication.factor": "1"}) for i in range(2)]
+        "offsets.topic.replication.factor": "1",
+        # Two brokers: the share-state topic's default (3 replicas) cannot be placed, as in Kafka.
+        "share.coordinator.state.topic.replication.factor": "1", "share.coordinator.state.topic.min.isr": "1",
+        "share.coordinator.state.topic.num.partitions": "1"}) for i in range(2)]
     try:
         for process in brokers:
             process.start()
