@@ -14,7 +14,9 @@ Every record must come exactly once: the offsets received are checked against th
 
 from __future__ import annotations
 
+import base64
 import time
+import uuid
 from array import array
 from typing import Any
 
@@ -25,6 +27,7 @@ from kbroker.bench.workers import run_workers
 from kbroker.client import Client
 from protocol.errors import ErrorCode
 
+SHARE_GROUP_HEARTBEAT = 76
 SHARE_GROUP_DESCRIBE = 77
 CLASSIC = "classic"
 METRICS = ["msgs_per_s", "mb_per_s", "first_message_ms", "server_cpu", "client_cpu"]
@@ -52,7 +55,7 @@ def share_case(env: Env, partitions: int, message_size: int, records: int, consu
         groups = {n: f"{topic}-x{n}" for n in consumer_counts}
         with env.ui.step(f"{label} · starting {len(groups)} share group(s) on the empty topic"):
             for group in groups.values():
-                start_share_group(server, topic, group, partitions, share_config)
+                start_share_group(server, topic, group, partitions)
         preload = {"bootstrap": server.bootstrap, "topic": topic, "message_size": message_size, "duration_s": 0,
                    "config": preload_config, "max_messages": per_partition, "partitions": partitions}
         with env.ui.step(f"{label} · preloading"):
@@ -162,18 +165,34 @@ def check_each_once(results: list[dict[str, Any]], partitions: int, per_partitio
 # -- share group setup -------------------------------------------------------------------------------------
 
 
-def start_share_group(server: Server, topic: str, group: str, partitions: int, config: dict[str, Any]) -> None:
-    """Make `group` start reading every partition of `topic` now: one share consumer joins, is
-    assigned them all (which starts the share partitions at the log's end) and leaves."""
-    from confluent_kafka import ShareConsumer
-
-    consumer = ShareConsumer({"bootstrap.servers": server.client_bootstrap, "group.id": group,
-                              "log_level": 3, **config, **server.client_settings})
-    try:
-        consumer.subscribe([topic])
-        wait_for_share_assignment(server, group, topic, 1, partitions)
-    finally:
-        consumer.close()
+def start_share_group(server: Server, topic: str, group: str, partitions: int,
+                      timeout_s: float = ASSIGNMENT_TIMEOUT_S) -> None:
+    """Make `group` start reading every partition of `topic` now: a member joins (bare
+    ShareGroupHeartbeats), heartbeats until it is assigned them all (which starts the share
+    partitions at the log's end) and leaves. Not a ShareConsumer: librdkafka's close() can hang
+    when it comes while the client is taking in its first assignment."""
+    member_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()  # as clients make them
+    deadline = time.monotonic() + timeout_s
+    with Client(server.bootstrap) as client:
+        node = client.find_coordinator(group).node_id
+        epoch = 0
+        assigned = 0
+        while time.monotonic() < deadline:
+            answer = client.request(SHARE_GROUP_HEARTBEAT, {
+                "group_id": group, "member_id": member_id, "member_epoch": epoch, "rack_id": None,
+                "subscribed_topic_names": [topic] if epoch == 0 else None}, 1, node)
+            if answer.error_code != ErrorCode.NO_ERROR:
+                raise BenchError(f"ShareGroupHeartbeat {group}: error {answer.error_code} {answer.error_message}")
+            epoch = answer.member_epoch
+            if answer.assignment is not None:
+                assigned = sum(len(t.partitions) for t in answer.assignment.topic_partitions)
+            if assigned == partitions:
+                client.request(SHARE_GROUP_HEARTBEAT, {"group_id": group, "member_id": member_id, "member_epoch": -1,
+                                                       "rack_id": None, "subscribed_topic_names": None}, 1, node)
+                return
+            time.sleep(0.05)  # the assignment comes in a later heartbeat's answer: ask again
+    raise BenchError(f"share group {group}: not assigned the {partitions} partition(s) of {topic} "
+                     f"within {timeout_s:.0f}s")
 
 
 def wait_for_share_assignment(server: Server, group: str, topic: str, members: int, partitions: int,

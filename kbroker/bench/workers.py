@@ -216,11 +216,15 @@ def share_consume(ch: Channel, bootstrap: str, topic: str, group: str, expected:
     offsets: dict[int, array] = {}
     redelivered = got = 0
     run_total, run_moved = 0, start  # the run's count, and when it last grew (for stalls)
-    while ch.shared_count() < expected:
+    while True:
+        # Polled at least once, even when the others already received everything: the client
+        # takes in its assignment meanwhile, and librdkafka's close() can hang otherwise.
         batch = consumer.poll(0.1)
         now = time.monotonic()
         if not batch:
             total = ch.shared_count()
+            if total >= expected:
+                break
             if total != run_total:
                 run_total, run_moved = total, now
             elif now - run_moved > STALL_TIMEOUT_S:
@@ -235,8 +239,10 @@ def share_consume(ch: Channel, bootstrap: str, topic: str, group: str, expected:
             first_message = now
         last_message = now
         got += len(batch)
-        ch.add_to_shared_count(len(batch))
+        total = ch.add_to_shared_count(len(batch))
         ch.progress(got)
+        if total >= expected:
+            break
     cpu_s = time.process_time() - cpu_start
     # Acknowledge the last poll's records before closing: librdkafka's close() does not (its final
     # ShareAcknowledge carries none), so they would go back to the queue and to the other
