@@ -14,13 +14,13 @@ up to its max wait, for new data or for records coming back (released, expired).
 from __future__ import annotations
 
 import asyncio
-import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from kbroker.clock import WallClock, wall_clock_ms
 from kbroker.cluster.partition import FetchIsolation, Partition
 from kbroker.cluster.replica_manager import ReplicaManager
+from kbroker.coordinator.share_reads import batch_extents, records_through
 from kbroker.share.share_partition import (
     AcknowledgementBatch,
     AcquiredRange,
@@ -28,18 +28,13 @@ from kbroker.share.share_partition import (
     ShareLimits,
     SharePartition,
 )
-from kbroker.storage.read_results import BatchBytes
+from kbroker.storage.read_results import Read
 from protocol.errors import ErrorCode
 
-_OFFSET_AND_LENGTH = struct.Struct(">qi")
-_LAST_OFFSET_DELTA = struct.Struct(">i")
-_BATCH_OVERHEAD = 12  # base offset and length precede the length's count
-_LAST_OFFSET_DELTA_AT = 23
-BatchExtent = tuple[int, int, int]  # first offset, last offset, end position in the bytes
 # At most this much of a partition's log is read per share fetch (a classic consumer's default
-# max.partition.fetch.bytes). The read is copied into memory and scanned whole, yet only
-# max_records of it (500 for librdkafka) are acquired: reading the client's max_bytes (50 MiB
-# by default) cost a share consumer of a long backlog 90 % of its throughput.
+# max.partition.fetch.bytes). Every batch header of the read is read, yet only max_records of it
+# (500 for librdkafka) are acquired: reading the client's max_bytes (50 MiB by default) cost a
+# share consumer of a long backlog 90 % of its throughput.
 SHARE_READ_MAX_BYTES = 1024 * 1024
 
 
@@ -55,7 +50,7 @@ class ShareFetched:
     """One partition's answer: its error, the batches holding the acquired records, the ranges."""
 
     error: int
-    records: BatchBytes | None = None
+    records: Read | None = None
     acquired: tuple[AcquiredRange, ...] = ()
 
 
@@ -134,8 +129,7 @@ class SharePartitionManager:
                                       isolation, min_one_batch=True)
         if read.error or read.records is None:
             return ShareFetched(read.error)
-        data = read.records.read_bytes()
-        extents = _batch_extents(data)
+        extents = batch_extents(read.records)
         if not extents:
             return ShareFetched(ErrorCode.NO_ERROR)
         acquired = share.acquire(member_id, extents[0][0], extents[-1][1], max_records, self.clock())
@@ -143,7 +137,7 @@ class SharePartitionManager:
             return ShareFetched(ErrorCode.NO_ERROR)
         last_acquired = acquired[-1].last_offset
         end = next(end for _, last, end in extents if last >= last_acquired)
-        return ShareFetched(ErrorCode.NO_ERROR, BatchBytes(data[:end], extents[0][0]), tuple(acquired))
+        return ShareFetched(ErrorCode.NO_ERROR, records_through(read.records, end), tuple(acquired))
 
     def _share_partition_of(self, group_id: str, partition: Partition, settings: ShareGroupSettings) -> SharePartition:
         key = (group_id, partition.topic, partition.index)
@@ -227,17 +221,3 @@ class SharePartitionManager:
         if archived and self.on_archived is not None:
             self.on_archived(group_id, topic, index, archived)
 
-
-def _batch_extents(data: bytes) -> list[BatchExtent]:
-    """(first offset, last offset, end position) of each whole batch in `data`, from headers only."""
-    extents: list[BatchExtent] = []
-    position = 0
-    while position + _LAST_OFFSET_DELTA_AT + 4 <= len(data):
-        base_offset, length = _OFFSET_AND_LENGTH.unpack_from(data, position)
-        end = position + _BATCH_OVERHEAD + length
-        if end > len(data):
-            break
-        (delta,) = _LAST_OFFSET_DELTA.unpack_from(data, position + _LAST_OFFSET_DELTA_AT)
-        extents.append((base_offset, base_offset + delta, end))
-        position = end
-    return extents
