@@ -429,12 +429,16 @@ def bench_share(session: Session, args: argparse.Namespace) -> dict[str, Any]:
     if args.benchmark == "share":
         session.skipped.setdefault("kafka", "share groups are measured on kbroker alone, against its classic "
                                    "consumer")
-    env = Env([session.kbroker(args.server_config)], session.ui, args.runs, args.out, args.work_dir, session.notes)
+    server = session.kbroker(args.server_config)
+    env = Env([server], session.ui, args.runs, args.out, args.work_dir, session.notes)
     preload = {"acks": "1", "linger.ms": 50, "batch.size": 1_000_000}
-    return {"share": [share_bench.share_case(
-        env, args.partitions, args.message_size, args.records, args.share_consumers,
-        _pairs(args.consumer_config, "--consumer-config"),
-        _pairs(args.share_consumer_config, "--share-consumer-config"), preload)]}
+    try:
+        return {"share": [share_bench.share_case(
+            env, args.partitions, args.message_size, args.records, args.share_consumers,
+            _pairs(args.consumer_config, "--consumer-config"),
+            _pairs(args.share_consumer_config, "--share-consumer-config"), preload)]}
+    finally:
+        server.close()  # an idle broker would share the machine with later benchmarks
 
 
 def bench_all(session: Session, args: argparse.Namespace) -> dict[str, Any]:
