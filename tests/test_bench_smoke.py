@@ -213,3 +213,38 @@ def test_tls_against_plaintext(tmp_path: Path) -> None:
         assert all(run.get("errors", 0) == 0 for run in case["servers"]["kbroker"]["runs"])
     assert "SSL listener" in results["servers"]["kbroker"]
     assert "TLS: produce" in (tmp_path / "tls" / "summary.md").read_text()
+
+
+def test_share_groups_against_the_classic_consumer(tmp_path: Path) -> None:
+    """The same records read by a classic consumer and by share groups of one and two
+    ShareConsumers, each record exactly once (the benchmark fails otherwise)."""
+    results = bench(tmp_path, "share", "share", "--records", "3000", "--share-consumers", "1", "2")
+    (case,) = results["share"]
+    assert list(case["modes"]) == ["classic", "share x1", "share x2"]
+    for mode, summary in case["modes"].items():
+        (run,) = summary["runs"]
+        assert run["messages"] == 3000, mode
+        assert summary["median"]["msgs_per_s"] > 0 and summary["median"]["mb_per_s"] > 0
+    for mode in ("share x1", "share x2"):
+        assert case["ratios"][mode]["msgs_per_s"] > 0
+        run = case["modes"][mode]["runs"][0]
+        assert run["redelivered"] == 0 and sum(run["per_consumer"]) == 3000
+    assert [t["name"] for t in results["targets"]] == ["share x1 consumption of 1024 B records",
+                                                       "share x2 consumption of 1024 B records"]
+    assert "| share x2 |" in (tmp_path / "share" / "summary.md").read_text()
+
+
+def test_share_check_finds_missing_and_doubled_records() -> None:
+    from array import array
+
+    from kbroker.bench.benchmarks import BenchError
+    from kbroker.bench.share import check_each_once
+
+    def received(*offsets: int) -> dict[str, Any]:
+        return {"offsets": {0: array("q", offsets).tobytes()}}
+
+    check_each_once([received(0, 2), received(1)], partitions=1, per_partition=3)
+    with pytest.raises(BenchError, match="1 missing, 0 received twice"):
+        check_each_once([received(0, 2)], partitions=1, per_partition=3)
+    with pytest.raises(BenchError, match="0 missing, 1 received twice"):
+        check_each_once([received(0, 1, 2), received(1)], partitions=1, per_partition=3)

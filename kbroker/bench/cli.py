@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from kbroker.bench import benchmarks, report
+from kbroker.bench import share as share_bench
 from kbroker.bench.benchmarks import MIB, BenchError, Env
 from kbroker.bench.certificates import create_local_tls
 from kbroker.bench.references import KafkaServer, MockServer, kafka_reference_status
@@ -120,6 +121,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         against_plaintext.add_argument("--mib-per-partition", type=float, default=16.0)
         against_plaintext.add_argument("--passes", type=int, default=3,
                                        help="reads of the whole topic per consume run")
+
+    share = command("share", "share groups (KIP-932) against the classic consumer: the same 1 KB records read "
+                    "by one classic consumer and by share groups of ShareConsumers, as ratios in the same run")
+    share.add_argument("--records", type=int, default=200_000, help="records preloaded per run (default 200,000)")
+    share.add_argument("--message-size", type=int, default=1024)
+    share.add_argument("--partitions", type=int, default=1)
+    share.add_argument("--share-consumers", type=int, nargs="+", default=[1, 4],
+                       help="ShareConsumers per share group, one group per count (default 1 4)")
+    share.add_argument("--consumer-config", action="append", default=[], metavar="KEY=VALUE",
+                       help="a librdkafka property of the classic consumer; repeatable")
+    share.add_argument("--share-consumer-config", action="append", default=[], metavar="KEY=VALUE",
+                       help="a librdkafka property of the share consumers; repeatable")
 
     everything = command("all", "every benchmark with default sizes (a few minutes)")
     everything.add_argument("--smoke", action="store_true", help="tiny sizes and durations: checks the harness")
@@ -408,6 +421,26 @@ def _against_plaintext(session: Session, args: argparse.Namespace, treated: Serv
     return [produce, consume]
 
 
+def bench_share(session: Session, args: argparse.Namespace) -> dict[str, Any]:
+    """kbroker alone (neither the mock cluster nor Kafka 3.9 serves share groups): the share
+    consumers' throughput as ratios to the classic consumer's on the same records."""
+    if args.records < 1 or args.partitions < 1 or min(args.share_consumers) < 1:
+        raise BenchError("--records, --partitions and --share-consumers must be at least 1")
+    if args.benchmark == "share":
+        session.skipped.setdefault("kafka", "share groups are measured on kbroker alone, against its classic "
+                                   "consumer")
+    server = session.kbroker(args.server_config)
+    env = Env([server], session.ui, args.runs, args.out, args.work_dir, session.notes)
+    preload = {"acks": "1", "linger.ms": 50, "batch.size": 1_000_000}
+    try:
+        return {"share": [share_bench.share_case(
+            env, args.partitions, args.message_size, args.records, args.share_consumers,
+            _pairs(args.consumer_config, "--consumer-config"),
+            _pairs(args.share_consumer_config, "--share-consumer-config"), preload)]}
+    finally:
+        server.close()  # an idle broker would share the machine with later benchmarks
+
+
 def bench_all(session: Session, args: argparse.Namespace) -> dict[str, Any]:
     smoke = args.smoke
     sizes = [1024, 4096] if smoke else [100, 1024, 10_240]
@@ -455,6 +488,10 @@ def bench_all(session: Session, args: argparse.Namespace) -> dict[str, Any]:
                                        "mib_per_partition": 0.25 if smoke else 16.0, "passes": 1 if smoke else 3})
     results.update(bench_encryption(session, encryption))
     results.update(bench_tls(session, encryption))
+    share = argparse.Namespace(**{**vars(args), "records": 2000 if smoke else 100_000, "message_size": 1024,
+                                  "partitions": 1, "share_consumers": [1, 4], "consumer_config": [],
+                                  "share_consumer_config": []})
+    results.update(bench_share(session, share))
     return results
 
 
@@ -490,7 +527,7 @@ def _cluster_cases(session: Session, args: argparse.Namespace, base: dict[str, A
 BENCHMARKS: dict[str, Callable[[Session, argparse.Namespace], dict[str, Any]]] = {
     "produce": bench_produce, "consume": bench_consume, "latency": bench_latency,
     "partitions": bench_partitions, "memory": bench_memory, "profiles": bench_profiles,
-    "encryption": bench_encryption, "tls": bench_tls, "all": bench_all,
+    "encryption": bench_encryption, "tls": bench_tls, "share": bench_share, "all": bench_all,
 }
 
 

@@ -76,6 +76,13 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
         target["ratio_to_mock"] = latency["ratios"].get("mock", {}).get("p99_ms")
         found.append(target)
 
+    for case in results.get("share", []):
+        for mode, ratio in case["ratios"].items():
+            measured = ratio.get("msgs_per_s")
+            found.append(_target(f"{mode} consumption of {case['params']['message_size']} B records",
+                                 "≥ 0.5× classic", measured, "× classic", measured is not None and measured >= 0.5,
+                                 case["name"]))
+
     memory = results.get("memory")
     if memory and "kbroker" in memory:
         slope = memory["kbroker"]["mb_per_100_partitions"]
@@ -267,6 +274,16 @@ def summary_lines(results: dict[str, Any]) -> list[str]:
         for reference, ratio in c["ratios"].items():
             lines.append(f"| kbroker/{reference} | {_fmt(ratio['p50_ms'])} | {_fmt(ratio['p99_ms'])} | "
                          f"{_fmt(ratio['p999_ms'])} | {_fmt(ratio['max_ms'])} |")
+        lines.append("")
+    for c in results.get("share", []):
+        lines += [f"## {c['name']}", "", "| consumers | records/s | MB/s | records/s vs classic | first record ms "
+                  "| kbroker CPU | client CPU |", "|---|---|---|---|---|---|---|"]
+        for mode, summary in c["modes"].items():
+            m = summary["median"]
+            ratio = c["ratios"].get(mode, {}).get("msgs_per_s")
+            lines.append(f"| {mode} | {m['msgs_per_s']:,.0f} | {m['mb_per_s']:.1f} | "
+                         f"{'–' if ratio is None else f'{ratio:.2f}×'} | {_fmt(m['first_message_ms'], 1)} | "
+                         f"{_pct(m.get('server_cpu'))} | {_pct(m.get('client_cpu'))} |")
         lines.append("")
     memory = results.get("memory")
     if memory and "kbroker" in memory:

@@ -34,18 +34,29 @@ class WorkerError(RuntimeError):
 
 
 class Channel:
-    """A worker's line to the parent: ready/start handshake and throttled progress."""
+    """A worker's line to the parent: ready/start handshake, throttled progress, and a count
+    shared by all the workers of a run (so that workers splitting one job know when it is done)."""
 
-    def __init__(self, index: int, messages: Any, start: Any) -> None:
+    def __init__(self, index: int, messages: Any, start: Any, shared_count: Any = None) -> None:
         self.index = index
         self._messages = messages
         self._start = start
+        self._shared_count = shared_count
         self._last_progress = 0.0
 
     def ready_and_wait(self, timeout_s: float = 300) -> None:
         self._messages.put(("ready", self.index, None))
         if not self._start.wait(timeout_s):
             raise WorkerError("no start signal")
+
+    def add_to_shared_count(self, count: int) -> int:
+        """Add to the count all workers of the run share; the new total."""
+        with self._shared_count.get_lock():
+            self._shared_count.value += count
+            return self._shared_count.value
+
+    def shared_count(self) -> int:
+        return self._shared_count.value
 
     def progress(self, count: int) -> None:
         now = time.monotonic()
@@ -180,6 +191,69 @@ def consume(ch: Channel, bootstrap: str, topic: str, partitions: int, passes: in
             "first_message": first_message, "per_pass": per_pass, "cpu_s": cpu_s}
 
 
+def share_consume(ch: Channel, bootstrap: str, topic: str, group: str, expected: int, message_size: int,
+                  config: dict[str, Any]) -> dict[str, Any]:
+    """One share consumer of `group` (implicit acknowledgement: each poll accepts what the one
+    before returned) polling until the run's workers together received `expected` records.
+
+    It subscribes before reporting ready; the parent waits for its assignment before the start
+    (the client fetches only when polled, so nothing is acquired before). Its end is when it
+    received its last record: the polls after it only wait for the other workers to finish.
+    Returns the offsets received per partition, for the parent to check each record came once.
+    """
+    from confluent_kafka import ShareConsumer
+
+    # log_level 3: no "share consumer is in Preview" warning in the benchmark's output.
+    consumer = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group,
+                              "share.acknowledgement.mode": "implicit", "log_level": 3, **config})
+    consumer.subscribe([topic])
+    ch.ready_and_wait()
+
+    start = time.monotonic()
+    cpu_start = time.process_time()
+    first_message: float | None = None
+    last_message = start
+    offsets: dict[int, array] = {}
+    redelivered = got = 0
+    run_total, run_moved = 0, start  # the run's count, and when it last grew (for stalls)
+    while True:
+        # Polled at least once, even when the others already received everything: the client
+        # takes in its assignment meanwhile, and librdkafka's close() can hang otherwise.
+        batch = consumer.poll(0.1)
+        now = time.monotonic()
+        if not batch:
+            total = ch.shared_count()
+            if total >= expected:
+                break
+            if total != run_total:
+                run_total, run_moved = total, now
+            elif now - run_moved > STALL_TIMEOUT_S:
+                raise WorkerError(f"no record for {STALL_TIMEOUT_S}s; the run received {total} of {expected}")
+            continue
+        for message in batch:
+            if message.error():
+                raise WorkerError(str(message.error()))
+            offsets.setdefault(message.partition(), array("q")).append(message.offset())
+            redelivered += message.delivery_count() > 1
+        if first_message is None:
+            first_message = now
+        last_message = now
+        got += len(batch)
+        total = ch.add_to_shared_count(len(batch))
+        ch.progress(got)
+        if total >= expected:
+            break
+    cpu_s = time.process_time() - cpu_start
+    # Acknowledge the last poll's records before closing: librdkafka's close() does not (its final
+    # ShareAcknowledge carries none), so they would go back to the queue and to the other
+    # consumers still polling.
+    consumer.commit_sync(30)
+    consumer.close()
+    return {"messages": got, "bytes": got * message_size, "start": start, "end": last_message,
+            "first_message": first_message, "redelivered": redelivered, "cpu_s": cpu_s,
+            "offsets": {partition: values.tobytes() for partition, values in offsets.items()}}
+
+
 def latency_consume(ch: Channel, bootstrap: str, topic: str, partitions: int,
                     config: dict[str, Any], timeout_s: float) -> dict[str, Any]:
     """Receive timestamped messages from the end of the log; latency = receive time - send time."""
@@ -258,30 +332,34 @@ def latency_produce(ch: Channel, bootstrap: str, topic: str, partitions: int, ra
 WORKERS: dict[str, Callable[..., dict[str, Any]]] = {
     "produce": produce,
     "consume": consume,
+    "share_consume": share_consume,
     "latency_consume": latency_consume,
     "latency_produce": latency_produce,
 }
 
 
-def _worker_main(name: str, kwargs: dict[str, Any], index: int, messages: Any, start: Any) -> None:
+def _worker_main(name: str, kwargs: dict[str, Any], index: int, messages: Any, start: Any,
+                 shared_count: Any) -> None:
     try:
-        result = WORKERS[name](Channel(index, messages, start), **kwargs)
+        result = WORKERS[name](Channel(index, messages, start, shared_count), **kwargs)
         messages.put(("result", index, result))
     except BaseException:  # the parent must hear about any failure, or it waits for nothing
         messages.put(("error", index, traceback.format_exc()))
 
 
 def run_workers(specs: list[tuple[str, dict[str, Any]]], on_progress: Callable[[int], None] | None = None,
-                timeout_s: float = 600) -> list[dict[str, Any]]:
+                timeout_s: float = 600, before_start: Callable[[], None] | None = None) -> list[dict[str, Any]]:
     """Start the workers, release them together once all are ready, and return their results in order.
 
-    on_progress gets the sum of the workers' latest counts. A worker's failure stops the others
-    and raises WorkerError with its traceback.
+    on_progress gets the sum of the workers' latest counts. before_start runs once all workers
+    are ready, before they are released (to wait for what their setup set off, e.g. a group
+    assignment). A worker's failure stops the others and raises WorkerError with its traceback.
     """
     ctx = multiprocessing.get_context("spawn")
     messages = ctx.Queue()
     start = ctx.Event()
-    procs = [ctx.Process(target=_worker_main, args=(name, kwargs, i, messages, start), daemon=True)
+    shared_count = ctx.Value("q", 0)
+    procs = [ctx.Process(target=_worker_main, args=(name, kwargs, i, messages, start, shared_count), daemon=True)
              for i, (name, kwargs) in enumerate(specs)]
     for proc in procs:
         proc.start()
@@ -303,6 +381,8 @@ def run_workers(specs: list[tuple[str, dict[str, Any]]], on_progress: Callable[[
             if kind == "ready":
                 ready += 1
                 if ready == len(specs):
+                    if before_start is not None:
+                        before_start()
                     start.set()
             elif kind == "progress":
                 counts[index] = data

@@ -18,15 +18,18 @@ that expires releases the record too. A released record already delivered
 `share.delivery.count.limit` times is ARCHIVED instead. `start_offset` then moves past every
 leading record that is done, so the window stays small.
 
-The window is held per offset: it is bounded by the in-flight limit (thousands), and per-offset
-state keeps partial acknowledgements of a batch simple.
+The window is held as runs of consecutive offsets in the same state (delivery count, holder and
+lock deadline included), as Kafka holds it per in-flight batch: a consumer acquires and settles
+hundreds of records at a time, so each operation costs per run, not per record. A run is split
+where an operation covers part of it, and neighbours that became alike are merged again.
 """
 
 from __future__ import annotations
 
 import enum
+from bisect import bisect_right
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from protocol.errors import ErrorCode
 
@@ -92,12 +95,30 @@ class AcknowledgementBatch:
     types: tuple[int, ...]
 
 
-@dataclass
-class _InFlight:
+@dataclass(slots=True)
+class _Run:
+    """Offsets first..last (inclusive) of the window, all in one state."""
+
+    first: int
+    last: int
     state: RecordState
     delivery_count: int
     member_id: str = ""
     lock_deadline_ms: int = 0
+
+    def held_by(self, member_id: str) -> bool:
+        return self.state is RecordState.ACQUIRED and self.member_id == member_id
+
+    def alike(self, other: _Run) -> bool:
+        return (self.state is other.state and self.delivery_count == other.delivery_count
+                and self.member_id == other.member_id and self.lock_deadline_ms == other.lock_deadline_ms)
+
+    def settle(self, state: RecordState) -> None:
+        self.state, self.member_id, self.lock_deadline_ms = state, "", 0
+
+
+def _first_of(run: _Run) -> int:
+    return run.first
 
 
 @dataclass(frozen=True)
@@ -115,7 +136,8 @@ class SharePartition:
     limits: ShareLimits = field(default_factory=ShareLimits)
     end_offset: int = -1
     state_epoch: int = 0
-    _window: dict[int, _InFlight] = field(default_factory=dict)
+    # Runs covering start_offset..end_offset-1 exactly, in order, no two neighbours alike.
+    _runs: list[_Run] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.end_offset < self.start_offset:
@@ -126,10 +148,9 @@ class SharePartition:
     def next_fetch_offset(self) -> int:
         """Where the next read of the log should start: the first available in-flight record,
         else the first never acquired."""
-        for offset in range(self.start_offset, self.end_offset):
-            entry = self._window.get(offset)
-            if entry is not None and entry.state is RecordState.AVAILABLE:
-                return offset
+        for run in self._runs:
+            if run.state is RecordState.AVAILABLE:
+                return run.first
         return self.end_offset
 
     def in_flight(self) -> int:
@@ -137,16 +158,16 @@ class SharePartition:
 
     def state_of(self, offset: int) -> RecordState | None:
         """An in-flight offset's state (None outside the window)."""
-        entry = self._window.get(offset)
-        return entry.state if entry is not None else None
+        if not self.start_offset <= offset < self.end_offset:
+            return None
+        return self._runs[self._index_of(offset)].state
 
     def acquired_by(self, member_id: str) -> list[int]:
-        return [o for o, e in sorted(self._window.items())
-                if e.state is RecordState.ACQUIRED and e.member_id == member_id]
+        return [o for run in self._runs if run.held_by(member_id) for o in range(run.first, run.last + 1)]
 
     def next_lock_deadline_ms(self) -> int | None:
         """When the earliest lock expires, for the caller's wake-up."""
-        deadlines = [e.lock_deadline_ms for e in self._window.values() if e.state is RecordState.ACQUIRED]
+        deadlines = [r.lock_deadline_ms for r in self._runs if r.state is RecordState.ACQUIRED]
         return min(deadlines) if deadlines else None
 
     # -- acquiring -------------------------------------------------------------------------------
@@ -156,33 +177,32 @@ class SharePartition:
         """Lock for `member_id` the available records among first..last (the offsets the caller
         read from the log), at most `max_records` and within the in-flight limit."""
         deadline = now_ms + self.limits.lock_duration_ms
-        taken: list[tuple[int, int]] = []  # (offset, delivery count)
+        taken: list[tuple[int, int, int]] = []  # (first, last, delivery count)
+        left = max_records
         first = max(first_offset, self.start_offset)
-        for offset in range(first, min(last_offset + 1, self.end_offset)):
-            if len(taken) >= max_records:
-                break
-            entry = self._window.get(offset)
-            if entry is not None and entry.state is RecordState.AVAILABLE:
-                self._lock(entry, member_id, deadline)
-                taken.append((offset, entry.delivery_count))
-        offset = max(self.end_offset, first)
+        last = min(last_offset, self.end_offset - 1)
+        index = self._index_of(first) if first <= last else len(self._runs)
+        while index < len(self._runs) and left > 0 and self._runs[index].first <= last:
+            run = self._runs[index]
+            if run.state is RecordState.AVAILABLE:
+                low = max(run.first, first)
+                index = self._isolate(index, low, min(run.last, last, low + left - 1))
+                run = self._runs[index]
+                run.state, run.member_id, run.lock_deadline_ms = RecordState.ACQUIRED, member_id, deadline
+                run.delivery_count += 1
+                taken.append((run.first, run.last, run.delivery_count))
+                left -= run.last - run.first + 1
+            index += 1
         # New records: none may be skipped between end_offset and the first one taken.
-        if offset == self.end_offset:
-            while offset <= last_offset and len(taken) < max_records and self.in_flight() < self.limits.max_in_flight:
-                entry = _InFlight(RecordState.AVAILABLE, 0)
-                self._window[offset] = entry
-                self._lock(entry, member_id, deadline)
-                taken.append((offset, 1))
-                offset += 1
-                self.end_offset = offset
+        if first <= self.end_offset:
+            count = min(last_offset - self.end_offset + 1, left, self.limits.max_in_flight - self.in_flight())
+            if count > 0:
+                new = _Run(self.end_offset, self.end_offset + count - 1, RecordState.ACQUIRED, 1, member_id, deadline)
+                self._runs.append(new)
+                self.end_offset += count
+                taken.append((new.first, new.last, 1))
+        self._merge()
         return list(_ranges(taken))
-
-    @staticmethod
-    def _lock(entry: _InFlight, member_id: str, deadline_ms: int) -> None:
-        entry.state = RecordState.ACQUIRED
-        entry.delivery_count += 1
-        entry.member_id = member_id
-        entry.lock_deadline_ms = deadline_ms
 
     # -- acknowledging ---------------------------------------------------------------------------
 
@@ -191,81 +211,146 @@ class SharePartition:
         """Apply one member's acknowledgements, all or none: an error code (INVALID_RECORD_STATE
         when an offset is not held by the member, INVALID_REQUEST for malformed batches) and the
         records archived."""
-        plan: list[tuple[int, AcknowledgeType]] = []
+        plan: list[tuple[int, int, AcknowledgeType]] = []
         for batch in batches:
             count = batch.last_offset - batch.first_offset + 1
             if count <= 0 or len(batch.types) not in (1, count):
                 return ErrorCode.INVALID_REQUEST, []
-            for index, offset in enumerate(range(batch.first_offset, batch.last_offset + 1)):
+            for first, last, raw_type in _same_type_runs(batch):
                 try:
-                    kind = AcknowledgeType(batch.types[0] if len(batch.types) == 1 else batch.types[index])
+                    kind = AcknowledgeType(raw_type)
                 except ValueError:
                     return ErrorCode.INVALID_REQUEST, []
-                entry = self._window.get(offset)
-                if kind is AcknowledgeType.GAP and entry is None and offset < self.start_offset:
-                    continue  # already done with
-                if entry is None or entry.state is not RecordState.ACQUIRED or entry.member_id != member_id:
+                if kind is AcknowledgeType.GAP:
+                    first = max(first, self.start_offset)  # a gap already done with
+                    if first > last:
+                        continue
+                if not self._held_by(member_id, first, last):
                     return ErrorCode.INVALID_RECORD_STATE, []
-                plan.append((offset, kind))
+                plan.append((first, last, kind))
         archived: list[Archived] = []
-        for offset, kind in plan:
-            entry = self._window[offset]
-            if kind is AcknowledgeType.ACCEPT:
-                self._finish(entry, RecordState.ACKNOWLEDGED)
-            elif kind is AcknowledgeType.RENEW:
-                entry.lock_deadline_ms = now_ms + self.limits.lock_duration_ms
-            elif kind is AcknowledgeType.RELEASE:
-                archived.extend(self._release(offset, entry))
-            else:
-                self._finish(entry, RecordState.ARCHIVED)
-                if kind is AcknowledgeType.REJECT:
-                    archived.append(Archived(offset, entry.delivery_count, ArchiveReason.REJECTED))
+        for first, last, kind in plan:
+            begin, end = self._isolate_range(first, last)
+            for run in self._runs[begin:end]:
+                if kind is AcknowledgeType.ACCEPT:
+                    run.settle(RecordState.ACKNOWLEDGED)
+                elif kind is AcknowledgeType.RENEW:
+                    run.lock_deadline_ms = now_ms + self.limits.lock_duration_ms
+                elif kind is AcknowledgeType.RELEASE:
+                    archived.extend(self._release(run))
+                else:
+                    run.settle(RecordState.ARCHIVED)
+                    if kind is AcknowledgeType.REJECT:
+                        archived.extend(Archived(o, run.delivery_count, ArchiveReason.REJECTED)
+                                        for o in range(run.first, run.last + 1))
+        self._merge()
         self._advance_start()
         return ErrorCode.NO_ERROR, archived
+
+    def _held_by(self, member_id: str, first: int, last: int) -> bool:
+        """Whether every offset of first..last is in the window and acquired by `member_id`."""
+        if first < self.start_offset or last >= self.end_offset:
+            return False
+        index = self._index_of(first)
+        while index < len(self._runs) and self._runs[index].first <= last:
+            if not self._runs[index].held_by(member_id):
+                return False
+            index += 1
+        return True
 
     def release_member(self, member_id: str) -> list[Archived]:
         """Give back everything a member holds (its share session closed or it left)."""
         archived: list[Archived] = []
-        for offset in self.acquired_by(member_id):
-            archived.extend(self._release(offset, self._window[offset]))
+        for run in self._runs:
+            if run.held_by(member_id):
+                archived.extend(self._release(run))
+        self._merge()
         self._advance_start()
         return archived
 
     def expire_locks(self, now_ms: int) -> list[Archived]:
         """Release every record whose lock deadline has passed."""
         archived: list[Archived] = []
-        for offset, entry in sorted(self._window.items()):
-            if entry.state is RecordState.ACQUIRED and entry.lock_deadline_ms <= now_ms:
-                archived.extend(self._release(offset, entry))
+        for run in self._runs:
+            if run.state is RecordState.ACQUIRED and run.lock_deadline_ms <= now_ms:
+                archived.extend(self._release(run))
+        self._merge()
         self._advance_start()
         return archived
 
-    def _release(self, offset: int, entry: _InFlight) -> Iterator[Archived]:
-        if entry.delivery_count >= self.limits.delivery_count_limit:
-            self._finish(entry, RecordState.ARCHIVED)
-            yield Archived(offset, entry.delivery_count, ArchiveReason.DELIVERY_COUNT_LIMIT)
-        else:
-            entry.state, entry.member_id, entry.lock_deadline_ms = RecordState.AVAILABLE, "", 0
-
-    @staticmethod
-    def _finish(entry: _InFlight, state: RecordState) -> None:
-        entry.state, entry.member_id, entry.lock_deadline_ms = state, "", 0
+    def _release(self, run: _Run) -> list[Archived]:
+        if run.delivery_count >= self.limits.delivery_count_limit:
+            run.settle(RecordState.ARCHIVED)
+            return [Archived(o, run.delivery_count, ArchiveReason.DELIVERY_COUNT_LIMIT)
+                    for o in range(run.first, run.last + 1)]
+        run.settle(RecordState.AVAILABLE)
+        return []
 
     def _advance_start(self) -> None:
-        while self.start_offset < self.end_offset:
-            entry = self._window.get(self.start_offset)
-            if entry is not None and entry.state not in (RecordState.ACKNOWLEDGED, RecordState.ARCHIVED):
-                break
-            self._window.pop(self.start_offset, None)
-            self.start_offset += 1
+        done = 0
+        while done < len(self._runs) and self._runs[done].state in (RecordState.ACKNOWLEDGED, RecordState.ARCHIVED):
+            done += 1
+        if done:
+            del self._runs[:done]
+        self.start_offset = self._runs[0].first if self._runs else self.end_offset
+
+    # -- runs --------------------------------------------------------------------------------------
+
+    def _index_of(self, offset: int) -> int:
+        """The index of the run holding `offset`, an offset of the window."""
+        return bisect_right(self._runs, offset, key=_first_of) - 1
+
+    def _split_before(self, offset: int) -> int:
+        """Make `offset` the first of a run; that run's index (len(runs) for the window's end)."""
+        if offset >= self.end_offset:
+            return len(self._runs)
+        index = self._index_of(offset)
+        run = self._runs[index]
+        if run.first == offset:
+            return index
+        self._runs.insert(index + 1, replace(run, first=offset))
+        run.last = offset - 1
+        return index + 1
+
+    def _isolate_range(self, first: int, last: int) -> tuple[int, int]:
+        """Split runs so that first..last (in the window) is runs[begin:end] exactly."""
+        self._split_before(last + 1)
+        begin = self._split_before(first)
+        return begin, self._index_of(last) + 1
+
+    def _isolate(self, index: int, first: int, last: int) -> int:
+        """Split runs[index] so that first..last, inside it, is a run of its own; its index."""
+        run = self._runs[index]
+        if last < run.last:
+            self._runs.insert(index + 1, replace(run, first=last + 1))
+            run.last = last
+        if first > run.first:
+            self._runs.insert(index + 1, replace(run, first=first))
+            run.last = first - 1
+            index += 1
+        return index
+
+    def _merge(self) -> None:
+        """Join neighbouring runs that became alike."""
+        merged: list[_Run] = []
+        for run in self._runs:
+            if merged and merged[-1].alike(run):
+                merged[-1].last = run.last
+            else:
+                merged.append(run)
+        self._runs = merged
 
     # -- moving the window -----------------------------------------------------------------------
 
     def move_start(self, offset: int) -> None:
         """Start at `offset`: the log's start moved past records (retention, DeleteRecords) or an
         administrator reset the group's offsets. Records before it are forgotten."""
-        for old in [o for o in self._window if o < offset]:
-            del self._window[old]
+        if offset <= self.start_offset:
+            return
+        if offset >= self.end_offset:
+            self._runs = []
+        else:
+            del self._runs[:self._split_before(offset)]
         self.start_offset = offset
         self.end_offset = max(self.end_offset, offset)
         self._advance_start()
@@ -275,47 +360,61 @@ class SharePartition:
     def snapshot(self) -> list[StateBatch]:
         """The in-flight window as Kafka persists it: runs of equal state and delivery count.
         A lock does not survive a restart, so ACQUIRED is written as AVAILABLE."""
-        runs: list[StateBatch] = []
-        for offset in range(self.start_offset, self.end_offset):
-            entry = self._window.get(offset)
-            if entry is None:
-                continue
-            state = RecordState.AVAILABLE if entry.state is RecordState.ACQUIRED else entry.state
-            last = runs[-1] if runs else None
-            if (last is not None and last.last_offset == offset - 1 and last.state is state
-                    and last.delivery_count == entry.delivery_count):
-                runs[-1] = StateBatch(last.first_offset, offset, state, entry.delivery_count)
+        batches: list[StateBatch] = []
+        for run in self._runs:
+            state = RecordState.AVAILABLE if run.state is RecordState.ACQUIRED else run.state
+            last = batches[-1] if batches else None
+            if last is not None and last.state is state and last.delivery_count == run.delivery_count:
+                batches[-1] = StateBatch(last.first_offset, run.last, state, run.delivery_count)
             else:
-                runs.append(StateBatch(offset, offset, state, entry.delivery_count))
-        return runs
+                batches.append(StateBatch(run.first, run.last, state, run.delivery_count))
+        return batches
 
     @classmethod
     def restore(cls, start_offset: int, batches: Iterable[StateBatch], limits: ShareLimits,
                 state_epoch: int = 0) -> SharePartition:
         """The partition as a snapshot left it: every listed offset back in its state, the
-        window's end after the last of them."""
+        window's end after the last of them. Offsets inside the window that no batch names were
+        never acquired: available, undelivered."""
         partition = cls(start_offset, limits, state_epoch=state_epoch)
         for batch in batches:
-            for offset in range(max(batch.first_offset, start_offset), batch.last_offset + 1):
-                state = RecordState.AVAILABLE if batch.state is RecordState.ACQUIRED else batch.state
-                partition._window[offset] = _InFlight(state, batch.delivery_count)
-                partition.end_offset = max(partition.end_offset, offset + 1)
-        # Offsets inside the window that no batch names were never acquired: available, undelivered.
-        for offset in range(start_offset, partition.end_offset):
-            partition._window.setdefault(offset, _InFlight(RecordState.AVAILABLE, 0))
+            first = max(batch.first_offset, start_offset)
+            if first > batch.last_offset:
+                continue
+            if batch.last_offset >= partition.end_offset:
+                partition._runs.append(_Run(partition.end_offset, batch.last_offset, RecordState.AVAILABLE, 0))
+                partition.end_offset = batch.last_offset + 1
+            state = RecordState.AVAILABLE if batch.state is RecordState.ACQUIRED else batch.state
+            begin, end = partition._isolate_range(first, batch.last_offset)
+            for run in partition._runs[begin:end]:
+                run.settle(state)
+                run.delivery_count = batch.delivery_count
+        partition._merge()
         partition._advance_start()
         return partition
 
 
-def _ranges(taken: list[tuple[int, int]]) -> Iterator[AcquiredRange]:
-    """Consecutive offsets with the same delivery count as one range."""
+def _same_type_runs(batch: AcknowledgementBatch) -> Iterator[tuple[int, int, int]]:
+    """(first, last, type) of the batch's stretches of offsets with one acknowledge type."""
+    if len(batch.types) == 1:
+        yield batch.first_offset, batch.last_offset, batch.types[0]
+        return
+    first = batch.first_offset
+    for index in range(1, len(batch.types) + 1):
+        if index == len(batch.types) or batch.types[index] != batch.types[index - 1]:
+            yield first, batch.first_offset + index - 1, batch.types[index - 1]
+            first = batch.first_offset + index
+
+
+def _ranges(taken: list[tuple[int, int, int]]) -> Iterator[AcquiredRange]:
+    """Consecutive (first, last, delivery count) stretches with the same count as one range."""
     run: list[int] | None = None  # [first, last, delivery count]
-    for offset, count in taken:
-        if run is not None and offset == run[1] + 1 and count == run[2]:
-            run[1] = offset
+    for first, last, count in taken:
+        if run is not None and first == run[1] + 1 and count == run[2]:
+            run[1] = last
             continue
         if run is not None:
             yield AcquiredRange(*run)
-        run = [offset, offset, count]
+        run = [first, last, count]
     if run is not None:
         yield AcquiredRange(*run)
