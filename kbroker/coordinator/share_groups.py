@@ -2,8 +2,9 @@
 `ShareGroup` (kbroker/share/share_group.py), the topics as the metadata cache knows them, and
 the timers that expire silent members and acquisition locks.
 
-A member removed for silence (or leaving) has its share sessions closed and the records it
-holds released at once through `on_member_gone`, rather than waiting for their locks.
+A member removed for silence has its share sessions closed and the records it holds released
+at once through `on_member_gone`, rather than waiting for their locks. A member that leaves
+ends its share sessions itself (the final epoch of ShareAcknowledge or ShareFetch).
 """
 
 from __future__ import annotations
@@ -68,8 +69,9 @@ class ShareGroupCoordinator:
             for topic_id, index in sorted(group.target_partitions()):
                 if topic_id in names:
                     self.on_assigned(group_id, names[topic_id], index)
-        if answer.member_epoch < 0 and self.on_member_gone is not None:
-            self.on_member_gone(group_id, member_id)
+        # A member that leaves keeps its share sessions: its final ShareAcknowledge (or ShareFetch
+        # with epoch -1), sent beside the leave on another connection, settles and releases
+        # what it holds. Releasing here first would lose those acknowledgements.
         self._arm_expiry()
         return answer
 

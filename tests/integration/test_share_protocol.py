@@ -159,3 +159,23 @@ def test_unknown_topics_and_a_waiting_fetch(broker: BrokerProcess) -> None:
         empty = _fetch(client, "waiters", "m2", 0, topic_id, max_wait_ms=300)
         assert time.monotonic() - started >= 0.29  # waited for records that never came
         assert empty.error_code == 0 and all(not p.acquired_records for t in empty.responses for p in t.partitions)
+
+
+def test_a_leaving_members_final_acknowledgement_still_counts(broker: BrokerProcess) -> None:
+    """Clients send the leave heartbeat and the final ShareAcknowledge at once, on different
+    connections: the leave must not release what the acknowledgement settles."""
+    with RawClient(broker.bootstrap) as client:
+        topic_id = _topic_id(client, "leave-topic")
+        _coordinated_heartbeat(client, "leavers", "m1", ["leave-topic"])
+        _produce(client, "leave-topic", [b"a", b"b"])
+        held = _fetch(client, "leavers", "m1", 0, topic_id).responses[0].partitions[0].acquired_records
+        assert [(r.first_offset, r.last_offset) for r in held] == [(0, 1)]
+        assert _heartbeat(client, "leavers", "m1", -1, None).error_code == 0
+        final = _acknowledge(client, "leavers", "m1", -1, topic_id, [_ack(0, 1, ACCEPT)])
+        assert (final.error_code, final.responses[0].partitions[0].error_code) == (0, 0)
+        # Accepted: another member gets only what is produced next.
+        _coordinated_heartbeat(client, "leavers", "m2", ["leave-topic"])
+        _produce(client, "leave-topic", [b"c"])
+        fetched = _fetch(client, "leavers", "m2", 0, topic_id, max_wait_ms=5000)
+        records = fetched.responses[0].partitions[0].acquired_records
+        assert [(r.first_offset, r.last_offset, r.delivery_count) for r in records] == [(2, 2, 1)]
