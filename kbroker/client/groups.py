@@ -129,7 +129,9 @@ class GroupsClient(CoordinatorClient):
             return None
         body = {"group_ids": [group_id], "include_authorized_operations": False}
         result = self.request(CONSUMER_GROUP_DESCRIBE, body, version, coordinator.node_id).groups[0]
-        if result.error_code == ErrorCode.GROUP_ID_NOT_FOUND:
+        # Not a consumer-protocol group, or a broker that advertises the API but serves only the
+        # classic protocol (Kafka 3.9 without group.coordinator.rebalance.protocols=consumer).
+        if result.error_code in (ErrorCode.GROUP_ID_NOT_FOUND, ErrorCode.UNSUPPORTED_VERSION):
             return None
         check(result.error_code, context=f"group {group_id}")
         members = [
