@@ -147,29 +147,32 @@ class GroupValue:
     members: list[MemberValue] = field(default_factory=list)
 
 
-def _build(version: int, con: KStruct, obj: Any) -> bytes:
+def build_prefixed(prefix: int, con: KStruct, obj: Any) -> bytes:
+    """A coordinator record's key or value: its int16 version (or record type) and the struct."""
     out = io.BytesIO()
-    out.write(_VERSION.pack(version))
+    out.write(_VERSION.pack(prefix))
     build_into(con, obj, out)
     return out.getvalue()
 
 
-def _split(data: bytes) -> tuple[int, bytes]:
+def split_prefixed(data: bytes) -> tuple[int, bytes]:
+    """The int16 version (or record type) of a coordinator record's key or value, and the rest."""
     if len(data) < 2:
         raise ProtocolError("record too short for a version")
     return _VERSION.unpack_from(data)[0], data[2:]
 
 
+
 def encode_offset_key(group: str, topic: str, partition: int) -> bytes:
-    return _build(OFFSET_COMMIT_KEY_VERSION, _OFFSET_KEY, {"group": group, "topic": topic, "partition": partition})
+    return build_prefixed(OFFSET_COMMIT_KEY_VERSION, _OFFSET_KEY, {"group": group, "topic": topic, "partition": partition})
 
 
 def encode_group_key(group: str) -> bytes:
-    return _build(GROUP_METADATA_KEY_VERSION, _GROUP_KEY, {"group": group})
+    return build_prefixed(GROUP_METADATA_KEY_VERSION, _GROUP_KEY, {"group": group})
 
 
 def decode_key(data: bytes) -> OffsetKey | GroupKey:
-    version, body = _split(data)
+    version, body = split_prefixed(data)
     if version in (0, 1):
         parsed = parse_all(_OFFSET_KEY, body)
         return OffsetKey(parsed.group, parsed.topic, parsed.partition)
@@ -181,11 +184,11 @@ def decode_key(data: bytes) -> OffsetKey | GroupKey:
 def encode_offset_value(value: OffsetValue) -> bytes:
     obj = {"offset": value.offset, "leader_epoch": value.leader_epoch, "metadata": value.metadata,
            "commit_timestamp": value.commit_timestamp}
-    return _build(OFFSET_COMMIT_VALUE_VERSION, _OFFSET_VALUES[OFFSET_COMMIT_VALUE_VERSION], obj)
+    return build_prefixed(OFFSET_COMMIT_VALUE_VERSION, _OFFSET_VALUES[OFFSET_COMMIT_VALUE_VERSION], obj)
 
 
 def decode_offset_value(data: bytes) -> OffsetValue:
-    version, body = _split(data)
+    version, body = split_prefixed(data)
     con = _OFFSET_VALUES.get(version)
     if con is None:
         raise ProtocolError(f"unknown offset commit value version {version}")
@@ -202,7 +205,7 @@ def encode_group_value(value: GroupValue) -> bytes:
         "current_state_timestamp": value.current_state_timestamp,
         "members": [_member_dict(m) for m in value.members],
     }
-    return _build(GROUP_METADATA_VALUE_VERSION, _GROUP_VALUES[GROUP_METADATA_VALUE_VERSION], obj)
+    return build_prefixed(GROUP_METADATA_VALUE_VERSION, _GROUP_VALUES[GROUP_METADATA_VALUE_VERSION], obj)
 
 
 def _member_dict(member: MemberValue) -> dict[str, Any]:
@@ -210,7 +213,7 @@ def _member_dict(member: MemberValue) -> dict[str, Any]:
 
 
 def decode_group_value(data: bytes) -> GroupValue:
-    version, body = _split(data)
+    version, body = split_prefixed(data)
     con = _GROUP_VALUES.get(version)
     if con is None:
         raise ProtocolError(f"unknown group metadata value version {version}")
@@ -269,11 +272,11 @@ class TransactionValue:
 
 
 def encode_transaction_key(transactional_id: str) -> bytes:
-    return _build(TRANSACTION_KEY_VERSION, _TXN_KEY, {"transactional_id": transactional_id})
+    return build_prefixed(TRANSACTION_KEY_VERSION, _TXN_KEY, {"transactional_id": transactional_id})
 
 
 def decode_transaction_key(data: bytes) -> str:
-    version, body = _split(data)
+    version, body = split_prefixed(data)
     if version != 0:
         raise ProtocolError(f"unknown transaction log key version {version}")
     return parse_all(_TXN_KEY, body).transactional_id
@@ -290,11 +293,11 @@ def encode_transaction_value(value: TransactionValue) -> bytes:
         "transaction_last_update_timestamp_ms": value.last_update_ms,
         "transaction_start_timestamp_ms": value.start_ms,
     }
-    return _build(TRANSACTION_VALUE_VERSION, _TXN_VALUES[TRANSACTION_VALUE_VERSION], obj)
+    return build_prefixed(TRANSACTION_VALUE_VERSION, _TXN_VALUES[TRANSACTION_VALUE_VERSION], obj)
 
 
 def decode_transaction_value(data: bytes) -> TransactionValue:
-    version, body = _split(data)
+    version, body = split_prefixed(data)
     con = _TXN_VALUES.get(version)
     if con is None:
         raise ProtocolError(f"unknown transaction log value version {version}")

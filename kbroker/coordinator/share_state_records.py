@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import base64
 import binascii
-import io
 import struct
 import uuid
 from dataclasses import dataclass, field
 
+from protocol.coordinator_records import build_prefixed, split_prefixed
 from protocol.primitives import (
     Field,
     Int8,
@@ -37,7 +37,6 @@ from protocol.primitives import (
     ProtocolError,
     TaggedField,
     Uuid,
-    build_into,
     parse_all,
 )
 
@@ -97,19 +96,6 @@ class ShareUpdate:
     delivery_complete_count: int = -1
 
 
-def _build(prefix: int, con: KStruct, obj: dict[str, object]) -> bytes:
-    out = io.BytesIO()
-    out.write(_SHORT.pack(prefix))
-    build_into(con, obj, out)
-    return out.getvalue()
-
-
-def _split(data: bytes) -> tuple[int, bytes]:
-    if len(data) < 2:
-        raise ProtocolError("record too short for its type")
-    return _SHORT.unpack_from(data)[0], data[2:]
-
-
 def _batches(batches: tuple[PersistedBatch, ...]) -> list[dict[str, int]]:
     return [{"first_offset": b.first_offset, "last_offset": b.last_offset, "delivery_state": b.delivery_state,
              "delivery_count": b.delivery_count} for b in batches]
@@ -121,12 +107,12 @@ def _parsed_batches(parsed: list[object]) -> tuple[PersistedBatch, ...]:
 
 
 def encode_key(record_type: int, key: ShareStateKey) -> bytes:
-    return _build(record_type, _KEY, {"group_id": key.group_id, "topic_id": key.topic_id, "partition": key.partition})
+    return build_prefixed(record_type, _KEY, {"group_id": key.group_id, "topic_id": key.topic_id, "partition": key.partition})
 
 
 def decode_key(data: bytes) -> tuple[int, ShareStateKey]:
     """(record type, key); ProtocolError for a type this topic does not hold."""
-    record_type, body = _split(data)
+    record_type, body = split_prefixed(data)
     if record_type not in (SNAPSHOT, UPDATE):
         raise ProtocolError(f"unknown __share_group_state record type {record_type}")
     parsed = parse_all(_KEY, body)
@@ -134,7 +120,7 @@ def decode_key(data: bytes) -> tuple[int, ShareStateKey]:
 
 
 def encode_snapshot(value: ShareSnapshot) -> bytes:
-    return _build(VALUE_VERSION, _SNAPSHOT_VALUE, {
+    return build_prefixed(VALUE_VERSION, _SNAPSHOT_VALUE, {
         "snapshot_epoch": value.snapshot_epoch, "state_epoch": value.state_epoch,
         "leader_epoch": value.leader_epoch, "start_offset": value.start_offset,
         "create_timestamp": value.create_timestamp, "write_timestamp": value.write_timestamp,
@@ -142,14 +128,14 @@ def encode_snapshot(value: ShareSnapshot) -> bytes:
 
 
 def encode_update(value: ShareUpdate) -> bytes:
-    return _build(VALUE_VERSION, _UPDATE_VALUE, {
+    return build_prefixed(VALUE_VERSION, _UPDATE_VALUE, {
         "snapshot_epoch": value.snapshot_epoch, "leader_epoch": value.leader_epoch,
         "start_offset": value.start_offset, "state_batches": _batches(value.batches),
         "delivery_complete_count": value.delivery_complete_count})
 
 
 def _body(data: bytes) -> bytes:
-    version, body = _split(data)
+    version, body = split_prefixed(data)
     if version != VALUE_VERSION:
         raise ProtocolError(f"unknown __share_group_state value version {version}")
     return body
