@@ -490,6 +490,7 @@ class Broker:
                 except Exception:
                     log.exception("expiring committed offsets failed")
             self.replicas.shrink_isrs(now_ms, self.config.get("replica.lag.time.max.ms"))
+            self.share_partitions.forget_gone()
             if self._next_rebalance_ms == 0:  # as Kafka: the first check one interval after start
                 self._next_rebalance_ms = now_ms + self.config.get("leader.imbalance.check.interval.seconds") * 1000
             if self.cluster is not None and now_ms >= self._next_rebalance_ms:

@@ -136,6 +136,9 @@ class SharePartitionManager:
         self.persister: StatePersister = persister if persister is not None else MemoryPersister()
         self._partitions: dict[ShareKey, SharePartition] = {}
         self._leader_epochs: dict[ShareKey, int] = {}  # the epoch each share partition was loaded under
+        # The topic partition each was loaded for: a topic deleted and created again under the
+        # same name is another partition (another topic id), whose share state starts afresh.
+        self._hosts: dict[ShareKey, Partition] = {}
         self._loads: dict[ShareKey, asyncio.Task[int]] = {}
         self._writers: dict[ShareKey, _Writer] = {}
         # Fetches waiting for records to come back (released, expired, a slot freed).
@@ -217,6 +220,7 @@ class SharePartitionManager:
             return ErrorCode.NOT_LEADER_OR_FOLLOWER  # leadership moved while it loaded
         self._partitions[key] = share
         self._leader_epochs[key] = epoch
+        self._hosts[key] = partition
         return ErrorCode.NO_ERROR
 
     async def _ensure_loaded(self, group_id: str, wanted: Sequence[tuple[str, int]],
@@ -257,14 +261,24 @@ class SharePartitionManager:
         """The loaded share partition, unless it was loaded under an older leadership (then it
         is dropped, to be loaded again)."""
         share = self._partitions.get(key)
-        if share is not None and self._leader_epochs.get(key) != partition.leader_epoch:
+        if share is not None and (self._leader_epochs.get(key) != partition.leader_epoch
+                                  or self._hosts.get(key) is not partition):
             self._drop(key)
             return None
         return share
 
+    def forget_gone(self) -> None:
+        """Drop the share partitions of topic partitions this broker no longer leads or that are
+        gone (a deleted topic): nothing else would, for a topic no one fetches any more."""
+        for key in list(self._partitions):
+            partition = self.replica_manager.find(key[1], key[2])
+            if partition is None or not partition.is_leader or self._hosts.get(key) is not partition:
+                self._drop(key)
+
     def _drop(self, key: ShareKey) -> None:
         self._partitions.pop(key, None)
         self._leader_epochs.pop(key, None)
+        self._hosts.pop(key, None)
         load = self._loads.pop(key, None)
         if load is not None:
             load.cancel()

@@ -270,3 +270,26 @@ def test_a_fetch_waits_for_a_slow_load_no_longer_than_its_max_wait(tmp_path: Pat
             assert offsets(answer) == [0]
 
     asyncio.run(asyncio.wait_for(scenario(), 30))
+
+
+def test_a_deleted_topics_share_partitions_are_forgotten_and_a_new_one_starts_afresh(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        clock = Clock()
+        async with manager_over_log(tmp_path, clock) as manager:
+            await produce(manager, [b"a", b"b"])
+            [held] = await manager.fetch("g", "m1", [("t", 0)], 10, 1 << 20, 0)
+            assert offsets(held) == [0, 1]
+            # The same name again, another topic: nothing of the old one's state (0 and 1 held),
+            # even before anything swept the old one away.
+            manager.replica_manager.remove_topic("t")
+            manager.replica_manager.become_leader("t", 0, uuid.uuid4(), LogConfig(), 1, [0], [0], wall_clock_ms())
+            await produce(manager, [b"c"])
+            [fresh] = await manager.fetch("g", "m2", [("t", 0)], 10, 1 << 20, 0)
+            assert [(r.first_offset, r.last_offset, r.delivery_count) for r in fresh.acquired] == [(0, 0, 1)]
+            manager.forget_gone()
+            assert manager.share_partition("g", "t", 0) is not None  # still led here: kept
+            manager.replica_manager.remove_topic("t")
+            manager.forget_gone()  # deleted and never fetched again: swept
+            assert manager.share_partition("g", "t", 0) is None
+
+    asyncio.run(asyncio.wait_for(scenario(), 30))
