@@ -50,8 +50,9 @@ def cluster(tmp_path: Path, zk_connect: str, request: pytest.FixtureRequest) -> 
     brokers = [BrokerProcess(tmp_path / f"b{i}", overrides={"broker.id": str(i), "zookeeper.connect": zk_connect,
                                                              **LAG_SETTINGS, **extra}).start()
                for i in range(3)]
-    yield Cluster(brokers)
-    for broker in brokers:
+    group = Cluster(brokers)  # a copy: tests append brokers they start to it
+    yield group
+    for broker in group:
         broker.kill()
 
 
