@@ -221,7 +221,7 @@ class Broker:
             ShareGroupConfig(session_timeout_ms=config.get("group.share.session.timeout.ms"),
                              heartbeat_interval_ms=config.get("group.share.heartbeat.interval.ms"),
                              max_size=config.get("group.share.max.size")),
-            self._share_topics, is_other_group=self._is_classic_group, on_member_gone=self._share_member_gone,
+            self._share_topics, is_other_group=self._is_classic_group, on_member_gone=self.end_share_session,
             on_assigned=self.share_partitions.initialize, config_of=self._share_group_config)
         # Read at every share fetch: kept per group until its configs change.
         self._share_settings_cache: dict[str, ShareGroupSettings] = {}
@@ -287,9 +287,9 @@ class Broker:
         except Exception:  # not this broker's to say: the share coordinator checked it is
             return False
 
-    def _share_member_gone(self, group_id: str, member_id: str) -> None:
-        """A share group member left or went silent: its share session here ends and what it
-        holds goes back to the queue at once."""
+    def end_share_session(self, group_id: str, member_id: str) -> None:
+        """A share group member's share session here ends (its final ShareFetch or ShareAcknowledge,
+        or its group session timed out): what it holds goes back to the queue at once."""
         closed = self.share_sessions.close(group_id, member_id)
         if closed is None:
             return

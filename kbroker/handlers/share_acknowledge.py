@@ -9,7 +9,6 @@ from kbroker.handlers import RequestContext
 from kbroker.handlers.share_common import (
     SharePartitionKey,
     acknowledge_all,
-    end_share_session,
     listed_partitions,
     share_request_member,
 )
@@ -27,7 +26,7 @@ async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
     answers: dict[SharePartitionKey, dict[str, Any]] = {}
     await acknowledge_all(ctx, group_id, member_id, listed_partitions(request), answers)
     if request.share_session_epoch == FINAL_EPOCH:
-        end_share_session(ctx, group_id, member_id)
+        ctx.broker.end_share_session(group_id, member_id)
     by_topic: dict[Any, list[dict[str, Any]]] = {}
     for (topic_id, index), answer in answers.items():
         by_topic.setdefault(topic_id, []).append(

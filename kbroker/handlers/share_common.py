@@ -36,12 +36,6 @@ def listed_partitions(request: Any) -> list[tuple[uuid.UUID, int, Any]]:
     return [(t.topic_id, p.partition_index, p.acknowledgement_batches) for t in request.topics for p in t.partitions]
 
 
-def end_share_session(ctx: RequestContext, group_id: str, member_id: str) -> None:
-    """The final epoch: the session goes, and what the member still holds goes back to the queue."""
-    closed = ctx.broker.share_sessions.close(group_id, member_id)
-    ctx.broker.share_partitions.release_member(group_id, member_id, resolve(ctx, closed.partitions if closed else {}))
-
-
 def require_share_coordinator(ctx: RequestContext, group_id: str) -> None:
     """A share group is coordinated where its classic or consumer namesake would be: the leader
     of its `__consumer_offsets` partition (FindCoordinator answers the same for all three)."""

@@ -11,7 +11,6 @@ from kbroker.handlers.authorize import Op, Resource, allowed
 from kbroker.handlers.share_common import (
     SharePartitionKey,
     acknowledge_all,
-    end_share_session,
     listed_partitions,
     partition_answer,
     resolve,
@@ -36,7 +35,7 @@ async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
     answers: dict[SharePartitionKey, dict[str, Any]] = {}
     await acknowledge_all(ctx, group_id, member_id, listed, answers)
     if request.share_session_epoch == FINAL_EPOCH:
-        end_share_session(ctx, group_id, member_id)
+        ctx.broker.end_share_session(group_id, member_id)
     else:
         await _fetch(ctx, request, group_id, member_id, list(session.partitions), answers)
     return _response(ctx, answers)
