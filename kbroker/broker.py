@@ -247,7 +247,8 @@ class Broker:
                         lock_duration_ms=configs.int_value(group_id, "share.record.lock.duration.ms")),
             start_at_earliest=reset == "earliest",
             read_committed=configs.value(group_id, "share.isolation.level") == "read_committed",
-            start_by_duration_ms=duration_ms)
+            start_by_duration_ms=duration_ms,
+            renew_enabled=configs.value(group_id, "share.renew.acknowledge.enable").lower() == "true")
 
     def _leader_endpoint(self, topic: str, index: int) -> tuple[int, tuple[str, int]] | None:
         """The leader of a partition led elsewhere and its inter-broker address (a cluster only)."""

@@ -64,6 +64,7 @@ class ShareGroupSettings:
     start_at_earliest: bool = False  # share.auto.offset.reset
     read_committed: bool = False  # share.isolation.level
     start_by_duration_ms: int | None = None  # share.auto.offset.reset=by_duration:<duration>
+    renew_enabled: bool = True  # share.renew.acknowledge.enable (KIP-1222)
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from typing import Any
 
 from kbroker.handlers import RequestContext
 from kbroker.handlers.authorize import Op, Resource, allowed
-from kbroker.share.share_partition import AcknowledgementBatch
+from kbroker.share.share_partition import AcknowledgementBatch, AcknowledgeType
 from protocol.errors import ErrorCode, KafkaError
 
 
@@ -75,9 +75,14 @@ def partition_answer(index: int) -> dict[str, Any]:
 
 async def acknowledge_all(ctx: RequestContext, group_id: str, member_id: str,
                           listed: Iterable[tuple[uuid.UUID, int, Any]],
-                          answers: dict[SharePartitionKey, dict[str, Any]]) -> None:
+                          answers: dict[SharePartitionKey, dict[str, Any]], renew_allowed: bool = False) -> None:
     """Apply the acknowledgements of each listed partition; each answer's acknowledge error,
-    once the share coordinator has them (the partitions' writes run side by side)."""
+    once the share coordinator has them (the partitions' writes run side by side).
+
+    RENEW (KIP-1222) exists from ShareAcknowledge v2 on (`renew_allowed`): in an older request
+    it is an unknown type (INVALID_REQUEST); in a group with `share.renew.acknowledge.enable`
+    off, INVALID_RECORD_STATE, as Kafka answers."""
+    renew_enabled = ctx.broker.share_partitions.settings_of(group_id).renew_enabled
     pending: list[tuple[dict[str, Any], Any]] = []
     for topic_id, index, batches in listed:
         if not batches:
@@ -90,6 +95,13 @@ async def acknowledge_all(ctx: RequestContext, group_id: str, member_id: str,
         if not allowed(ctx, Op.READ, Resource.TOPIC, name):
             answer["acknowledge_error_code"] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
             continue
+        if any(AcknowledgeType.RENEW in b.acknowledge_types for b in batches):
+            if not renew_allowed:
+                answer["acknowledge_error_code"] = ErrorCode.INVALID_REQUEST
+                continue
+            if not renew_enabled:
+                answer["acknowledge_error_code"] = ErrorCode.INVALID_RECORD_STATE
+                continue
         wanted = [AcknowledgementBatch(b.first_offset, b.last_offset, tuple(b.acknowledge_types)) for b in batches]
         pending.append((answer, ctx.broker.share_partitions.acknowledge(group_id, member_id, name, index, wanted)))
     codes = await asyncio.gather(*(work for _, work in pending))

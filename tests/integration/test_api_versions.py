@@ -75,7 +75,7 @@ KAFKA_3_9_RANGES = {
     76: (1, 1),  # ShareGroupHeartbeat
     77: (1, 1),  # ShareGroupDescribe
     78: (1, 1),  # ShareFetch
-    79: (1, 1),  # ShareAcknowledge
+    79: (1, 2),  # ShareAcknowledge
     80: (0, 0),  # AddRaftVoter
     81: (0, 0),  # RemoveRaftVoter
 }

@@ -17,7 +17,8 @@ from tests.rawclient import RawClient
 from tests.waiting import wait_until
 
 HEARTBEAT, DESCRIBE, FETCH, ACKNOWLEDGE = 76, 77, 78, 79
-ACCEPT, RELEASE = 1, 2
+ACCEPT, RELEASE, RENEW = 1, 2, 4
+INCREMENTAL_ALTER_CONFIGS, GROUP_RESOURCE, SET = 44, 32, 0
 
 
 @pytest.fixture(scope="module")
@@ -71,9 +72,10 @@ def _fetch(client: RawClient, group: str, member: str, epoch: int, topic_id: uui
 
 
 def _acknowledge(client: RawClient, group: str, member: str, epoch: int, topic_id: uuid.UUID,
-                 acks: list[dict[str, Any]]) -> Any:
-    return client.request(ACKNOWLEDGE, 1, {
+                 acks: list[dict[str, Any]], version: int = 1) -> Any:
+    return client.request(ACKNOWLEDGE, version, {
         "group_id": group, "member_id": member, "share_session_epoch": epoch,
+        "is_renew_ack": any(RENEW in a["acknowledge_types"] for a in acks),
         "topics": [{"topic_id": topic_id, "partitions": [{"partition_index": 0, "acknowledgement_batches": acks}]}]})
 
 
@@ -147,6 +149,47 @@ def test_share_sessions_and_acknowledgements(broker: BrokerProcess) -> None:
         closed = _acknowledge(client, "acks", "m1", -1, topic_id, [_ack(1, 1, ACCEPT)])
         assert closed.responses[0].partitions[0].error_code == 0
         assert _fetch(client, "acks", "m1", 4, topic_id).error_code == ErrorCode.SHARE_SESSION_NOT_FOUND
+
+
+def _acknowledge_error(answer: Any) -> int:
+    assert answer.error_code == 0
+    return answer.responses[0].partitions[0].error_code
+
+
+def test_renew_keeps_a_record_held_from_version_2_on(broker: BrokerProcess) -> None:
+    with RawClient(broker.bootstrap) as client:
+        topic_id = _topic_id(client, "renew-topic")
+        _coordinated_heartbeat(client, "renewers", "m1", ["renew-topic"])
+        _produce(client, "renew-topic", [b"slow", b"quick"])
+        opened = _fetch(client, "renewers", "m1", 0, topic_id)
+        assert [(r.first_offset, r.last_offset) for r in opened.responses[0].partitions[0].acquired_records] == [(0, 1)]
+        # Before KIP-1222 there is no RENEW: an unknown type, the partition's acknowledgements refused.
+        assert _acknowledge_error(_acknowledge(client, "renewers", "m1", 1, topic_id,
+                                               [_ack(0, 0, RENEW)])) == ErrorCode.INVALID_REQUEST
+        renewed = _acknowledge(client, "renewers", "m1", 2, topic_id, [_ack(0, 0, RENEW), _ack(1, 1, ACCEPT)],
+                               version=2)
+        assert _acknowledge_error(renewed) == 0 and renewed.acquisition_lock_timeout_ms == 30000
+        # Renewed, the record is still m1's: nobody else gets it, and m1 settles it.
+        other = _fetch(client, "renewers", "m2", 0, topic_id)
+        assert not other.responses or not other.responses[0].partitions[0].acquired_records
+        assert _acknowledge_error(_acknowledge(client, "renewers", "m1", 3, topic_id,
+                                               [_ack(0, 0, ACCEPT)], version=2)) == 0
+
+
+def test_a_group_may_turn_renewing_off(broker: BrokerProcess) -> None:
+    with RawClient(broker.bootstrap) as client:
+        topic_id = _topic_id(client, "no-renew-topic")
+        _coordinated_heartbeat(client, "no-renewers", "m1", ["no-renew-topic"])
+        altered = client.request(INCREMENTAL_ALTER_CONFIGS, 1, {"validate_only": False, "resources": [
+            {"resource_type": GROUP_RESOURCE, "resource_name": "no-renewers", "configs": [
+                {"name": "share.renew.acknowledge.enable", "config_operation": SET, "value": "false"}]}]})
+        assert altered.responses[0].error_code == 0
+        _produce(client, "no-renew-topic", [b"a"])
+        _fetch(client, "no-renewers", "m1", 0, topic_id)
+        refused = _acknowledge(client, "no-renewers", "m1", 1, topic_id, [_ack(0, 0, RENEW)], version=2)
+        assert _acknowledge_error(refused) == ErrorCode.INVALID_RECORD_STATE  # as Kafka answers
+        assert _acknowledge_error(_acknowledge(client, "no-renewers", "m1", 2, topic_id,
+                                               [_ack(0, 0, ACCEPT)], version=2)) == 0
 
 
 def test_unknown_topics_and_a_waiting_fetch(broker: BrokerProcess) -> None:
