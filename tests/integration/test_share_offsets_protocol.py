@@ -152,3 +152,17 @@ def test_a_malformed_request_is_answered_or_closed_never_a_crash(broker: BrokerP
     with RawClient(broker.bootstrap) as client:  # still serving
         assert _describe(client, "nobody", []).error_code == 0
     assert broker.alive
+
+
+def test_delete_share_group_state_between_brokers(broker: BrokerProcess) -> None:
+    """DeleteShareGroupState (86, v0), which a group coordinator sends to the share coordinator
+    leading the state's partition elsewhere: served (to brokers), the state gone after it."""
+    with RawClient(broker.bootstrap) as client:
+        topic_id = _topic_id(client, "state-topic")
+        _coordinated_heartbeat(client, "warm", "m", ["state-topic"])
+        assert _alter(client, "state-group", "state-topic", {0: 0}).error_code == 0
+        assert _rows(_describe(client, "state-group", [("state-topic", [0])]))[0][2] == 0
+        answer = client.request(86, 0, {"group_id": "state-group", "topics": [
+            {"topic_id": topic_id, "partitions": [{"partition": 0}, {"partition": 5}]}]})
+        assert [p.error_code for p in answer.results[0].partitions] == [0, 0]  # none to forget is no error
+        assert _rows(_describe(client, "state-group", [("state-topic", [0])])) == [("state-topic", 0, -1, -1, 0)]
