@@ -35,6 +35,7 @@ from kbroker.coordinator.offsets_topic import InternalTopic, OffsetsTopic
 from kbroker.coordinator.share_coordinator import TOPIC as SHARE_STATE_TOPIC
 from kbroker.coordinator.share_coordinator import ShareCoordinator, ShareCoordinatorConfig
 from kbroker.coordinator.share_groups import ShareGroupConfig, ShareGroupCoordinator
+from kbroker.coordinator.share_offsets import ShareGroupOffsets
 from kbroker.coordinator.share_partitions import ShareGroupSettings, SharePartitionManager
 from kbroker.coordinator.share_persister import SharePersister
 from kbroker.coordinator.txn_coordinator import TOPIC as TRANSACTION_TOPIC
@@ -223,6 +224,9 @@ class Broker:
                              max_size=config.get("group.share.max.size")),
             self._share_topics, is_other_group=self._is_classic_group, on_member_gone=self.end_share_session,
             on_assigned=self.share_partitions.initialize, config_of=self._share_group_config)
+        self.share_offsets = ShareGroupOffsets(self.share_groups, self.share_persister, self.share_partitions,
+                                               self.metadata_cache, self.replicas, config.broker_id,
+                                               clustered=self.cluster is not None)
         # Read at every share fetch: kept per group until its configs change.
         self._share_settings_cache: dict[str, ShareGroupSettings] = {}
         self.group_configs.on_change(self._share_group_configs_changed)
@@ -294,12 +298,18 @@ class Broker:
         closed = self.share_sessions.close(group_id, member_id)
         if closed is None:
             return
-        names = []
-        for topic_id, index in closed.partitions:
-            record = self.metadata_cache.topic_by_id(topic_id)
+        known = []  # (share-session key, topic name, partition) of the topics still there
+        for key in closed.partitions:
+            record = self.metadata_cache.topic_by_id(key[0])
             if record is not None:
-                names.append((record.name, index))
-        self.share_partitions.release_member(group_id, member_id, names)
+                known.append((key, record.name, key[1]))
+        self.share_partitions.release_member(group_id, member_id, [(name, index) for _, name, index in known])
+        # A share partition no session of its group reads any more is let go (as Kafka's
+        # SharePartitionManager does when one becomes empty): the next fetch loads it from the
+        # share coordinator, so an offset reset of the then empty group takes effect.
+        for key, name, index in known:
+            if not self.share_sessions.reads(group_id, key):
+                self.share_partitions.forget(group_id, name, index)
 
     def _open_acls(self, config: BrokerConfig) -> AclService | None:
         """The authorizer when `authorizer.class.name` names one of Kafka's (config.py refuses any

@@ -11,7 +11,8 @@ administers groups).
 - `cluster`: `ClusterClient`, connections per node, request routing and cluster metadata;
 - `admin`: topics, configs, leader elections and partition reassignments;
 - `data`: Produce, ListOffsets and Fetch; `records` encodes and decodes their record batches;
-- `coordinators`: FindCoordinator, then `groups` (consumer groups and their offsets) and
+- `coordinators`: FindCoordinator, then `groups` (consumer groups and their offsets),
+  `share_offsets` (share groups' start offsets) and
   `transactions` (listing, describing, aborting) through the coordinator it finds;
 - `errors`: `BrokerUnreachable`, and error codes as `KafkaError`s.
 """
@@ -23,11 +24,12 @@ from kbroker.client.data import DataClient
 from kbroker.client.errors import BrokerUnreachable
 from kbroker.client.groups import GroupsClient
 from kbroker.client.records import Record
+from kbroker.client.share_offsets import ShareOffsetsClient
 from kbroker.client.transactions import TransactionsClient
 
 __all__ = ["BrokerUnreachable", "Client", "Record"]
 
 
-class Client(AdminClient, AclAdmin, DataClient, GroupsClient, TransactionsClient):
+class Client(AdminClient, AclAdmin, DataClient, GroupsClient, ShareOffsetsClient, TransactionsClient):
     """Blocking client for a cluster reached through `bootstrap` ("host:port[,host:port]"):
     every part of the package over one set of connections and one metadata cache."""

@@ -76,7 +76,34 @@ class StateRead:
     batches: tuple[PersistedBatch, ...] = ()
 
 
-Entry = tuple[bytes, bytes]  # a record's key and value
+@dataclass(frozen=True, slots=True)
+class StateSummary:
+    """What DescribeShareGroupOffsets reports of one share partition (Kafka's
+    ReadShareGroupStateSummary): start offset -1 when it has no state; `delivered` counts the
+    records at or past the start offset that are done with (acknowledged or archived), which
+    the lag leaves out."""
+
+    error: int
+    state_epoch: int = DEFAULT_STATE_EPOCH
+    start_offset: int = UNINITIALIZED_START_OFFSET
+    leader_epoch: int = NO_EPOCH
+    delivered: int = 0
+
+
+# Kafka's RecordState codes of the records a share group is done with.
+_DONE_STATES = frozenset({2, 4})  # ACKNOWLEDGED, ARCHIVED
+
+
+def summarize(read: StateRead, leader_epoch: int = NO_EPOCH) -> StateSummary:
+    """The summary of a state read (its batches counted, not returned)."""
+    if read.error != ErrorCode.NO_ERROR:
+        return StateSummary(read.error)
+    delivered = sum(b.last_offset - max(b.first_offset, read.start_offset) + 1 for b in read.batches
+                    if b.delivery_state in _DONE_STATES and b.last_offset >= read.start_offset)
+    return StateSummary(ErrorCode.NO_ERROR, read.state_epoch, read.start_offset, leader_epoch, delivered)
+
+
+Entry = tuple[bytes, bytes | None]  # a record's key and value (None: a tombstone)
 
 
 # -- merging state batches (Kafka's PersisterStateBatchCombiner) -------------------------------------------
@@ -221,6 +248,20 @@ class ShareStateShard:
         value = ShareSnapshot(snapshot_epoch, state_epoch, leader_epoch, start_offset, now_ms, now_ms)
         return ErrorCode.NO_ERROR, (encode_key(SNAPSHOT, key), encode_snapshot(value))
 
+    def summary(self, key: ShareStateKey) -> StateSummary:
+        """The state as it is, without recording any reader (no fencing)."""
+        state = self.states.get(key)
+        if state is None:
+            return StateSummary(ErrorCode.NO_ERROR)
+        read = StateRead(ErrorCode.NO_ERROR, state.state_epoch, state.start_offset, state.batches)
+        return summarize(read, state.leader_epoch)
+
+    def delete(self, key: ShareStateKey) -> Entry | None:
+        """The tombstone that forgets the state (None when there is none to forget)."""
+        if key not in self.states:
+            return None
+        return encode_key(SNAPSHOT, key), None
+
     def _record(self, key: ShareStateKey, state_epoch: int, leader_epoch: int, start_offset: int,
                 batches: Sequence[PersistedBatch], now_ms: int) -> Entry:
         """A snapshot when the key has none yet, its state epoch rises or enough updates were
@@ -324,6 +365,22 @@ class ShareCoordinator:
         code, record = shard.initialize(key, state_epoch, start_offset, self.clock())
         if record is None:
             return code
+        return await self._append(key, shard, record)
+
+    async def summary(self, group_id: str, topic_id: uuid.UUID, partition: int) -> StateSummary:
+        key, shard = self._shard_of(group_id, topic_id, partition)
+        if shard is None:
+            return StateSummary(ErrorCode.NOT_COORDINATOR)
+        return shard.summary(key)
+
+    async def delete(self, group_id: str, topic_id: uuid.UUID, partition: int) -> int:
+        """Forget a share partition's state (DeleteShareGroupState): a tombstone, replicated."""
+        key, shard = self._shard_of(group_id, topic_id, partition)
+        if shard is None:
+            return ErrorCode.NOT_COORDINATOR
+        record = shard.delete(key)
+        if record is None:
+            return ErrorCode.NO_ERROR
         return await self._append(key, shard, record)
 
     def _shard_of(self, group_id: str, topic_id: uuid.UUID,

@@ -64,6 +64,8 @@ class ShareGroupCoordinator:
         answer = group.heartbeat(member_id, member_epoch, subscribed, rack, topics, self.clock(),
                                  client_id, client_host)
         self.groups.setdefault(group_id, group)
+        if group.assignment_epoch != epoch_before:
+            group.initialized |= group.target_partitions()
         if group.assignment_epoch != epoch_before and self.on_assigned is not None:
             names = {info.topic_id: name for name, info in topics.items()}
             for topic_id, index in sorted(group.target_partitions()):
@@ -77,6 +79,25 @@ class ShareGroupCoordinator:
 
     def describe(self, group_id: str) -> ShareGroup | None:
         return self.groups.get(group_id)
+
+    def empty_group(self, group_id: str) -> ShareGroup:
+        """The share group whose offsets an administrator alters: created (empty) when there is
+        none, as Kafka's AlterShareGroupOffsets does; GROUP_ID_NOT_FOUND when the id is another
+        kind of group's, NON_EMPTY_GROUP while it has members."""
+        group = self.existing_group(group_id)
+        if group is None:
+            group = self.groups[group_id] = ShareGroup(group_id, self.config.session_timeout_ms, self.config.max_size)
+        if group.members:
+            raise KafkaError(ErrorCode.NON_EMPTY_GROUP, f"Share group {group_id} is not empty.")
+        return group
+
+    def existing_group(self, group_id: str) -> ShareGroup | None:
+        """The share group of that id (None when there is none); GROUP_ID_NOT_FOUND when the id is
+        a classic or consumer group's."""
+        group = self.groups.get(group_id)
+        if group is None and self.is_other_group(group_id):
+            raise KafkaError(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a share group.")
+        return group
 
     def list_groups(self) -> Iterable[ShareGroup]:
         return self.groups.values()

@@ -142,6 +142,7 @@ class SharePartitionManager:
         self._hosts: dict[ShareKey, Partition] = {}
         self._loads: dict[ShareKey, asyncio.Task[int]] = {}
         self._writers: dict[ShareKey, _Writer] = {}
+        self._forget_when_written: set[ShareKey] = set()
         # Fetches waiting for records to come back (released, expired, a slot freed).
         self._return_waiters: set[asyncio.Future[None]] = set()
         self._lock_timer: asyncio.TimerHandle | None = None
@@ -275,6 +276,16 @@ class SharePartitionManager:
             partition = self.replica_manager.find(key[1], key[2])
             if partition is None or not partition.is_leader or self._hosts.get(key) is not partition:
                 self._drop(key)
+
+    def forget(self, group_id: str, topic: str, index: int) -> None:
+        """Let a share partition go (no session reads it, or its state was reset or deleted):
+        the next fetch loads it again from the share coordinator. A write under way (a release)
+        is finished first."""
+        key = (group_id, topic, index)
+        if key in self._writers:
+            self._forget_when_written.add(key)
+        else:
+            self._drop(key)
 
     def _drop(self, key: ShareKey) -> None:
         self._partitions.pop(key, None)
@@ -441,6 +452,9 @@ class SharePartitionManager:
             writer.waiting = []
             if self._writers.get(key) is writer:
                 del self._writers[key]
+                if key in self._forget_when_written:
+                    self._forget_when_written.discard(key)
+                    self._drop(key)
 
     async def _write(self, key: ShareKey) -> int:
         share = self._partitions.get(key)

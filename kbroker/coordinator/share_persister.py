@@ -20,14 +20,21 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from kbroker.cluster.broker_client import AsyncBrokerClient, BrokerUnavailable
-from kbroker.coordinator.share_coordinator import TOPIC, ShareCoordinator, StateRead
+from kbroker.coordinator.share_coordinator import (
+    NO_EPOCH,
+    TOPIC,
+    ShareCoordinator,
+    StateRead,
+    StateSummary,
+    summarize,
+)
 from kbroker.coordinator.share_state_records import PersistedBatch
 from protocol.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
     from kbroker.cluster.controller import Controller
 
-INITIALIZE, READ, WRITE = 83, 84, 85
+INITIALIZE, READ, WRITE, DELETE = 83, 84, 85, 86
 RETRY_S = 0.1
 CONNECTIONS_PER_BROKER = 4  # one request at a time on each
 # Answers after which asking again (maybe elsewhere) may succeed.
@@ -83,6 +90,31 @@ class SharePersister:
                                            batches),
             WRITE, body, _error_answer, lambda code: code)
 
+    async def summary(self, group_id: str, topic_id: uuid.UUID, partition: int) -> StateSummary:
+        """The state's start offset and what past it is done with, recording no reader. A
+        remote coordinator is asked with ReadShareGroupState at no leader epoch (nothing fenced):
+        the summary API (87) of Kafka 4.0's early access lacks the counts the lag needs, and the
+        state's leader epoch (left -1 then)."""
+        body = {"group_id": group_id, "topics": [{"topic_id": topic_id, "partitions": [
+            {"partition": partition, "leader_epoch": NO_EPOCH}]}]}
+        return await self._call(
+            group_id, topic_id, partition,
+            lambda: self.coordinator.summary(group_id, topic_id, partition),
+            READ, body, lambda response: summarize(_read_answer(response)), lambda answer: answer.error)
+
+    async def delete(self, group_id: str, topic_id: uuid.UUID, partition: int) -> int:
+        """Forget a share partition's state (DeleteShareGroupState)."""
+        body = {"group_id": group_id, "topics": [{"topic_id": topic_id, "partitions": [{"partition": partition}]}]}
+        return await self._call(
+            group_id, topic_id, partition,
+            lambda: self.coordinator.delete(group_id, topic_id, partition),
+            DELETE, body, _error_answer, lambda code: code)
+
+    async def ask_broker(self, broker_id: int, api_key: int, version: int, body: dict[str, Any]) -> Any:
+        """One request to another broker over this persister's connections (None when it cannot
+        be reached): for the end offsets the lag of a share partition led elsewhere needs."""
+        return await self._remote(broker_id, api_key, body, lambda response: response, version)
+
     # -- routing ---------------------------------------------------------------------------------
 
     async def _call(self, group_id: str, topic_id: uuid.UUID, partition: int, local: Callable[[], Awaitable[T]],
@@ -118,7 +150,8 @@ class SharePersister:
             return await local()
         return await self._remote(state.leader, api_key, body, parse)
 
-    async def _remote(self, leader: int, api_key: int, body: dict[str, Any], parse: Callable[[Any], T]) -> T | None:
+    async def _remote(self, leader: int, api_key: int, body: dict[str, Any], parse: Callable[[Any], T],
+                      version: int = 0) -> T | None:
         assert self.cluster is not None
         address = self.cluster.endpoint_of(leader)
         if address is None:
@@ -126,7 +159,7 @@ class SharePersister:
         client, lock = self._client(leader, address)
         async with lock:
             try:
-                response = await client.request(api_key, 0, body)
+                response = await client.request(api_key, version, body)
             except BrokerUnavailable:
                 return None
         return parse(response)

@@ -13,7 +13,7 @@ MAX_VERSION = 4
 
 
 # Share groups' APIs, advertised only with group.share.enable (as Kafka 4.0's early access).
-SHARE_GROUP_APIS = frozenset({76, 77, 78, 79})
+SHARE_GROUP_APIS = frozenset({76, 77, 78, 79, 90, 91, 92})
 
 
 def _api_keys(share_groups: bool = True) -> list[dict[str, int]]:

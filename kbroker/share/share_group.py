@@ -59,6 +59,10 @@ class ShareGroup:
     group_epoch: int = 0
     assignment_epoch: int = 0
     members: dict[str, ShareMember] = field(default_factory=dict)
+    # The share partitions the group has state for, as far as its coordinator knows (Kafka's
+    # initialized share partitions): every one ever assigned or altered, until its offsets are
+    # deleted. DescribeShareGroupOffsets of "all topics" lists these.
+    initialized: set[tuple[uuid.UUID, int]] = field(default_factory=set)
     # The partitions of the subscribed topics the target assignment was computed for.
     _assigned_for: dict[str, TopicInfo] = field(default_factory=dict)
     _target: dict[str, Assignment] = field(default_factory=dict)

@@ -88,6 +88,10 @@ class ShareSessionCache(Generic[Key]):
         caller releases what the member still holds in the session's partitions."""
         return self._sessions.pop((group_id, member_id), None)
 
+    def reads(self, group_id: str, partition: Key) -> bool:
+        """Whether any open session of the group fetches from `partition`."""
+        return any(s.group_id == group_id and partition in s.partitions for s in self._sessions.values())
+
     def _existing(self, key: tuple[str, str], epoch: int | None) -> ShareSession[Key]:
         session = self._sessions.get(key)
         if session is None:

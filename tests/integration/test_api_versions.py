@@ -78,6 +78,9 @@ KAFKA_3_9_RANGES = {
     79: (1, 2),  # ShareAcknowledge
     80: (0, 0),  # AddRaftVoter
     81: (0, 0),  # RemoveRaftVoter
+    90: (0, 1),  # DescribeShareGroupOffsets: Kafka 4.2's range (v1 adds the lag, KIP-1226)
+    91: (0, 0),  # AlterShareGroupOffsets
+    92: (0, 0),  # DeleteShareGroupOffsets
 }
 
 

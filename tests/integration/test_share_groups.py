@@ -182,7 +182,11 @@ def test_with_share_groups_disabled_their_apis_are_neither_advertised_nor_served
     for process in _broker(tmp_path / "no-shares", **{"group.share.enable": "false"}):
         with RawClient(process.bootstrap) as client:
             answer = client.request(18, 3, {"client_software_name": "t", "client_software_version": "1"})
-            assert not {k.api_key for k in answer.api_keys} & {76, 77, 78, 79}
+            assert not {k.api_key for k in answer.api_keys} & {76, 77, 78, 79, 90, 91, 92}
             refused = client.request(76, 1, {"group_id": "g", "member_id": "m", "member_epoch": 0, "rack_id": None,
                                              "subscribed_topic_names": ["t"]})
             assert refused.error_code == ErrorCode.UNSUPPORTED_VERSION
+            described = client.request(90, 1, {"groups": [{"group_id": "g", "topics": None}]}).groups[0]
+            assert described.error_code == ErrorCode.UNSUPPORTED_VERSION
+            altered = client.request(91, 0, {"group_id": "g", "topics": []})
+            assert altered.error_code == ErrorCode.UNSUPPORTED_VERSION

@@ -13,7 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from protocol.messages import share_fetch, share_group_heartbeat
+from protocol.messages import (
+    alter_share_group_offsets,
+    delete_share_group_offsets,
+    describe_share_group_offsets,
+    share_fetch,
+    share_group_heartbeat,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 SPECS = ROOT / "protocol" / "specs"
@@ -50,11 +56,26 @@ def test_spec_pair_makes_the_committed_module(api: str) -> None:
     assert source == (MESSAGES / module).read_text()
 
 
+WRITTEN_SECTION = "## Written from the released wire format"
+
+
+def readme_sections() -> tuple[str, str]:
+    """The README before the project-written table's section, and that section."""
+    readme = (SPECS / "README.md").read_text()
+    taken, _, rest = readme.partition(WRITTEN_SECTION)
+    written = rest.split("\n## ", 1)[0]
+    return taken, written
+
+
 @pytest.mark.parametrize("spec", sorted(p.name for p in SPECS.glob("*.json")))
 def test_spec_keeps_its_licence_header_and_recorded_source(spec: str) -> None:
+    """Each spec is either Apache's file at a named commit or listed as written by the project."""
     assert (SPECS / spec).read_text().startswith(LICENSE_FIRST_LINE)
-    readme = (SPECS / "README.md").read_text()
-    assert re.search(rf"^\| {re.escape(spec)} \| [0-9a-f]{{40}} \|", readme, re.M), f"{spec}: no commit in README"
+    taken, written = readme_sections()
+    row = rf"^\| {re.escape(spec)} \| "
+    at_commit = re.search(row + r"[0-9a-f]{40} \|", taken, re.M)
+    project_written = re.search(row, written, re.M)
+    assert bool(at_commit) != bool(project_written), f"{spec}: README must name its commit or list it as written"
 
 
 def test_overlay_replaces_by_file_name_and_adds(tmp_path: Path) -> None:
@@ -186,3 +207,56 @@ def test_share_fetch_v1_response_with_acquired_records() -> None:
     assert (acquired.first_offset, acquired.last_offset, acquired.delivery_count) == (10, 12, 1)
     assert bytes(partition.records) == b"\xab\xcd"
     assert partition.error_message is None and partition.current_leader.leader_epoch == 5
+
+
+def test_describe_share_group_offsets_request_null_topics_means_all() -> None:
+    assert (describe_share_group_offsets.API_KEY, describe_share_group_offsets.MIN_VERSION,
+            describe_share_group_offsets.MAX_VERSION) == (90, 0, 1)
+    request = describe_share_group_offsets.REQUEST[1]
+    wire = bytes.fromhex(
+        "03"  # groups: 2
+        "0267" "00" "00"  # "g", topics null, no tagged fields
+        "0268" "02" "0274" "03" "00000000" "00000002" "00" "00"  # "h", [t: [0, 2]]
+        "00"  # no tagged fields
+    )
+    parsed = request.parse(wire)
+    assert parsed.groups[0].topics is None
+    assert parsed.groups[1].topics[0].partitions == [0, 2]
+    assert request.build(parsed) == wire
+
+
+DESCRIBE_PARTITION = {"partition_index": 1, "start_offset": 10, "leader_epoch": 3, "lag": 7}
+
+
+def describe_response(version: int) -> bytes:
+    body = {"groups": [{"group_id": "g", "topics": [
+        {"topic_name": "t", "topic_id": TOPIC_ID, "partitions": [DESCRIBE_PARTITION]}]}]}
+    return describe_share_group_offsets.RESPONSE[version].build(body)
+
+
+def test_describe_share_group_offsets_response_v1_carries_lag_after_the_leader_epoch() -> None:
+    head = "00000000" "02" "0267" "02" "0274" "0102030405060708090a0b0c0d0e0f10" "02" "00000001" "000000000000000a" "00000003"
+    tail = "0000" "00" "00" "00" "0000" "00" "00" "00"  # error, message, tags (partition, topic), group error, tags
+    assert describe_response(1) == bytes.fromhex(head + "0000000000000007" + tail)
+    assert describe_response(0) == bytes.fromhex(head + tail)
+
+
+def test_alter_share_group_offsets_response_has_a_top_level_error() -> None:
+    assert (alter_share_group_offsets.API_KEY, alter_share_group_offsets.MAX_VERSION) == (91, 0)
+    wire = alter_share_group_offsets.RESPONSE[0].build(
+        {"error_code": 68, "error_message": "x", "responses": []})
+    assert wire == bytes.fromhex("00000000" "0044" "0278" "01" "00")
+    request = alter_share_group_offsets.REQUEST[0]
+    request_wire = bytes.fromhex("0267" "02" "0274" "02" "00000000" "0000000000000005" "00" "00" "00")
+    parsed = request.parse(request_wire)
+    assert parsed.topics[0].partitions[0].start_offset == 5
+
+
+def test_delete_share_group_offsets_response_answers_per_topic() -> None:
+    assert (delete_share_group_offsets.API_KEY, delete_share_group_offsets.MAX_VERSION) == (92, 0)
+    wire = delete_share_group_offsets.RESPONSE[0].build(
+        {"responses": [{"topic_name": "t", "topic_id": TOPIC_ID, "error_code": 3}]})
+    assert wire == bytes.fromhex("00000000" "0000" "00" "02" "0274" "0102030405060708090a0b0c0d0e0f10"
+                                 "0003" "00" "00" "00")
+    assert delete_share_group_offsets.REQUEST[0].parse(bytes.fromhex("0267" "02" "0274" "00" "00")).topics[0] \
+        .topic_name == "t"

@@ -293,3 +293,31 @@ def test_a_deleted_topics_share_partitions_are_forgotten_and_a_new_one_starts_af
             assert manager.share_partition("g", "t", 0) is None
 
     asyncio.run(asyncio.wait_for(scenario(), 30))
+
+
+def test_a_forgotten_share_partition_finishes_its_write_and_reloads_a_reset_state(tmp_path: Path) -> None:
+    """What a leader does when the last share session of a partition ends, or an offset reset
+    or deletion happened: the release under way is written first, then the next fetch loads
+    the state the share coordinator holds now."""
+    async def scenario() -> None:
+        persister, clock = GatedPersister(), Clock()
+        async with manager_over_log(tmp_path, clock, persister=persister) as manager:
+            await produce(manager, [b"a", b"b", b"c"])
+            [answer] = await manager.fetch("g", "m1", [("t", 0)], 3, 1 << 20, 0)
+            assert offsets(answer) == [0, 1, 2]
+            manager.release_member("g", "m1", [("t", 0)])  # its write waits at the gate
+            await asyncio.sleep(0)
+            manager.forget("g", "t", 0)
+            assert manager.share_partition("g", "t", 0) is not None, "dropped before its write"
+            persister.gate.set()
+            deadline = asyncio.get_running_loop().time() + 5
+            while manager.share_partition("g", "t", 0) is not None:
+                assert asyncio.get_running_loop().time() < deadline, "never let go"
+                await asyncio.sleep(0.01)
+            assert persister.states[("g", TOPIC_ID, 0)].start_offset == 0  # the release was written
+            # An administrator moves the start offset (a higher state epoch): the next fetch starts there.
+            await persister.initialize("g", TOPIC_ID, 0, 1, 2)
+            [again] = await manager.fetch("g", "m2", [("t", 0)], 10, 1 << 20, 0)
+            assert offsets(again) == [2]
+
+    asyncio.run(asyncio.wait_for(scenario(), 30))

@@ -58,3 +58,15 @@ def test_opening_again_replaces_and_the_cache_is_bounded() -> None:
 def test_epochs_wrap_past_the_largest_to_one() -> None:
     assert next_epoch(1) == 2
     assert next_epoch(MAX_EPOCH) == 1
+
+
+def test_whether_any_session_of_a_group_reads_a_partition() -> None:
+    """Broker.end_share_session lets go of the share partitions no session reads any more."""
+    cache: ShareSessionCache[str] = ShareSessionCache()
+    cache.for_fetch("g", "m1", 0, ["p0", "p1"], [], False, 0)
+    cache.for_fetch("g", "m2", 0, ["p1"], [], False, 0)
+    cache.for_fetch("other", "m3", 0, ["p2"], [], False, 0)
+    assert cache.reads("g", "p1") and cache.reads("g", "p0")
+    assert not cache.reads("g", "p2")  # another group's
+    cache.close("g", "m1")
+    assert cache.reads("g", "p1") and not cache.reads("g", "p0")
