@@ -109,6 +109,10 @@ class TimingWheel:
 
         Entries left over by `limit` are returned first by the next call.
         """
+        return [offset for _, offset in self.advance_entries(now_ms, limit)]
+
+    def advance_entries(self, now_ms: int, limit: int | None = None) -> list[tuple[int, int]]:
+        """Like `advance`, as (due, offset) pairs: for owners that check an entry is still current."""
         queue = self._bucket_queue
         while queue and queue[0][0] <= now_ms:
             expiration, level_no, bucket_no = heapq.heappop(queue)
@@ -177,7 +181,7 @@ class TimingWheel:
                 continue
             self._place(due_ms, offset)
 
-    def _take_ready(self, now_ms: int, limit: int | None) -> list[int]:
+    def _take_ready(self, now_ms: int, limit: int | None) -> list[tuple[int, int]]:
         ready = self._ready
         if not ready:
             return []
@@ -189,13 +193,12 @@ class TimingWheel:
         del ready[:end]
         removed = self._removed
         if removed:
-            out = []
-            for _, offset in taken:
-                if offset in removed:
-                    removed.discard(offset)
+            kept = []
+            for entry in taken:
+                if entry[1] in removed:
+                    removed.discard(entry[1])
                 else:
-                    out.append(offset)
-        else:
-            out = [offset for _, offset in taken]
-        self._count -= len(out)
-        return out
+                    kept.append(entry)
+            taken = kept
+        self._count -= len(taken)
+        return taken
