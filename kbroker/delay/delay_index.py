@@ -234,15 +234,19 @@ class DelayIndex:
         leader reads their pending records and appends their delivery."""
         now_ms = self._clock() if now_ms is None else now_ms
         s = self._s
-        due = []
-        for due_ms, offset in self._wheel.advance_entries(now_ms, limit):
-            i = self._locate(offset)
-            # A wheel entry is stale if its record was delivered, truncated away or rescheduled.
-            if i is None or s.states[i] != EntryState.SCHEDULED or s.dues[i] != due_ms:
-                continue
-            s.states[i] = EntryState.IN_FLIGHT
-            self._in_flight.add(offset)
-            due.append(offset)
+        due: list[int] = []
+        # Stale wheel entries do not count against `limit`: pull until it is reached or none is due.
+        while entries := self._wheel.advance_entries(now_ms, None if limit is None else limit - len(due)):
+            for due_ms, offset in entries:
+                i = self._locate(offset)
+                # A wheel entry is stale if its record was delivered, truncated away or rescheduled.
+                if i is None or s.states[i] != EntryState.SCHEDULED or s.dues[i] != due_ms:
+                    continue
+                s.states[i] = EntryState.IN_FLIGHT
+                self._in_flight.add(offset)
+                due.append(offset)
+            if limit is None or len(due) >= limit:
+                break
         return due
 
     def release_in_flight(self, offsets: list[int] | None = None) -> None:

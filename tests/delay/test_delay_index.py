@@ -158,6 +158,16 @@ def test_truncation_below_the_high_watermark_asks_for_a_rebuild() -> None:
     index.truncate(2)  # at the high watermark: fine
 
 
+def test_stale_wheel_entries_do_not_count_against_the_limit() -> None:
+    log, index = attached()
+    delivered = log.pending([T + 1] * 5)
+    log.deliver(delivered)  # a follower: the five stay in its wheel, stale
+    waiting = log.pending([T + 2] * 3)
+    assert index.collect_due(T + 10, limit=2) == waiting[:2]
+    assert index.collect_due(T + 10, limit=2) == waiting[2:]
+    assert index.collect_due(T + 10, limit=2) == []
+
+
 def test_release_in_flight_reschedules() -> None:
     log, index = attached()
     offsets = log.pending([T + 10, T + 20])
