@@ -47,6 +47,8 @@ ALLOWED: dict[str, frozenset[str]] = {
     "kbroker.cluster": frozenset({"kbroker.clock", "kbroker.config", "kbroker.dynamic_config", "kbroker.fsutil",
                                   "kbroker.metadata", "kbroker.pacing", "kbroker.security", "kbroker.storage",
                                   "protocol"}),
+    # Delayed delivery's pure core: delay headers, pending batches, the timing wheel, the index.
+    "kbroker.delay": frozenset({"kbroker.clock", "kbroker.fsutil", "protocol"}),
     # Share groups' pure state: share partitions, sessions, the assignor.
     "kbroker.share": frozenset({"kbroker.clock", "protocol"}),
     # Group and transaction coordinators, over the replica manager.
