@@ -99,7 +99,7 @@ class ConsumerMembership:
         self.clock = clock  # None: the running event loop
         self._timers: dict[tuple[str, str], Timer] = {}
         # What is written of each group in `__consumer_offsets`; every change is appended there.
-        self.store = ConsumerGroupStore(classic.topic)
+        self.records = ConsumerGroupStore(classic.topic)
 
     @property
     def groups(self) -> dict[str, ConsumerGroup]:
@@ -255,7 +255,7 @@ class ConsumerMembership:
     def _save(self, group_id: str, before: Iterable[Entry] = (), after: Iterable[Entry] = ()) -> bool:
         """Append what changed in the group (consumer_group_records.py), between the records
         `before` and `after`, in one batch; whether it wrote."""
-        return self.store.save(group_id, self.groups.get(group_id), before, after)
+        return self.records.save(group_id, self.groups.get(group_id), before, after)
 
     def _save_quietly(self, group_id: str, after: Iterable[Entry] = ()) -> None:
         """A save nobody waits for (a timer, a conversion): a failure is only logged, and what
@@ -267,13 +267,13 @@ class ConsumerMembership:
 
     def tombstones(self, group_id: str) -> list[Entry]:
         """The records that delete the consumer group (for its deletion, with its offsets')."""
-        entries, _ = self.store.pending(group_id, None)
+        entries, _ = self.records.pending(group_id, None)
         return entries
 
     def remove_group(self, group_id: str) -> None:
         """The group was deleted (its tombstones written)."""
         self.groups.pop(group_id, None)
-        self.store.forget(group_id)
+        self.records.forget(group_id)
         for key in [k for k in self._timers if k[0] == group_id]:
             self._cancel_timer(*key)
 
@@ -282,7 +282,7 @@ class ConsumerMembership:
         for group in groups:
             group.assignor_name = self.consumer.preferred_assignor_name(group)
             self.groups[group.group_id] = group
-            self.store.loaded(group)
+            self.records.loaded(group)
 
     def start_sessions(self, group_ids: Iterable[str] | None = None) -> None:
         """Members restored from the log get a full session timeout to come back in, and those
@@ -305,7 +305,7 @@ class ConsumerMembership:
         """Forget the consumer groups of `partition` (their members find the new coordinator)."""
         for group_id in [g for g in self.groups if self.classic.topic.partition_of(g) == partition]:
             group = self.groups.pop(group_id)
-            self.store.forget(group_id)
+            self.records.forget(group_id)
             for member_id in group.members:
                 timer = self._timers.pop((group_id, member_id), None)
                 if timer is not None:

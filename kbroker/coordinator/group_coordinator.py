@@ -135,6 +135,11 @@ class GroupCoordinator:
         self.consumer.unload(partition)
         self.committed.unload(partition)
 
+    def stop(self) -> None:
+        """The broker stops: every group's timers with it (nothing is written any more)."""
+        for partition in range(self.topic.partition_count()):
+            self.unload(partition)
+
     def start_timers(self) -> None:
         """Members restored from the log get a session to come back in (needs the running loop)."""
         self.membership.start_sessions()
