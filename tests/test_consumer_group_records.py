@@ -10,6 +10,8 @@ import asyncio
 import uuid
 from pathlib import Path
 
+import pytest
+
 from kbroker.broker import Broker
 from kbroker.cluster.topics import TopicSpec
 from kbroker.coordinator.consumer_group import ConsumerGroup, Heartbeat
@@ -41,6 +43,7 @@ from protocol.consumer_group_records import (
     record_type_of,
 )
 from protocol.errors import ErrorCode, KafkaError
+from protocol.primitives import ProtocolError
 from tests.manual_clock import ManualClock
 from tests.test_group_coordinator import make_broker
 from tests.test_mixed_groups import classic_join
@@ -70,6 +73,19 @@ def test_every_record_type_round_trips() -> None:
     for record_type, subject in ((GROUP_METADATA, ""), (MEMBER_METADATA, "m-1"), (REGULAR_EXPRESSION, "^a.*")):
         key = ConsumerGroupRecordKey(record_type, "billing", subject)
         assert decode_key(encode_key(key)) == key
+
+
+def test_a_cut_record_is_refused_with_a_protocol_error() -> None:
+    # The loader skips (and logs) a record it cannot read: it must fail the one way it expects.
+    value = CurrentAssignment(5, 4, 1, {TOPIC_ID: frozenset({1})}, {TOPIC_ID: frozenset({2})})
+    data = encode_value(value)
+    for end in range(len(data)):
+        with pytest.raises(ProtocolError):
+            decode_value(CURRENT_MEMBER_ASSIGNMENT, data[:end])
+    key = encode_key(ConsumerGroupRecordKey(MEMBER_METADATA, "g", "m"))
+    for end in range(len(key)):
+        with pytest.raises(ProtocolError):
+            decode_key(key[:end])
 
 
 def test_the_bytes_are_kafkas() -> None:
