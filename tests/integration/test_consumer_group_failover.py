@@ -83,13 +83,18 @@ def a_stable_group(bootstrap: str, coordinator_at: Callable[[], str], group: str
     `coordinator_at()` is the address of the group's coordinator."""
     members = [member(bootstrap, group, topic, f"m{i}") for i in range(3)]
     everything = partitions_of(topic, PARTITIONS)
-    wait_until(lambda: exclusive_cover(members, everything) and settled(coordinator_at(), group, 3), 60, "three members")
-    members.pop().stop()
-    wait_until(lambda: exclusive_cover(members, everything) and settled(coordinator_at(), group, 2), 60,
-               "two members after the third left")
-    first = [f"before-{i}" for i in range(BATCH)]
-    produce(bootstrap, topic, first)
-    wait_until(lambda: read_once(members, first), 60, "the first batch read")
+    try:
+        wait_until(lambda: exclusive_cover(members, everything) and settled(coordinator_at(), group, 3), 60,
+                   "three members")
+        members.pop().stop()
+        wait_until(lambda: exclusive_cover(members, everything) and settled(coordinator_at(), group, 2), 60,
+                   "two members after the third left")
+        first = [f"before-{i}" for i in range(BATCH)]
+        produce(bootstrap, topic, first)
+        wait_until(lambda: read_once(members, first), 60, "the first batch read")
+    except BaseException:
+        stop_all(members)  # the caller never gets them to stop
+        raise
     return members, first
 
 
