@@ -552,6 +552,7 @@ class Broker:
         if self.acls is not None:
             self.acls.stop()
         await self.server.stop()
+        self.groups.stop()
         await self.replicas.stop()
         await self.log_mover.stop()
         self.log_manager.shutdown()

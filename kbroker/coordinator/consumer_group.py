@@ -269,6 +269,9 @@ class ConsumerGroups:
         group.assignor_name = assignor.name
         log.info("group %s: target assignment of epoch %d by %s", group.group_id, group.group_epoch, assignor.name)
 
+    def preferred_assignor_name(self, group: ConsumerGroup) -> str:
+        return self._preferred_assignor(group).name
+
     def _preferred_assignor(self, group: ConsumerGroup) -> Assignor:
         """The assignor most members ask for; the first configured one when none asks."""
         votes = Counter(m.server_assignor for m in group.members.values() if m.server_assignor is not None)

@@ -124,6 +124,10 @@ class ClassicMetadata:
 
 @dataclass(slots=True)
 class ConsumerMember:
+    """One member. Its fields written to `__consumer_offsets` (all but the deadlines) are never
+    changed on a member in a group: a change makes a new member (`dataclasses.replace`) put in
+    with `ConsumerGroup.put_member`, which is how consumer_group_records.py sees what changed."""
+
     member_id: str
     instance_id: str | None = None
     rack_id: str | None = None

@@ -25,7 +25,7 @@ import logging
 import uuid
 from collections.abc import Iterable
 
-from kbroker.clock import LoopClock, Timer
+from kbroker.clock import LoopClock, Timer, wall_clock_ms
 from kbroker.cluster.metadata_cache import MetadataCache
 from kbroker.coordinator.assignors import assignors_from_config
 from kbroker.coordinator.classic_members import ClassicMembers
@@ -37,6 +37,7 @@ from kbroker.coordinator.consumer_group import (
     HeartbeatAnswer,
     MigrationPolicy,
 )
+from kbroker.coordinator.consumer_group_records import ConsumerGroupStore, Entry
 from kbroker.coordinator.group import GroupState, JoinResult, SyncResult
 from kbroker.coordinator.group_config import GroupConfig
 from kbroker.coordinator.group_conversion import (
@@ -45,6 +46,7 @@ from kbroker.coordinator.group_conversion import (
     upgrade_refusal,
 )
 from kbroker.coordinator.group_membership import GroupMembership, JoinRequest
+from kbroker.coordinator.reconciliation import MemberState
 from protocol.errors import ErrorCode, KafkaError
 
 log = logging.getLogger("kbroker.coordinator")
@@ -96,6 +98,8 @@ class ConsumerMembership:
         self.enabled = config.consumer_protocol_enabled
         self.clock = clock  # None: the running event loop
         self._timers: dict[tuple[str, str], Timer] = {}
+        # What is written of each group in `__consumer_offsets`; every change is appended there.
+        self.records = ConsumerGroupStore(classic.topic)
 
     @property
     def groups(self) -> dict[str, ConsumerGroup]:
@@ -121,45 +125,54 @@ class ConsumerMembership:
         self.consumer.validate(request)
         self.classic.check_coordinator(request.group_id)
         now_ms = self._now_ms()
-        converted = self._upgrade(request, now_ms)
+        converted, classic_record_dropped = self._upgrade(request, now_ms)
         answer = self.consumer.heartbeat(request, now_ms, converted)
         if converted is not None:
             # Accepted: the classic group is gone, its members are the consumer group's now.
             classic = self.classic.groups[request.group_id]
             self.classic.hand_over(classic)
+            classic_record_dropped = True
             log.info("group %s: the classic group of %d members becomes a consumer group", request.group_id,
                      len(classic.members))
             for member_id in converted.members:
                 self._arm(request.group_id, member_id)
         self._arm(request.group_id, answer.member_id)
         self._downgrade_groups()
+        # The classic group's record goes in the same batch as the consumer group's first records.
+        dropped = [self.classic.topic.group_entry(request.group_id, None)] if classic_record_dropped else []
+        self._save(request.group_id, before=dropped)
         return answer
 
-    def _upgrade(self, request: Heartbeat, now_ms: int) -> ConsumerGroup | None:
+    def _upgrade(self, request: Heartbeat, now_ms: int) -> tuple[ConsumerGroup | None, bool]:
         """The consumer group a classic group becomes as this heartbeat joins it (None when there
-        is no classic group); raises Kafka's answer when it cannot become one."""
+        is no classic group), and whether a classic group gave way (its record is to be deleted);
+        raises Kafka's answer when it cannot become one."""
         classic = self.classic.live_group(request.group_id)
         if classic is None:
-            return None
+            return None, False
         if request.member_epoch == 0 and classic.is_in(GroupState.EMPTY):
             # An empty classic group (offsets only) turns into a consumer group; its offsets stay.
             del self.classic.groups[request.group_id]
             log.info("group %s: the empty classic group becomes a consumer group", request.group_id)
-            return None
+            return None, True
         refusal = upgrade_refusal(classic, self.consumer.config.migration_policy.upgrade_enabled,
                                   self.consumer.config.max_size)
         if request.member_epoch != 0 or refusal is not None:
             if refusal is not None:
                 log.info("group %s: not upgraded to a consumer group: %s", request.group_id, refusal)
             raise KafkaError(E.GROUP_ID_NOT_FOUND, f"Group {request.group_id} is not a consumer group.")
-        return consumer_group_from_classic_group(classic, self.image, now_ms)
+        return consumer_group_from_classic_group(classic, self.image, now_ms), True
 
     def _downgrade_groups(self) -> None:
         """Consumer groups whose last consumer-protocol member left become classic groups."""
         for group, leaving_member_id in self.consumer.take_downgraded():
             for member_id in group.members:
                 self._cancel_timer(group.group_id, member_id)
-            self.classic.take_over(classic_group_from_consumer_group(group, leaving_member_id, self.image))
+            classic = classic_group_from_consumer_group(group, leaving_member_id, self.image)
+            self.classic.take_over(classic)
+            # One batch: the consumer group's tombstones and the classic group's record.
+            record = self.classic.topic.group_entry(group.group_id, classic.to_record(wall_clock_ms()))
+            self._save_quietly(group.group_id, after=[record])
 
     # -- the classic protocol's requests to consumer groups ---------------------------------------
 
@@ -173,12 +186,17 @@ class ConsumerMembership:
         group = self.groups.get(group_id)
         if group is not None and group.is_empty:
             del self.groups[group_id]
+            self._save_quietly(group_id)
             log.info("group %s: the empty consumer group becomes a classic group", group_id)
 
     def classic_join(self, request: JoinRequest) -> JoinResult:
         group = self.groups[request.group_id]
         result = self.classic_members.join(group, request, self._now_ms())
         self._arm(request.group_id, result.member_id)
+        try:
+            self._save(request.group_id)
+        except KafkaError as e:
+            return JoinResult(e.code, request.member_id)
         return result
 
     def classic_sync(
@@ -200,6 +218,7 @@ class ConsumerMembership:
         errors = self.classic_members.leave(self.groups[group_id], leaving)
         for member_id, _ in leaving:
             self._cancel_timer(group_id, member_id)
+        self._save_quietly(group_id)
         return errors
 
     # -- timers ----------------------------------------------------------------------------------
@@ -222,19 +241,71 @@ class ConsumerMembership:
         self._timers.pop((group_id, member_id), None)
         if self.consumer.expire(group_id, member_id, self._now_ms()) is not None:
             self._arm(group_id, member_id)
+            return
         self._downgrade_groups()
+        self._save_quietly(group_id)
 
     def _cancel_timer(self, group_id: str, member_id: str) -> None:
         timer = self._timers.pop((group_id, member_id), None)
         if timer is not None:
             timer.cancel()
 
-    # -- leadership of `__consumer_offsets` partitions --------------------------------------------
+    # -- `__consumer_offsets` ----------------------------------------------------------------------
+
+    def _save(self, group_id: str, before: Iterable[Entry] = (), after: Iterable[Entry] = ()) -> bool:
+        """Append what changed in the group (consumer_group_records.py), between the records
+        `before` and `after`, in one batch; whether it wrote."""
+        return self.records.save(group_id, self.groups.get(group_id), before, after)
+
+    def _save_quietly(self, group_id: str, after: Iterable[Entry] = ()) -> None:
+        """A save nobody waits for (a timer, a conversion): a failure is only logged, and what
+        changed is written with the group's next save."""
+        try:
+            self._save(group_id, after=after)
+        except KafkaError as e:
+            log.warning("group %s: could not write the group's records: %s", group_id, e)
+
+    def tombstones(self, group_id: str) -> list[Entry]:
+        """The records that delete the consumer group (for its deletion, with its offsets')."""
+        entries, _ = self.records.pending(group_id, None)
+        return entries
+
+    def remove_group(self, group_id: str) -> None:
+        """The group was deleted (its tombstones written)."""
+        self.groups.pop(group_id, None)
+        self.records.forget(group_id)
+        for key in [k for k in self._timers if k[0] == group_id]:
+            self._cancel_timer(*key)
+
+    def restore(self, groups: list[ConsumerGroup]) -> None:
+        """Groups rebuilt from their records become this coordinator's (sessions not yet timed)."""
+        for group in groups:
+            group.assignor_name = self.consumer.preferred_assignor_name(group)
+            self.groups[group.group_id] = group
+            self.records.loaded(group)
+
+    def start_sessions(self, group_ids: Iterable[str] | None = None) -> None:
+        """Members restored from the log get a full session timeout to come back in, and those
+        revoking partitions their rebalance timeout, as Kafka arms them on loading (needs the
+        running loop)."""
+        now_ms = self._now_ms()
+        for group_id in list(self.groups) if group_ids is None else group_ids:
+            group = self.groups.get(group_id)
+            if group is None:
+                continue
+            session_timeout_ms, _ = self.consumer.timing(group_id)
+            for member in group.members.values():
+                classic = member.classic
+                member.session_deadline_ms = now_ms + (classic.session_timeout_ms if classic else session_timeout_ms)
+                if member.state is MemberState.UNREVOKED_PARTITIONS:
+                    member.revocation_deadline_ms = now_ms + max(member.rebalance_timeout_ms, 0)
+                self._arm(group_id, member.member_id)
 
     def unload(self, partition: int) -> None:
         """Forget the consumer groups of `partition` (their members find the new coordinator)."""
         for group_id in [g for g in self.groups if self.classic.topic.partition_of(g) == partition]:
             group = self.groups.pop(group_id)
+            self.records.forget(group_id)
             for member_id in group.members:
                 timer = self._timers.pop((group_id, member_id), None)
                 if timer is not None:

@@ -20,12 +20,14 @@ from typing import Any
 
 from kbroker.clock import LoopClock, wall_clock_ms
 from kbroker.coordinator.consumer_group import ConsumerGroup, Heartbeat, HeartbeatAnswer
+from kbroker.coordinator.consumer_group_records import GroupReplay
 from kbroker.coordinator.consumer_membership import ConsumerMembership
 from kbroker.coordinator.group import Group, GroupState, JoinResult, SyncResult
 from kbroker.coordinator.group_config import GroupConfig
 from kbroker.coordinator.group_membership import GroupMembership, JoinRequest
 from kbroker.coordinator.group_offsets import GroupOffsets, OffsetCommit
 from kbroker.coordinator.offsets_topic import OffsetsTopic, Replayed
+from protocol.consumer_group_records import ConsumerGroupRecordKey
 from protocol.coordinator_records import GroupKey, GroupValue, OffsetValue
 from protocol.errors import ErrorCode, KafkaError
 
@@ -95,23 +97,36 @@ class GroupCoordinator:
         if not self.topic.exists():
             return
         records: dict[str, GroupValue | None] = {}
+        consumer_groups = GroupReplay()
         loaded_before = set(self.groups)
+        consumer_before = set(self.consumer.groups)
         for item in self.topic.replay(only):
             if isinstance(item, Replayed) and item.producer_id is None and isinstance(item.key, GroupKey):
                 records[item.key.group] = item.value  # type: ignore[assignment]
+                # A group is of the protocol whose record came last (a conversion also deletes
+                # the other protocol's records, but a failed write may have left them).
+                if item.value is not None:
+                    consumer_groups.discard(item.key.group)
+            elif isinstance(item, Replayed) and isinstance(item.key, ConsumerGroupRecordKey):
+                consumer_groups.apply(item.key, item.value)  # type: ignore[arg-type]
+                if item.value is not None:
+                    records.pop(item.key.group_id, None)
             else:
                 self.committed.replay(item)
         for group_id, value in records.items():
             if value is not None:
                 self.groups[group_id] = self.membership.restore(group_id, value)
+        self.consumer.restore(consumer_groups.build())
         for group_id in self.committed.groups_with_offsets():
-            if group_id not in self.groups:
+            if group_id not in self.groups and group_id not in self.consumer.groups:
                 self.groups[group_id] = Group(group_id, state_timestamp_ms=-1)
         if only is not None:
             self.membership.start_sessions(set(self.groups) - loaded_before)
+            self.consumer.start_sessions(set(self.consumer.groups) - consumer_before)
         where = "" if only is None else f" from partition {only}"
-        log.info("loaded %d groups and the offsets of %d groups%s", len(self.groups) - len(loaded_before),
-                 len(self.committed.offsets), where)
+        log.info("loaded %d groups (%d of the consumer protocol) and the offsets of %d groups%s",
+                 len(self.groups) - len(loaded_before) + len(self.consumer.groups) - len(consumer_before),
+                 len(self.consumer.groups) - len(consumer_before), len(self.committed.offsets), where)
 
     def unload(self, partition: int) -> None:
         """This broker no longer leads `partition` of `__consumer_offsets`: forget its groups
@@ -120,9 +135,15 @@ class GroupCoordinator:
         self.consumer.unload(partition)
         self.committed.unload(partition)
 
+    def stop(self) -> None:
+        """The broker stops: every group's timers with it (nothing is written any more)."""
+        for partition in range(self.topic.partition_count()):
+            self.unload(partition)
+
     def start_timers(self) -> None:
         """Members restored from the log get a session to come back in (needs the running loop)."""
         self.membership.start_sessions()
+        self.consumer.start_sessions()
 
     # -- membership (group_membership.py) ----------------------------------------------------------
 
@@ -133,7 +154,12 @@ class GroupCoordinator:
                 self.membership.check_join(request)
             except KafkaError as e:
                 return JoinResult(e.code, request.member_id)
-            return self.consumer.classic_join(request)
+            result = self.consumer.classic_join(request)
+            if result.error == E.NO_ERROR and self.topic.has_unreplicated(request.group_id):
+                code = await self.topic.wait_replicated(request.group_id)
+                if code != E.NO_ERROR:
+                    return JoinResult(code, result.member_id)
+            return result
         self.consumer.release_for_classic(request.group_id)
         return await self.membership.join(request)
 
@@ -261,10 +287,11 @@ class GroupCoordinator:
         if consumer_group is not None:
             if not consumer_group.is_empty:
                 raise KafkaError(E.NON_EMPTY_GROUP)
-            entries = self.committed.tombstones(group_id)
+            # The offsets' and the group's tombstones in one write, as for a classic group.
+            entries = self.committed.tombstones(group_id) + self.consumer.tombstones(group_id)
             self.topic.write(group_id, entries, wall_clock_ms())
             self.committed.forget(group_id)
-            del self.consumer.groups[group_id]
+            self.consumer.remove_group(group_id)
             log.info("deleted group %s", group_id)
             return
         group = self.membership.live_group(group_id)

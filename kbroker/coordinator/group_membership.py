@@ -113,8 +113,9 @@ class GroupMembership:
 
     def hand_over(self, group: Group) -> None:
         """The group becomes a consumer group (an online upgrade): members waiting in a join or
-        a sync are told to rejoin (they will, through the consumer group), its timers stop, and
-        its record in `__consumer_offsets` is deleted (its offsets stay)."""
+        a sync are told to rejoin (they will, through the consumer group), and its timers stop.
+        The caller deletes its record in `__consumer_offsets` with the consumer group's first
+        records, in one batch (its offsets stay)."""
         if group.join_timer is not None:
             group.join_timer.cancel()
         for member in group.members.values():
@@ -126,11 +127,6 @@ class GroupMembership:
             if member.session_timer is not None:
                 member.session_timer.cancel()
         del self.groups[group.group_id]
-        try:
-            self.topic.write(group.group_id, [self.topic.group_entry(group.group_id, None)], wall_clock_ms())
-        except KafkaError as e:
-            # Only a restart would see the old record; its members then time out as usual.
-            log.warning("group %s: could not delete the classic group's record: %s", group.group_id, e)
 
     def take_over(self, group: Group) -> None:
         """A consumer group became this classic group (an online downgrade): its members get a

@@ -304,13 +304,17 @@ class GroupOffsets:
                 continue
             offsets = self.offsets.get(group_id, {})
             expired = [tp for tp, v in offsets.items() if v.commit_timestamp + self.config.offsets_retention_ms <= now]
-            if expired:
-                self.topic.write(group_id, [self.topic.offset_entry(group_id, t, p, None) for t, p in expired], now)
-                for tp in expired:
-                    del offsets[tp]
-                removed += len(expired)
-            if not offsets:
-                del self.consumer.groups[group_id]
+            entries = [self.topic.offset_entry(group_id, t, p, None) for t, p in expired]
+            drop_group = len(expired) == len(offsets)
+            if drop_group:  # the group's own records go in the same write
+                entries += self.consumer.tombstones(group_id)
+            if entries:
+                self.topic.write(group_id, entries, now)
+            for tp in expired:
+                del offsets[tp]
+            removed += len(expired)
+            if drop_group:
+                self.consumer.remove_group(group_id)
                 self.offsets.pop(group_id, None)
                 log.info("group %s removed: empty, and its offsets expired", group_id)
         return removed

@@ -17,6 +17,8 @@ from kbroker.cluster.partition import Partition
 from kbroker.cluster.replica_manager import ReplicaManager
 from kbroker.cluster.topics import TopicManager, TopicSpec
 from kbroker.storage.producer_state import AppendOrigin
+from protocol import consumer_group_records
+from protocol.consumer_group_records import ConsumerGroupRecordKey, ConsumerGroupRecordValue
 from protocol.coordinator_records import (
     GroupKey,
     GroupValue,
@@ -64,13 +66,14 @@ def partition_for(group_id: str, partitions: int) -> int:
 
 @dataclass(frozen=True, slots=True)
 class Replayed:
-    """One record read back from the topic: a key and its value, or None for a tombstone.
+    """One record read back from the topic: a key and its value, or None for a tombstone:
+    a committed offset, a classic group, or one of a consumer-protocol group's records.
 
     `producer_id` is set for records written inside a transaction (TxnOffsetCommit): they
     count only once a COMMIT marker of that producer follows."""
 
-    key: OffsetKey | GroupKey
-    value: OffsetValue | GroupValue | None
+    key: OffsetKey | GroupKey | ConsumerGroupRecordKey
+    value: OffsetValue | GroupValue | ConsumerGroupRecordValue | None
     producer_id: int | None = None
 
 
@@ -188,6 +191,13 @@ class InternalTopic:
             return ErrorCode.NOT_COORDINATOR
         return code
 
+    def has_unreplicated(self, key: str) -> bool:
+        """Whether `key`'s partition holds writes not yet on every in-sync replica (an answer
+        that depends on them waits for `wait_replicated`, as Kafka's coordinator answers a
+        request only once the writes it saw are committed)."""
+        partition = self.hosted(key)
+        return partition is not None and partition.high_watermark < partition.log_end_offset
+
     def batches(self, only: int | None = None) -> Iterator[tuple[Partition, RecordBatch]]:
         """Every batch of every partition this broker leads (or of partition `only`), in log order."""
         for partition in self.replicas.partitions_of(self.name):
@@ -252,6 +262,8 @@ def _decode(where: str, record: Record, producer_id: int | None) -> Replayed | N
     if record.key is None:
         return None
     try:
+        if consumer_group_records.is_consumer_group_key(record.key):
+            return _decode_consumer_group_record(record, producer_id)
         key = decode_key(record.key)
         if record.value is None:
             return Replayed(key, None, producer_id)
@@ -261,3 +273,11 @@ def _decode(where: str, record: Record, producer_id: int | None) -> Replayed | N
     except (ProtocolError, ValueError) as e:
         log.warning("skipping an unreadable record at offset %d of %s: %s", record.offset, where, e)
         return None
+
+
+def _decode_consumer_group_record(record: Record, producer_id: int | None) -> Replayed:
+    assert record.key is not None
+    key = consumer_group_records.decode_key(record.key)
+    if record.value is None:
+        return Replayed(key, None, producer_id)
+    return Replayed(key, consumer_group_records.decode_value(key.record_type, record.value), producer_id)

@@ -42,6 +42,14 @@ async def handle(ctx: RequestContext, request: Any) -> ConsumerGroupHeartbeatRes
         answer = ctx.broker.groups.consumer_heartbeat(heartbeat)
     except KafkaError as e:
         return _error(e.code, e.message)
+    # The group's changes are in `__consumer_offsets`: answer once they are replicated, as
+    # Kafka's coordinator answers once its writes are committed (a new coordinator then knows
+    # the epochs and assignments the member was told).
+    offsets_topic = ctx.broker.groups.topic
+    if offsets_topic.has_unreplicated(request.group_id):
+        code = await offsets_topic.wait_replicated(request.group_id)
+        if code != ErrorCode.NO_ERROR:
+            return _error(code, None)
     assignment = None
     if answer.assignment is not None:
         assignment = {"topic_partitions": [{"topic_id": topic, "partitions": partitions}
