@@ -18,10 +18,10 @@ from kbroker.broker import Broker
 from kbroker.clock import wall_clock_ms
 from kbroker.cluster.partition import Partition
 from kbroker.config import BrokerConfig
-from kbroker.handlers.fetch import ZERO_UUID
 from kbroker.storage.log_config import LogConfig
 from protocol.connection import ClientProtocol
 from protocol.errors import ErrorCode, KafkaError
+from protocol.primitives import ZERO_UUID
 from protocol.record_batch import Record, encode_batch
 
 TOPIC_ID = uuid.uuid4()

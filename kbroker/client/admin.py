@@ -9,9 +9,10 @@ from typing import Any
 
 from construct import Container
 
-from kbroker.client.cluster import ZERO_UUID, ClusterClient
+from kbroker.client.cluster import ClusterClient
 from kbroker.client.errors import check, error_for
 from protocol.errors import KafkaError
+from protocol.primitives import ZERO_UUID
 
 CREATE_TOPICS = 19
 DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS = 29, 30, 31

@@ -20,9 +20,9 @@ from kbroker.client.errors import BrokerUnreachable, check
 from kbroker.security.client_config import ClientSecurity
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages import BY_KEY
+from protocol.primitives import ZERO_UUID
 
 METADATA = 3
-ZERO_UUID = uuid.UUID(int=0)
 
 
 @dataclass

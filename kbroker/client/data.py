@@ -9,8 +9,9 @@ from typing import Any
 
 from construct import Container
 
-from kbroker.client.cluster import ZERO_UUID, ClusterClient
+from kbroker.client.cluster import ClusterClient
 from kbroker.client.errors import check
+from protocol.primitives import ZERO_UUID
 
 PRODUCE = 0
 FETCH = 1

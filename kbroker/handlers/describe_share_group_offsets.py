@@ -5,14 +5,15 @@ answered TOPIC_AUTHORIZATION_FAILED when named."""
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
+from kbroker.coordinator.share_coordinator import UNINITIALIZED_START_OFFSET
 from kbroker.coordinator.share_offsets import DEFAULT_LEADER_EPOCH, UNINITIALIZED_LAG, TopicOffsets
 from kbroker.handlers import RequestContext
 from kbroker.handlers.authorize import Op, Resource, allowed
 from kbroker.handlers.share_common import require_share_coordinator, require_share_groups
 from protocol.errors import ErrorCode, KafkaError
+from protocol.primitives import ZERO_UUID
 
 API_KEY = 90
 MIN_VERSION = 0
@@ -60,6 +61,7 @@ def _topic(offsets: TopicOffsets) -> dict[str, Any]:
 def _denied(topic: str, partitions: list[int]) -> dict[str, Any]:
     """A named topic the caller may not DESCRIBE: as Kafka answers it, with no offsets."""
     code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
-    return {"topic_name": topic, "topic_id": uuid.UUID(int=0), "partitions": [
-        {"partition_index": p, "start_offset": -1, "leader_epoch": DEFAULT_LEADER_EPOCH, "lag": UNINITIALIZED_LAG,
+    return {"topic_name": topic, "topic_id": ZERO_UUID, "partitions": [
+        {"partition_index": p, "start_offset": UNINITIALIZED_START_OFFSET, "leader_epoch": DEFAULT_LEADER_EPOCH,
+         "lag": UNINITIALIZED_LAG,
          "error_code": code, "error_message": TOPIC_AUTHORIZATION_FAILED_MESSAGE} for p in partitions]}

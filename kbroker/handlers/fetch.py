@@ -27,6 +27,7 @@ from kbroker.handlers import Pacer, RequestContext
 from kbroker.handlers.authorize import Op, Resource, allowed_names, cluster_allowed
 from protocol.errors import ErrorCode
 from protocol.messages.fetch import FetchableTopicResponse, FetchResponse, PartitionData
+from protocol.primitives import ZERO_UUID
 
 API_KEY = 1
 MIN_VERSION = 4
@@ -35,7 +36,6 @@ MAX_VERSION = 17  # v17 adds a tagged ReplicaDirectoryId (KIP-853), for KRaft vo
 READ_COMMITTED = 1
 SESSIONS_SINCE = 7  # the first version with session fields
 TOPIC_IDS_SINCE = 13
-ZERO_UUID = uuid.UUID(int=0)
 
 
 async def handle(ctx: RequestContext, request: Any) -> FetchResponse:

@@ -15,12 +15,12 @@ from kbroker.handlers.authorize import NOT_REQUESTED, Op, Resource, allowed, all
 from kbroker.handlers.authorize import operations as authorized_operations
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.metadata import MetadataResponse, MetadataResponsePartition, MetadataResponseTopic
+from protocol.primitives import ZERO_UUID
 
 API_KEY = 3
 MIN_VERSION = 0
 MAX_VERSION = 12
 
-ZERO_UUID = uuid.UUID(int=0)
 async def handle(ctx: RequestContext, request: Any) -> MetadataResponse:
     broker = ctx.broker
     operations = request.include_topic_authorized_operations
