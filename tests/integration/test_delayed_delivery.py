@@ -214,7 +214,8 @@ def test_a_broker_killed_midway_delivers_each_record_exactly_once(tmp_path: Path
         broker.start()
         # Due after every other record: once it is here, a duplicate would have come before it.
         sentinel_producer = Producer({"bootstrap.servers": broker.bootstrap})
-        _produce(sentinel_producer, "retries", b"sentinel", [(DELIVER_AT, b"%d" % (sent + 1000 + 200 * count))])
+        sentinel_due = max(sent + 1000 + 200 * count, _now_ms()) + 500
+        _produce(sentinel_producer, "retries", b"sentinel", [(DELIVER_AT, b"%d" % sentinel_due)])
         assert sentinel_producer.flush(15) == 0
         after = Reader(broker.bootstrap, "retries")
         after.until(lambda got: b"sentinel" in [a.value for a in got], what="the sentinel")
