@@ -14,8 +14,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ConfigSource,
+    NewTopic,
+    ResourceType,
+)
 
 from tests.brokers import BrokerProcess
 
@@ -143,6 +151,13 @@ def test_the_topic_default_delays_records_without_headers(broker: BrokerProcess)
     configs = admin.describe_configs([resource])[resource].result(15)
     assert (configs["delivery.delay.ms"].value, configs["delay.max.ms"].value,
             configs["delay.tick.ms"].value) == ("1000", "60000", "100")
+    assert configs["delay.tick.ms"].source == ConfigSource.DEFAULT_CONFIG.value
+    assert configs["delivery.delay.ms"].source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
+    refused = admin.incremental_alter_configs([ConfigResource(ResourceType.TOPIC, "slow", incremental_configs=[
+        ConfigEntry("delay.tick.ms", "0", incremental_operation=AlterConfigOpType.SET)])])
+    with pytest.raises(KafkaException) as caught:
+        refused[resource].result(15)
+    assert caught.value.args[0].code() == KafkaError.INVALID_CONFIG
     reader = Reader(broker.bootstrap, "slow")
     producer = Producer({"bootstrap.servers": broker.bootstrap})
     sent = _now_ms()

@@ -171,3 +171,18 @@ def test_retention_and_delete_records_stop_at_the_oldest_pending_record(open_log
     _deliver(log, [3], T0 + 100_000)
     log.high_watermark = log.log_end_offset
     assert log.delete_records_before(6) == 6
+
+
+def test_an_encrypted_log_rebuilds_its_index_from_sealed_batches(open_log: OpenLog) -> None:
+    from tests.storage.test_encryption import ring
+    log = open_log(keyring=ring(1))
+    log.append_as_leader(_batch((b"secret", [(DELAY, b"1000")])), 0, T0)
+    log.high_watermark = 1
+    assert b"secret" not in log.active_segment.log_path.read_bytes()
+    log.release()
+    for path in log.directory.glob("*.delayed"):
+        path.unlink()
+    reopened = open_log(keyring=ring(1))
+    assert reopened.delay_index.pending_offsets() == [0]
+    [held] = reopened.pending_records([0])
+    assert held.value == b"secret"
