@@ -186,3 +186,25 @@ def test_an_encrypted_log_rebuilds_its_index_from_sealed_batches(open_log: OpenL
     assert reopened.delay_index.pending_offsets() == [0]
     [held] = reopened.pending_records([0])
     assert held.value == b"secret"
+
+
+def test_compaction_keeps_a_delivery_while_its_pending_record_is_in_the_log(open_log: OpenLog) -> None:
+    from kbroker.storage.cleaner import compact
+    config = LogConfig(cleanup_policy=("compact",), segment_bytes=400, min_cleanable_dirty_ratio=0.01)
+    log = open_log(config)
+    log.append_as_leader(_batch((b"delayed", [(DELAY, b"1000")])), 0, T0)  # key k0, offset 0
+    log.high_watermark = 1
+    _deliver(log, [0], T0 + 1000)  # its delivery, key k0, offset 1
+    for i in range(12):  # later values of k0 supersede the delivery
+        log.append_as_leader(_batch((b"newer-%d" % i, [])), 0, T0 + 1000)
+    log.high_watermark = log.log_end_offset
+    assert len(log.segments) > 2
+    assert compact(log, T0 + 2000)
+    log.close()
+    reopened = open_log(config, had_clean_shutdown=True)
+    for path in reopened.directory.glob("*.delayed"):
+        path.unlink()
+    reopened.release()
+    rebuilt = open_log(config)  # the index from the compacted log alone
+    assert rebuilt.delay_index.pending_count == 0, "the delivery was compacted away: it would be delivered again"
+    assert rebuilt.delay_index.collect_due(T0 + 10_000) == []
