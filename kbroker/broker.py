@@ -18,6 +18,7 @@ from kbroker.cluster.broker_client import AsyncBrokerClient
 from kbroker.cluster.configs import ConfigService
 from kbroker.cluster.controller import Controller
 from kbroker.cluster.credentials import UserCredentials
+from kbroker.cluster.delayed_delivery import DelayedDeliveries
 from kbroker.cluster.fetch_sessions import FetchSessionCache
 from kbroker.cluster.group_configs import GroupConfigs, auto_offset_reset
 from kbroker.cluster.metadata_cache import MetadataCache
@@ -110,6 +111,8 @@ class Broker:
             max_bytes=config.get("replica.fetch.response.max.bytes"),
             partition_max_bytes=config.get("replica.fetch.max.bytes"), backoff_ms=config.get("replica.fetch.backoff.ms"),
         ))
+        self.delayed_deliveries = DelayedDeliveries(self.replicas)
+        self.replicas.on_delayed = self.delayed_deliveries.wake
         self.topics = TopicManager(
             self.store,
             self.replicas,
@@ -363,6 +366,7 @@ class Broker:
             self.cluster.on_leadership_change = self._on_leadership_change
             self.cluster.start()
         self._ticker = asyncio.create_task(self._tick_forever())
+        self.delayed_deliveries.start()
         self.log_mover.start()  # moves between log dirs that a restart interrupted
         # What start built (logs, indexes, coordinator state) lives as long as the broker: keep
         # it out of the collector's full passes, which otherwise scan it all again every time a
@@ -553,6 +557,7 @@ class Broker:
             self.acls.stop()
         await self.server.stop()
         self.groups.stop()
+        await self.delayed_deliveries.stop()
         await self.replicas.stop()
         await self.log_mover.stop()
         self.log_manager.shutdown()

@@ -427,4 +427,8 @@ TOPIC_CONFIG_TYPES: dict[str, str] = {
     "segment.ms": "LONG",
     "unclean.leader.election.enable": "BOOLEAN",
     "errors.deadletterqueue.group.enable": "BOOLEAN",  # KIP-1191 (Kafka trunk)
+    # Delayed delivery (docs/delayed-and-retry.md): kbroker's own.
+    "delivery.delay.ms": "LONG",
+    "delay.max.ms": "LONG",
+    "delay.tick.ms": "LONG",
 }

@@ -32,8 +32,10 @@ ALLOWED: dict[str, frozenset[str]] = {
     "kbroker.partitioner": frozenset({"protocol"}),
     "kbroker.ports": frozenset(),
     "kbroker.properties": frozenset(),
+    # Delayed delivery's pure core: delay headers, pending batches, the timing wheel, the index.
+    "kbroker.delay": frozenset({"kbroker.clock", "kbroker.fsutil", "protocol"}),
     # The log, then configuration (topic defaults come from the log's LogConfig) and metadata.
-    "kbroker.storage": frozenset({"kbroker.clock", "kbroker.fsutil", "protocol"}),
+    "kbroker.storage": frozenset({"kbroker.clock", "kbroker.delay", "kbroker.fsutil", "protocol"}),
     # TLS contexts, principals, SASL mechanisms and sessions (stdlib ssl and cryptography, the protocol).
     "kbroker.security": frozenset({"protocol"}),
     "kbroker.config": frozenset({"kbroker.kafka_configs", "kbroker.properties", "kbroker.security", "kbroker.storage",
@@ -44,11 +46,9 @@ ALLOWED: dict[str, frozenset[str]] = {
     "kbroker.metadata": frozenset({"kbroker.clock", "kbroker.config", "kbroker.fsutil", "kbroker.meta_properties",
                                    "kbroker.ports", "kbroker.security", "protocol"}),
     # Replica manager, partitions, fetch sessions, replication, topics, the controller.
-    "kbroker.cluster": frozenset({"kbroker.clock", "kbroker.config", "kbroker.dynamic_config", "kbroker.fsutil",
+    "kbroker.cluster": frozenset({"kbroker.clock", "kbroker.config", "kbroker.delay", "kbroker.dynamic_config", "kbroker.fsutil",
                                   "kbroker.metadata", "kbroker.pacing", "kbroker.security", "kbroker.storage",
                                   "protocol"}),
-    # Delayed delivery's pure core: delay headers, pending batches, the timing wheel, the index.
-    "kbroker.delay": frozenset({"kbroker.clock", "kbroker.fsutil", "protocol"}),
     # Share groups' pure state: share partitions, sessions, the assignor.
     "kbroker.share": frozenset({"kbroker.clock", "protocol"}),
     # Group and transaction coordinators, over the replica manager.

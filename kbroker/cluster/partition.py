@@ -113,6 +113,8 @@ class Partition:
     isr_writer: IsrWriter | None = None
     followers: dict[int, FollowerState] = field(default_factory=dict)
     pending_isr: PendingIsrChange | None = None
+    # Called when delayed delivery may have work sooner: an append, the HW moving, leadership.
+    on_delayed: Callable[[Partition], None] | None = None
     _waiters: set[asyncio.Future[None]] = field(default_factory=set)
     _acks_waiters: list[tuple[int, asyncio.Future[None]]] = field(default_factory=list)
 
@@ -169,6 +171,7 @@ class Partition:
         self.log.epochs.assign(leader_epoch, self.log.log_end_offset)
         self.followers = {r: FollowerState(last_caught_up_ms=now_ms) for r in replicas if r != self.local_id}
         self.advance_high_watermark()
+        self._notify_delayed()
 
     def update_membership(self, replicas: list[int], isr: list[int], now_ms: int) -> None:
         """Same leader and epoch, other replicas or ISR (a reassignment, or the controller
@@ -206,7 +209,12 @@ class Partition:
         info = self.log.append_as_leader(records, self.leader_epoch, now_ms, origin=origin)
         self.advance_high_watermark()
         self.wake_waiters()
+        self._notify_delayed()
         return info
+
+    def _notify_delayed(self) -> None:
+        if self.on_delayed is not None and self.log.delay_index.pending_count:
+            self.on_delayed(self)
 
     async def wait_for_replication(self, end_offset: int, timeout_s: float) -> int:
         """For acks=all: an error code once the high watermark reaches `end_offset`, the ISR falls
@@ -307,6 +315,7 @@ class Partition:
             self.log.high_watermark = new_hw
             self._release_acks_waiters()
             self.wake_waiters()
+            self._notify_delayed()
 
     def _release_acks_waiters(self) -> None:
         hw = self.log.high_watermark

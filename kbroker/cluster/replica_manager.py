@@ -145,6 +145,8 @@ class ReplicaManager:
         self.isr_writer = isr_writer
         self.fetcher_config = fetcher_config or FetcherConfig()
         self._partitions: dict[tuple[str, int], Partition] = {}
+        # Delayed delivery's wake-up, handed to every partition (see delayed_delivery.py).
+        self.on_delayed: Callable[[Partition], None] | None = None
         self._fetchers: dict[int, ReplicaFetcher] = {}
 
     def host(
@@ -166,7 +168,8 @@ class ReplicaManager:
             # As a new leader does in Kafka: its epoch starts at the log end, so OffsetForLeaderEpoch
             # answers for the current epoch even before anything is written in it.
             log.epochs.assign(leader_epoch, log.log_end_offset)
-            partition = Partition(topic, index, topic_id, log, self.broker_id, leader_epoch, replicas, list(replicas))
+            partition = Partition(topic, index, topic_id, log, self.broker_id, leader_epoch, replicas, list(replicas),
+                                  on_delayed=self.on_delayed)
             self._partitions[key] = partition
         return partition
 
@@ -178,7 +181,7 @@ class ReplicaManager:
         if partition is None:
             log_ = self.log_manager.get_or_create_log(topic, index, config)
             partition = Partition(topic, index, topic_id, log_, leader_id, -1, local_id=self.broker_id,
-                                  isr_writer=self.isr_writer)
+                                  isr_writer=self.isr_writer, on_delayed=self.on_delayed)
             self._partitions[key] = partition
         return partition
 

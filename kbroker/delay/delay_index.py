@@ -156,6 +156,15 @@ class DelayIndex:
         i = self._locate(offset)
         return None if i is None else self._s.dues[i]
 
+    def lowest_pending_offset(self) -> int | None:
+        """The offset of the oldest record still pending: retention must keep it in the log."""
+        first = self._s.states.translate(_LIVE_MASK).find(1)
+        return None if first < 0 else self._s.offsets[first]
+
+    def pending_offsets(self) -> list[int]:
+        """Every pending record's offset, ascending (for describing the partition)."""
+        return list(itertools.compress(self._s.offsets, self._s.states.translate(_LIVE_MASK)))
+
     def state(self) -> IndexState:
         """The index's state (live: do not change it), for a snapshot."""
         return self._s
@@ -180,6 +189,18 @@ class DelayIndex:
         elif self._s.offsets and _may_be_delivery(header, batch):
             self._on_delivery_batch(header, batch)
         self._s.end_offset = end
+
+    def needs_batch(self, header: BatchHeader) -> bool:
+        """Whether `on_batch` would look inside a batch of this header. When not, the log calls
+        `skip_to` instead and never reads the batch: the common case, batches of ordinary
+        records on a partition without pending records, costs one header test."""
+        return header.is_control or (bool(self._s.offsets) and header.producer_id < 0 and header.compression == 0
+                                     and not header.is_transactional)
+
+    def skip_to(self, end_offset: int) -> None:
+        """Batches below `end_offset` were appended that change nothing here (see `needs_batch`)."""
+        if end_offset > self._s.end_offset:
+            self._s.end_offset = end_offset
 
     def aborted(self, producer_id: int, first_offset: int, last_offset: int) -> None:
         """A transaction of `producer_id` from `first_offset` was aborted by its marker at

@@ -31,6 +31,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from kbroker.delay.delay_headers import DELAYED_FROM_HEADER
+from kbroker.delay.pending_batches import parse_delayed_from
 from kbroker.storage.batch_records import Record, rebuild_batch, records_of
 from kbroker.storage.index import segment_file_name
 from kbroker.storage.log import Log
@@ -41,6 +43,7 @@ from kbroker.storage.txn_index import AbortedTxn
 from protocol.records import DELETE_HORIZON_BIT, BatchHeader
 
 log = logging.getLogger("kbroker.storage")
+_DELAYED_FROM = DELAYED_FROM_HEADER.encode()
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,13 +170,14 @@ def write_cleaned_segment(
     cleaned = log_.directory / segment_file_name(base, ".log" + CLEANED_SUFFIX)
     earliest_horizon = LONG_MAX
     retention = log_.config.delete_retention_ms
+    guard = DeliveryGuard(log_.name, log_.log_start_offset)
     with open(cleaned, "wb") as out:
         for segment in group:
             for position, header in segment.batches():
                 if header in aborted:
                     continue
                 batch, plain = segment.read_batch(position, header)
-                kept, horizon = filter_batch(batch, plain, offset_map, now_ms, retention)
+                kept, horizon = filter_batch(batch, plain, offset_map, now_ms, retention, guard)
                 if kept is not None:
                     out.write(log_.seal(kept))
                     earliest_horizon = min(earliest_horizon, horizon)
@@ -184,8 +188,33 @@ def write_cleaned_segment(
     return swap, earliest_horizon
 
 
+class DeliveryGuard:
+    """Delayed delivery's rule for the cleaner: a delivery stays while its pending record is in
+    the log. The log is the only record of what was delivered (docs/delayed-and-retry.md): were
+    a delivery compacted away, a reload would find its pending record undelivered and deliver
+    it again. Pending records are control batches, which compaction keeps, so on a compacted
+    topic a delivery goes only once retention or DeleteRecords has taken its pending record."""
+
+    def __init__(self, partition: str, log_start_offset: int) -> None:
+        self._source = partition
+        self._log_start_offset = log_start_offset
+
+    def may_hold_deliveries(self, batch: bytes, header: BatchHeader) -> bool:
+        # Deliveries are written uncompressed, without producer id (as the delay index reads them).
+        return (header.producer_id < 0 and header.compression == 0 and not header.is_transactional
+                and _DELAYED_FROM in batch)
+
+    def keeps(self, record: Record) -> bool:
+        for name, value in record.headers:
+            if name == DELAYED_FROM_HEADER and (parsed := parse_delayed_from(value)) is not None \
+                    and parsed[0] == self._source and parsed[1] >= self._log_start_offset:
+                return True
+        return False
+
+
 def filter_batch(
-    batch: bytes, header: BatchHeader, offset_map: dict[bytes, int], now_ms: int, delete_retention_ms: int
+    batch: bytes, header: BatchHeader, offset_map: dict[bytes, int], now_ms: int, delete_retention_ms: int,
+    guard: DeliveryGuard | None = None,
 ) -> tuple[bytes | None, int]:
     """The batch with superseded records (and expired tombstones) removed, or None if none is left.
 
@@ -195,7 +224,10 @@ def filter_batch(
         return batch, LONG_MAX
     records = records_of(batch, header)
     horizon = header.base_timestamp if header.attributes & DELETE_HORIZON_BIT else None
-    kept = [r for r in records if _survives(r, header, offset_map, horizon, now_ms)]
+    if guard is not None and guard.may_hold_deliveries(batch, header):
+        kept = [r for r in records if guard.keeps(r) or _survives(r, header, offset_map, horizon, now_ms)]
+    else:
+        kept = [r for r in records if _survives(r, header, offset_map, horizon, now_ms)]
     if not kept:
         return None, LONG_MAX
     has_tombstones = any(r.value is None for r in kept)

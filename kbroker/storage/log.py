@@ -18,6 +18,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kbroker.clock import WallClock, wall_clock_ms
+from kbroker.delay.delay_index import DelayIndex, IndexState, TruncatedBelowHighWatermark
+from kbroker.delay.delay_snapshot import (
+    delete_snapshots_above,
+    load_index,
+    snapshot_offsets,
+    snapshot_path,
+    write_snapshot,
+)
+from kbroker.delay.pending_batches import PendingRecord, decode_pending_batch
+from kbroker.storage.delayed_appends import BatchPlan, pending_batch
 from kbroker.storage.dir_names import FUTURE_DIR_SUFFIX, parse_future_dir_name, parse_log_dir_name
 from kbroker.storage.encryption import BatchCipher, Keyring
 from kbroker.storage.index import segment_file_name
@@ -27,6 +37,7 @@ from kbroker.storage.log_dir_health import LogDirHealth
 from kbroker.storage.log_loader import LogLoader, rebuild_producer_state
 from kbroker.storage.log_segments import LogSegments, open_segment
 from kbroker.storage.log_validator import (
+    RecordValidationError,
     assign_offsets,
     check_follower_offsets,
     validate_batches,
@@ -101,6 +112,7 @@ class Log:
         self.epochs = LeaderEpochCache(directory)
         self.producer_state = ProducerStateManager(directory, self.name)
         self._load(had_clean_shutdown)
+        self.delay_index = self._load_delay_index()
         self._roll_if_key_changed()
         self.high_watermark = high_watermark
 
@@ -113,6 +125,96 @@ class Log:
         ).load()
         self.log_start_offset = self.cleaner_checkpoint = loaded.log_start_offset
         self._log_end_offset = self.recovery_point = loaded.log_end_offset
+
+    # -- delayed delivery ----------------------------------------------------------------------------
+
+    def _load_delay_index(self) -> DelayIndex:
+        """The partition's pending delayed records: the newest snapshot, then the log after it.
+
+        Without a usable snapshot the scan starts at the first segment: every pending record is
+        in the log (retention keeps it, see `_delete_prefix`), and its delivery comes after it.
+        """
+        end = self._log_end_offset
+        index = load_index(self.directory, self.topic, self.partition, log_end_offset=end, clock=self.clock,
+                           tick_ms=self.config.delay_tick_ms)
+        first = self._segments.first.base_offset if self._segments else end
+        if index.end_offset < first:
+            index = self._empty_delay_index(first)
+        self._scan_into_delay_index(index, index.end_offset)
+        return index
+
+    def _empty_delay_index(self, start: int) -> DelayIndex:
+        return DelayIndex(self.topic, self.partition, clock=self.clock, tick_ms=self.config.delay_tick_ms,
+                          state=IndexState(end_offset=start, floor=start))
+
+    def _scan_into_delay_index(self, index: DelayIndex, start: int) -> None:
+        """Feed `index` the batches from `start` on; only the batches it looks inside are read."""
+        for segment in self._segments.from_offset(start):
+            found = segment.translate_offset(start)
+            if found is None:
+                continue
+            for position, header in segment.batches(found[0]):
+                if header.last_offset < start:
+                    continue
+                if index.needs_batch(header):
+                    batch, plain = segment.read_batch(position, header)
+                    index.on_batch(plain.base_offset, batch)
+                else:
+                    index.skip_to(header.last_offset + 1)
+        index.skip_to(self._log_end_offset)
+
+    def _index_appended(self, data: bytes | bytearray | memoryview, headers: Sequence[BatchHeader]) -> None:
+        """Tell the delay index about batches just appended (their plain bytes, in order)."""
+        index = self.delay_index
+        view = memoryview(data)
+        position = 0
+        for header in headers:
+            if index.needs_batch(header):
+                index.on_batch(header.base_offset, view[position : position + header.size])
+            else:
+                index.skip_to(header.last_offset + 1)
+            position += header.size
+
+    def _snapshot_delay_index(self, *, durable: bool = False) -> None:
+        """A snapshot as of the log end (at a roll, a clean shutdown): a restart reads it and
+        scans only the log after it. The two newest are kept, for a truncation to fall back on."""
+        index = self.delay_index
+        if index.end_offset != self._log_end_offset:
+            return
+        write_snapshot(self.directory, index.state(), durable=durable)
+        for offset in snapshot_offsets(self.directory)[:-2]:
+            snapshot_path(self.directory, offset).unlink(missing_ok=True)
+
+    def _truncate_delay_index(self, offset: int) -> None:
+        delete_snapshots_above(self.directory, offset)
+        try:
+            self.delay_index.truncate(offset)
+        except TruncatedBelowHighWatermark as e:
+            log.warning("%s: %s; rebuilding the delay index from the log", self.name, e)
+            self.delay_index = self._load_delay_index()
+            self.delay_index.on_high_watermark(self._high_watermark)
+
+    def pending_records(self, offsets: Sequence[int]) -> list[PendingRecord]:
+        """The delayed records held by the pending records at `offsets` (ascending or not), read
+        from the log; an offset no longer in the log (or not a pending record) is left out."""
+        wanted = set(offsets)
+        found: dict[int, PendingRecord] = {}
+        for offset in sorted(wanted):
+            if offset in found or offset < self.log_start_offset or offset >= self._log_end_offset:
+                continue
+            located = None
+            for segment in self._segments.from_offset(offset):
+                if (located := segment.translate_offset(offset)) is not None:
+                    break
+            if located is None:
+                continue
+            batch, header = segment.read_batch(*located)
+            if not header.is_control:
+                continue
+            for record in decode_pending_batch(batch, header):
+                if record.offset in wanted:
+                    found[record.offset] = record
+        return [found[o] for o in offsets if o in found]
 
     def _roll_if_key_changed(self) -> None:
         """New batches go to a new segment when the key they are written with changed (a rotated
@@ -149,6 +251,7 @@ class Log:
     @high_watermark.setter
     def high_watermark(self, offset: int) -> None:
         self._high_watermark = min(max(offset, self.log_start_offset), self._log_end_offset)
+        self.delay_index.on_high_watermark(self._high_watermark)
 
     @property
     def segments(self) -> tuple[LogSegment, ...]:
@@ -223,6 +326,7 @@ class Log:
         # As Kafka: a snapshot per segment, so a restart or truncation replays at most one segment.
         self.producer_state.map_end_offset = self._log_end_offset
         self.producer_state.take_snapshot()
+        self._snapshot_delay_index()
         return segment
 
     def _maybe_roll(self, size: int, headers: Sequence[BatchHeader], now_ms: int) -> LogSegment:
@@ -275,7 +379,9 @@ class Log:
             duplicate = self._find_duplicate(headers)
             if duplicate is not None:
                 return duplicate
-            validate_records(buf, headers, self.config, self.name, now_ms)
+            plans = validate_records(buf, headers, self.config, self.name, now_ms)
+            if any(plans):
+                buf, headers = self._hold_delayed(buf, headers, plans, now_ms)
         append_time = now_ms if self.config.log_append_time else NO_TIMESTAMP
         patched = assign_offsets(buf, headers, self._log_end_offset, leader_epoch, append_time)
         producers = self.producer_state.check_batches(buf, patched, origin)
@@ -283,6 +389,34 @@ class Log:
         self._append(buf, patched, now_ms)
         self._update_producers(producers)
         return self._append_info(patched, append_time)
+
+    def _hold_delayed(self, buf: bytearray, headers: Sequence[BatchHeader], plans: Sequence[BatchPlan | None],
+                      now_ms: int) -> tuple[bytearray, list[BatchHeader]]:
+        """Replace each batch holding delayed records by its pending batch (before offsets are
+        assigned); refuse a record forging the delivery of a record still pending here."""
+        view = memoryview(buf)
+        pieces: list[bytes | memoryview] = []
+        position = 0
+        for header, plan in zip(headers, plans, strict=True):
+            batch = view[position : position + header.size]
+            position += header.size
+            if plan is None:
+                pieces.append(batch)
+                continue
+            forged = [(index, f"{pending} of {self.name} is a pending delayed record: only its delivery "
+                              "may name it in kbroker.delayed.from")
+                      for index, pending in plan.claimed_deliveries if self.delay_index.is_pending(pending)]
+            if forged:
+                raise RecordValidationError(ErrorCode.INVALID_RECORD, forged[0][1], forged)
+            pieces.append(batch if plan.due_times is None else pending_batch(plan, header, now_ms))
+        new_buf = bytearray(b"".join(pieces))
+        new_headers = []
+        position = 0
+        while position < len(new_buf):
+            header = read_header(new_buf, position)
+            new_headers.append(header)
+            position += header.size
+        return new_buf, new_headers
 
     def append_as_follower(self, batches: bytes | bytearray | memoryview, now_ms: int | None = None) -> AppendInfo:
         """Append batches whose offsets and epochs the leader assigned, as they are."""
@@ -304,11 +438,13 @@ class Log:
         return self._append_info(headers, NO_TIMESTAMP)
 
     def _append(self, data: bytes | bytearray | memoryview, headers: Sequence[BatchHeader], now_ms: int) -> None:
+        plain, plain_headers = data, headers
         if self.cipher is not None:
             data, headers = self.cipher.seal_all(data, headers)
         segment = self._maybe_roll(len(data), headers, now_ms)
         segment.append(data, headers)
         self._log_end_offset = headers[-1].last_offset + 1
+        self._index_appended(plain, plain_headers)
         if self._log_end_offset - self.recovery_point >= self.config.flush_messages:
             self.flush()
 
@@ -423,6 +559,12 @@ class Log:
                 ErrorCode.OFFSET_OUT_OF_RANGE,
                 f"cannot delete records of {self.name} before {offset}: high watermark is {self._high_watermark}",
             )
+        pending = self.delay_index.lowest_pending_offset()
+        if pending is not None and offset > pending:
+            # A pending delayed record is not deleted before its delivery: the log start stops
+            # at it, and the answer's low watermark says so.
+            log.info("%s: DeleteRecords before %d stops at pending delayed record %d", self.name, offset, pending)
+            offset = pending
         if offset > self.log_start_offset:
             self._advance_log_start(offset)
         self._delete_segments_below_log_start(self.clock() if now_ms is None else now_ms)
@@ -473,7 +615,10 @@ class Log:
         Only segments wholly below the high watermark go; the active one only if non-empty,
         after rolling a new one so the log never runs out of segments.
         """
-        doomed = self._segments.prefix_below(self._high_watermark, self._log_end_offset, deletable)
+        # A segment holding a pending delayed record stays until its delivery (the log is its store).
+        pending = self.delay_index.lowest_pending_offset()
+        limit = self._high_watermark if pending is None else min(self._high_watermark, pending)
+        doomed = self._segments.prefix_below(limit, self._log_end_offset, deletable)
         if not doomed:
             return 0
         if doomed[-1] is self.active_segment:
@@ -503,6 +648,7 @@ class Log:
         self._log_end_offset = self.active_segment.next_offset
         self._after_truncation()
         rebuild_producer_state(self.producer_state, self._segments, self._log_end_offset, self.name)
+        self._truncate_delay_index(self._log_end_offset)
         return True
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
@@ -515,6 +661,8 @@ class Log:
         self.epochs.clear()
         self.producer_state.reset(offset)
         self.producer_state.delete_snapshots(above=-1)
+        delete_snapshots_above(self.directory, -1)
+        self.delay_index = self._empty_delay_index(offset)
 
     def _after_truncation(self) -> None:
         end = self._log_end_offset
@@ -553,6 +701,7 @@ class Log:
             segment.flush()
         self.recovery_point = self._log_end_offset
         self.producer_state.map_end_offset = self._log_end_offset
+        self._snapshot_delay_index(durable=True)
         self.producer_state.take_snapshot(sync=True)  # also fsyncs the directory
 
     def repoint(self, directory: Path) -> None:
@@ -604,6 +753,7 @@ class Log:
             state.map_end_offset = self._log_end_offset
             if state.latest_snapshot != self._log_end_offset:
                 state.take_snapshot(sync=False)
+            self._snapshot_delay_index()
         self.release()
 
     def release(self) -> None:

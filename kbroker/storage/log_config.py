@@ -60,6 +60,11 @@ class LogConfig:
     local_retention_bytes: int = -2
     # KIP-1191: a share group may write its dead letters here (Kafka trunk's topic config).
     errors_deadletterqueue_group_enable: bool = False
+    # Delayed delivery (docs/delayed-and-retry.md): the delay of records without a delay header,
+    # the longest the broker holds a record (40 days), and the timing wheel's tick.
+    delivery_delay_ms: int = 0
+    delay_max_ms: int = 3456000000
+    delay_tick_ms: int = 100
 
     @property
     def compact(self) -> bool:
@@ -87,6 +92,12 @@ class LogConfig:
             raise KafkaError(
                 ErrorCode.INVALID_CONFIG,
                 "conflict topic config setting min.compaction.lag.ms > max.compaction.lag.ms",
+            )
+        if config.delivery_delay_ms > config.delay_max_ms:
+            # Every record without a delay header would be refused.
+            raise KafkaError(
+                ErrorCode.INVALID_CONFIG,
+                f"delivery.delay.ms {config.delivery_delay_ms} is above delay.max.ms {config.delay_max_ms}",
             )
         return config
 
@@ -184,6 +195,10 @@ _SPECS: dict[str, _Spec] = {
     "local.retention.ms": _long(-2),
     "local.retention.bytes": _long(-2),
     "errors.deadletterqueue.group.enable": _BOOL,
+    "delivery.delay.ms": _long(0),
+    "delay.max.ms": _long(1),
+    # A tick below 1 ms means nothing; above an hour the wheel would hold records far too late.
+    "delay.tick.ms": _long(1, 3600000),
 }
 
 

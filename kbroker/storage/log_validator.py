@@ -24,6 +24,7 @@ from aiokafka.errors import CorruptRecordException, UnsupportedCodecError
 from aiokafka.record.default_records import DefaultRecordBatch
 
 from kbroker.storage.batch_scan import MIN_BATCH_LENGTH
+from kbroker.storage.delayed_appends import BatchPlan, DelayHeaderError, plan_batch
 from kbroker.storage.log_config import LONG_MAX, LogConfig
 from protocol.errors import ErrorCode, KafkaError
 from protocol.record_batch import CorruptRecordError, UnsupportedCompressionError, decompress_buffer
@@ -144,25 +145,30 @@ def check_client_batch(header: BatchHeader, coordinator: bool) -> None:
 
 def validate_records(
     buf: bytes | bytearray | memoryview, headers: Sequence[BatchHeader], config: LogConfig, name: str, now_ms: int
-) -> None:
+) -> list[BatchPlan | None]:
     """Walk the records of a producer's batches (their headers already checked).
 
     Raises INVALID_RECORD for a batch whose records cannot be read, and a RecordValidationError
-    for refused records: keyless records of a compacted topic, timestamps out of range.
+    for refused records: keyless records of a compacted topic, timestamps out of range, delay
+    headers the broker cannot honour. Returns each batch's delayed-delivery plan (None for a
+    batch without delays, nearly every one), made from the records the walk has uncompressed.
     """
     view = memoryview(buf)
     position = 0
+    plans: list[BatchPlan | None] = []
     for header in headers:
-        errors = _check_records(view[position : position + header.size], header, config, name, now_ms)
+        errors, plan = _check_records(view[position : position + header.size], header, config, name, now_ms)
         if errors:
             raise _record_validation_error(errors)
+        plans.append(plan)
         position += header.size
+    return plans
 
 
 def _check_records(
     batch: memoryview, header: BatchHeader, config: LogConfig, name: str, now_ms: int
-) -> list[tuple[int, int, str]]:
-    """(code, batch index, message) of each refused record."""
+) -> tuple[list[tuple[int, int, str]], BatchPlan | None]:
+    """(code, batch index, message) of each refused record, and the batch's delay plan."""
     compact = config.compact
     create_time = not config.log_append_time
     before = config.message_timestamp_before_max_ms
@@ -172,8 +178,10 @@ def _check_records(
     append_time_batch = header.log_append_time
     errors: list[tuple[int, int, str]] = []
     index = -1
+    plan = None
     try:
-        for index, record in enumerate(DefaultRecordBatch(_uncompressed(batch, header))):
+        uncompressed = _uncompressed(batch, header)
+        for index, record in enumerate(DefaultRecordBatch(uncompressed)):
             if record.offset != index:
                 raise CorruptRecordError(f"record {index} has offset delta {record.offset}; deltas must count "
                                          "the records from 0")
@@ -190,12 +198,16 @@ def _check_records(
                 errors.append((ErrorCode.INVALID_TIMESTAMP, index,
                                f"Invalid timestamp type in message {_describe(record)}. Producer should not set "
                                "timestamp type to LogAppendTime."))
+        if not errors:
+            plan = plan_batch(uncompressed, header, config, name, now_ms)
+    except DelayHeaderError as e:
+        errors.append((ErrorCode.INVALID_RECORD, max(e.record_index, 0), e.message or "bad delay header"))
     except (CorruptRecordException, CorruptRecordError, UnsupportedCodecError, UnsupportedCompressionError,
             ValueError, IndexError, UnicodeDecodeError) as e:
         detail = e.message if isinstance(e, KafkaError) else str(e)
         raise KafkaError(ErrorCode.INVALID_RECORD,
                          f"unreadable records in a batch of {name} (at record {index + 1}): {detail}") from None
-    return errors
+    return errors, plan
 
 
 def _uncompressed(batch: memoryview, header: BatchHeader) -> bytes | bytearray | memoryview:

@@ -29,6 +29,7 @@ from typing import NamedTuple
 
 import crc32c
 
+from kbroker.delay.pending_batches import is_pending_batch
 from kbroker.fsutil import write_atomically
 from kbroker.storage.index import segment_file_name
 from kbroker.storage.txn_index import AbortedTxn
@@ -164,10 +165,16 @@ class ProducerAppend:
             self.started.append((header.producer_id, header.base_offset))
 
     def control_batch(self, header: BatchHeader, batch: bytes | bytearray | memoryview) -> None:
-        """A control batch (its bytes): a COMMIT/ABORT marker ends the transaction, others change nothing.
+        """A control batch (its bytes): a COMMIT/ABORT marker ends the transaction, a pending batch
+        of delayed records counts as a data batch, others change nothing.
 
         Raises INVALID_RECORD for a marker whose record cannot be read.
         """
+        if is_pending_batch(batch, header):
+            # A pending batch stands for the producer's own batch (delayed delivery): it moves the
+            # sequence, epoch and transaction exactly as that batch would have.
+            self.data_batch(header)
+            return
         marker = _end_txn_marker(batch, header)
         if marker is not None:
             self.end_marker(header, *marker)

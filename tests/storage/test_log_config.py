@@ -69,3 +69,18 @@ def test_min_compaction_lag_above_max_is_rejected() -> None:
     with pytest.raises(KafkaError) as caught:
         LogConfig.from_properties({"min.compaction.lag.ms": "10", "max.compaction.lag.ms": "5"})
     assert caught.value.code == ErrorCode.INVALID_CONFIG
+
+
+def test_delay_configs_default_and_validate() -> None:
+    config = LogConfig()
+    assert (config.delivery_delay_ms, config.delay_max_ms, config.delay_tick_ms) == (0, 3456000000, 100)
+    assert TOPIC_CONFIG_DEFAULTS["delay.max.ms"] == "3456000000"
+    parsed = LogConfig.from_properties({"delivery.delay.ms": "5000", "delay.max.ms": "60000", "delay.tick.ms": "10"})
+    assert (parsed.delivery_delay_ms, parsed.delay_max_ms, parsed.delay_tick_ms) == (5000, 60000, 10)
+    for name, value in [("delivery.delay.ms", "-1"), ("delay.max.ms", "0"), ("delay.tick.ms", "0"),
+                        ("delay.tick.ms", "3600001"), ("delivery.delay.ms", "soon")]:
+        with pytest.raises(KafkaError) as caught:
+            LogConfig.from_properties({name: value})
+        assert caught.value.code == ErrorCode.INVALID_CONFIG
+    with pytest.raises(KafkaError, match="above delay.max.ms"):
+        LogConfig.from_properties({"delivery.delay.ms": "2000", "delay.max.ms": "1000"})

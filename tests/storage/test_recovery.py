@@ -146,9 +146,11 @@ def test_leftover_files_are_cleaned_up(open_log: OpenLog) -> None:
         (log.directory / name).write_bytes(b"junk")
     reopened = open_log(CONFIG, had_clean_shutdown=True)
     names = sorted(p.name for p in reopened.directory.iterdir())
-    # A clean close leaves a producer-state snapshot at the log end, as Kafka's does.
+    # A clean close leaves a producer-state snapshot at the log end, as Kafka's does, and one of
+    # the delay index (docs/delayed-and-retry.md), so a restart scans nothing.
     assert names == ["00000000000000000000.index", "00000000000000000000.log",
-                     "00000000000000000000.timeindex", "00000000000000000006.snapshot", "leader-epoch-checkpoint"]
+                     "00000000000000000000.timeindex", "00000000000000000006.delayed",
+                     "00000000000000000006.snapshot", "leader-epoch-checkpoint"]
     assert reopened.log_end_offset == 6
 
 

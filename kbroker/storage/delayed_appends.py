@@ -1,0 +1,80 @@
+"""The produce side of delayed delivery (docs/delayed-and-retry.md): a producer's batch that holds
+delayed records becomes a pending batch before the log assigns its offsets.
+
+`plan_batch` runs inside the record validation walk, on the records it already has uncompressed,
+so a compressed batch is decompressed once. A batch pays one C-level search for `kbroker.d`
+(the start of every delay header's name) unless its topic delays every record; only a batch
+that may hold one is decoded record by record.
+
+`pending_batch` then encodes the replacement with the client batch's producer fields (id,
+epoch, base sequence, transactional bit) and codec, so idempotence and transactions treat it
+as the batch it stands for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from kbroker.delay.delay_headers import (
+    DELAYED_FROM_HEADER,
+    DelayHeaderError,
+    DelaySettings,
+    batch_due_times,
+    may_hold_delay_headers,
+)
+from kbroker.delay.pending_batches import encode_pending_batch, parse_delayed_from
+from kbroker.storage.log_config import LogConfig
+from protocol.record_batch import Record, decode_records
+from protocol.records import HEADER_SIZE, BatchHeader
+
+
+@dataclass(slots=True)
+class BatchPlan:
+    """What the produce path must do with one client batch beyond appending it."""
+
+    records: list[Record]
+    # Each record's due time (None: not delayed); None when no record of the batch is delayed.
+    due_times: list[int | None] | None
+    # (record index, pending offset) of records claiming to be a delivery from this partition.
+    claimed_deliveries: list[tuple[int, int]] = field(default_factory=list)
+
+
+def plan_batch(uncompressed: bytes | bytearray | memoryview, header: BatchHeader, config: LogConfig,
+               partition: str, now_ms: int) -> BatchPlan | None:
+    """The plan for a client batch (header plus uncompressed records), None when it has nothing
+    to do with delays. Raises DelayHeaderError (with the record's index) for a refused delay."""
+    records_region = memoryview(uncompressed)[HEADER_SIZE:]
+    if config.delivery_delay_ms <= 0 and not may_hold_delay_headers(records_region):
+        return None
+    # LogAppendTime topics stamp records with the append time: delays count from it.
+    records = decode_records(bytes(records_region), header.record_count, base_timestamp=header.base_timestamp,
+                             log_append_time=now_ms if config.log_append_time else None)
+    due_times = batch_due_times(records, now_ms, DelaySettings(config.delivery_delay_ms, config.delay_max_ms))
+    claims = _claimed_deliveries(records, partition)
+    if due_times is None and not claims:
+        return None
+    return BatchPlan(records, due_times, claims)
+
+
+def _claimed_deliveries(records: Sequence[Record], partition: str) -> list[tuple[int, int]]:
+    claims = []
+    for index, record in enumerate(records):
+        for name, value in record.headers:
+            if name == DELAYED_FROM_HEADER and (parsed := parse_delayed_from(value)) is not None \
+                    and parsed[0] == partition:
+                claims.append((index, parsed[1]))
+    return claims
+
+
+def pending_batch(plan: BatchPlan, header: BatchHeader, now_ms: int) -> bytes:
+    """The pending batch replacing a client batch; records that asked for no delay are due now,
+    so the batch is delivered whole and in order."""
+    assert plan.due_times is not None
+    due_times = [now_ms if due is None else due for due in plan.due_times]
+    return encode_pending_batch(
+        plan.records, due_times, producer_id=header.producer_id, producer_epoch=header.producer_epoch,
+        base_sequence=header.base_sequence, transactional=header.is_transactional, compression=header.compression)
+
+
+__all__ = ["BatchPlan", "DelayHeaderError", "pending_batch", "plan_batch"]
