@@ -431,4 +431,8 @@ TOPIC_CONFIG_TYPES: dict[str, str] = {
     "delivery.delay.ms": "LONG",
     "delay.max.ms": "LONG",
     "delay.tick.ms": "LONG",
+    "delayed.delivery.enable": "BOOLEAN",
+    "retry.target.topic": "STRING",
+    "retry.backoff.ms": "LIST",
+    "retry.dead.letter.topic": "STRING",
 }

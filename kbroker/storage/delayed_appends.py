@@ -44,6 +44,8 @@ def plan_batch(uncompressed: bytes | bytearray | memoryview, header: BatchHeader
                partition: str, now_ms: int) -> BatchPlan | None:
     """The plan for a client batch (header plus uncompressed records), None when it has nothing
     to do with delays. Raises DelayHeaderError (with the record's index) for a refused delay."""
+    if not config.delayed_delivery_enable:
+        return None
     records_region = memoryview(uncompressed)[HEADER_SIZE:]
     if config.delivery_delay_ms <= 0 and not may_hold_delay_headers(records_region):
         return None

@@ -65,6 +65,14 @@ class LogConfig:
     delivery_delay_ms: int = 0
     delay_max_ms: int = 3456000000
     delay_tick_ms: int = 100
+    # false: the produce path does not look for delay headers at all (records are stored as
+    # they came, headers included); the baseline the feature's cost is measured against.
+    delayed_delivery_enable: bool = True
+    # Retry topics: a record produced here waits retry.backoff.ms[attempt - 1] and then goes to
+    # retry.target.topic, or to retry.dead.letter.topic once its attempts are used up.
+    retry_target_topic: str = ""
+    retry_backoff_ms: tuple[int, ...] = (1000, 10000, 60000)
+    retry_dead_letter_topic: str = ""
 
     @property
     def compact(self) -> bool:
@@ -99,13 +107,34 @@ class LogConfig:
                 ErrorCode.INVALID_CONFIG,
                 f"delivery.delay.ms {config.delivery_delay_ms} is above delay.max.ms {config.delay_max_ms}",
             )
+        _check_delay_features(config)
         return config
+
+    @property
+    def is_retry_topic(self) -> bool:
+        return bool(self.retry_target_topic)
 
     def to_properties(self) -> dict[str, str]:
         return {name: _format(getattr(self, _field(name))) for name in _SPECS}
 
     def with_changes(self, **changes: Any) -> LogConfig:
         return dataclasses.replace(self, **changes)
+
+
+def _check_delay_features(config: LogConfig) -> None:
+    """Settings that would silently do nothing, or refuse every record, are INVALID_CONFIG."""
+    if not config.delayed_delivery_enable:
+        if config.delivery_delay_ms:
+            raise KafkaError(ErrorCode.INVALID_CONFIG,
+                             "delivery.delay.ms needs delayed.delivery.enable=true")
+        if config.retry_target_topic:
+            raise KafkaError(ErrorCode.INVALID_CONFIG, "a retry topic needs delayed.delivery.enable=true")
+    if config.retry_dead_letter_topic and not config.retry_target_topic:
+        raise KafkaError(ErrorCode.INVALID_CONFIG, "retry.dead.letter.topic is set but retry.target.topic is not")
+    too_long = [b for b in config.retry_backoff_ms if b > config.delay_max_ms]
+    if config.retry_target_topic and too_long:
+        raise KafkaError(ErrorCode.INVALID_CONFIG,
+                         f"retry.backoff.ms {too_long[0]} is above delay.max.ms {config.delay_max_ms}")
 
 
 # -- parsing ---------------------------------------------------------------------------------
@@ -145,6 +174,14 @@ def _str(text: str) -> str:
 
 def _list(text: str) -> tuple[str, ...]:
     return tuple(item.strip() for item in text.split(",") if item.strip())
+
+
+def _backoffs(text: str) -> tuple[int, ...]:
+    """`1000,10000,60000`: one delay per attempt, at least one."""
+    values = tuple(int(item) for item in _list(text))
+    if not values:
+        raise ValueError("no backoff")
+    return values
 
 
 def _long(minimum: int, maximum: int = LONG_MAX) -> _Spec:
@@ -199,6 +236,11 @@ _SPECS: dict[str, _Spec] = {
     "delay.max.ms": _long(1),
     # A tick below 1 ms means nothing; above an hour the wheel would hold records far too late.
     "delay.tick.ms": _long(1, 3600000),
+    "delayed.delivery.enable": _BOOL,
+    "retry.target.topic": _Spec(_str),
+    "retry.backoff.ms": _Spec(_backoffs, lambda v: all(0 <= b <= LONG_MAX for b in v),
+                              "A list of one or more delays in ms, each >= 0"),
+    "retry.dead.letter.topic": _Spec(_str),
 }
 
 
@@ -216,7 +258,7 @@ def _format(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, tuple):
-        return ",".join(value)
+        return ",".join(str(item) for item in value)
     return str(value)
 
 

@@ -84,3 +84,36 @@ def test_delay_configs_default_and_validate() -> None:
         assert caught.value.code == ErrorCode.INVALID_CONFIG
     with pytest.raises(KafkaError, match="above delay.max.ms"):
         LogConfig.from_properties({"delivery.delay.ms": "2000", "delay.max.ms": "1000"})
+
+
+def test_delayed_delivery_can_be_turned_off_but_not_half_way() -> None:
+    assert LogConfig().delayed_delivery_enable
+    assert not LogConfig.from_properties({"delayed.delivery.enable": "false"}).delayed_delivery_enable
+    for configs in ({"delayed.delivery.enable": "false", "delivery.delay.ms": "10"},
+                    {"delayed.delivery.enable": "false", "retry.target.topic": "orders"}):
+        with pytest.raises(KafkaError, match="delayed.delivery.enable=true") as caught:
+            LogConfig.from_properties(configs)
+        assert caught.value.code == ErrorCode.INVALID_CONFIG
+
+
+def test_retry_configs_default_and_validate() -> None:
+    config = LogConfig()
+    assert (config.retry_target_topic, config.retry_backoff_ms, config.retry_dead_letter_topic) == \
+        ("", (1000, 10000, 60000), "")
+    assert not config.is_retry_topic
+    assert TOPIC_CONFIG_DEFAULTS["retry.backoff.ms"] == "1000,10000,60000"
+    parsed = LogConfig.from_properties({"retry.target.topic": "orders", "retry.backoff.ms": "5, 50",
+                                        "retry.dead.letter.topic": "orders.dead"})
+    assert parsed.is_retry_topic
+    assert (parsed.retry_backoff_ms, parsed.retry_dead_letter_topic) == ((5, 50), "orders.dead")
+    for value in ("", "1000,soon", "-1", "1000,-5", " , "):
+        with pytest.raises(KafkaError) as caught:
+            LogConfig.from_properties({"retry.backoff.ms": value})
+        assert caught.value.code == ErrorCode.INVALID_CONFIG, value
+    with pytest.raises(KafkaError, match="retry.backoff.ms 5000 is above delay.max.ms 1000"):
+        LogConfig.from_properties({"retry.target.topic": "orders", "retry.backoff.ms": "10,5000",
+                                   "delay.max.ms": "1000"})
+    # Only a retry topic's backoffs count: the default ones do not refuse a short delay.max.ms.
+    assert LogConfig.from_properties({"delay.max.ms": "1000"}).delay_max_ms == 1000
+    with pytest.raises(KafkaError, match="retry.target.topic is not"):
+        LogConfig.from_properties({"retry.dead.letter.topic": "orders.dead"})
