@@ -187,18 +187,25 @@ class TimingWheel:
             return []
         ready.sort()
         end = bisect_right(ready, (now_ms, _AFTER_ANY_OFFSET))
-        if limit is not None:
-            end = min(end, limit)
-        taken = ready[:end]
-        del ready[:end]
         removed = self._removed
-        if removed:
-            kept = []
-            for entry in taken:
-                if entry[1] in removed:
-                    removed.discard(entry[1])
-                else:
-                    kept.append(entry)
-            taken = kept
+        if not removed:
+            if limit is not None:
+                end = min(end, limit)
+            taken = ready[:end]
+            del ready[:end]
+            self._count -= len(taken)
+            return taken
+        # Removed entries do not count against `limit`: they are dropped as they are passed.
+        taken = []
+        consumed = 0
+        for entry in ready[:end]:
+            if limit is not None and len(taken) == limit:
+                break
+            consumed += 1
+            if entry[1] in removed:
+                removed.discard(entry[1])
+            else:
+                taken.append(entry)
+        del ready[:consumed]
         self._count -= len(taken)
         return taken
