@@ -22,9 +22,11 @@ from kbroker.cluster.delayed_delivery import DelayedDeliveries
 from kbroker.cluster.fetch_sessions import FetchSessionCache
 from kbroker.cluster.group_configs import GroupConfigs, auto_offset_reset
 from kbroker.cluster.metadata_cache import MetadataCache
+from kbroker.cluster.partition_writer import PartitionWriter
 from kbroker.cluster.producer_ids import ProducerIdManager
 from kbroker.cluster.replica_fetcher import FetcherConfig
 from kbroker.cluster.replica_manager import ReplicaManager
+from kbroker.cluster.retry_forwarding import RetryForwarder
 from kbroker.cluster.store_writer import StoreWriter
 from kbroker.cluster.topics import TopicManager
 from kbroker.config import BrokerConfig, ConfigError
@@ -51,6 +53,7 @@ from kbroker.share.share_partition import ShareLimits
 from kbroker.share.share_sessions import ShareSessionCache
 from kbroker.storage.encryption import MissingKey
 from kbroker.storage.log import Log
+from kbroker.storage.log_config import LogConfig
 from kbroker.storage.log_dir_health import LogDirHealth
 from kbroker.storage.log_manager import LogManager
 from kbroker.storage.log_mover import LogDirMover
@@ -111,7 +114,11 @@ class Broker:
             max_bytes=config.get("replica.fetch.response.max.bytes"),
             partition_max_bytes=config.get("replica.fetch.max.bytes"), backoff_ms=config.get("replica.fetch.backoff.ms"),
         ))
-        self.delayed_deliveries = DelayedDeliveries(self.replicas)
+        self.retry_forwarder = RetryForwarder(
+            self.replicas, self.metadata_cache,
+            PartitionWriter(self.replicas, self._leader_endpoint, self._inter_broker_client),
+            lambda: self.producer_ids.next_id(), self._topic_log_config)
+        self.delayed_deliveries = DelayedDeliveries(self.replicas, forwarder=self.retry_forwarder)
         self.replicas.on_delayed = self.delayed_deliveries.wake
         self.topics = TopicManager(
             self.store,
@@ -268,9 +275,15 @@ class Broker:
         return (state.leader, address) if address is not None else None
 
     def _inter_broker_client(self, host: str, port: int) -> AsyncBrokerClient:
+        """A connection for the broker's own writes to partitions led elsewhere (dead letters,
+        retry topics' forwarding)."""
         assert self.cluster is not None
-        return AsyncBrokerClient(host, port, f"dead-letters-{self.config.broker_id}",
+        return AsyncBrokerClient(host, port, f"broker-{self.config.broker_id}-writer",
                                  ssl_context=self.cluster.inter_broker_ssl, sasl=self.cluster.inter_broker_sasl)
+
+    def _topic_log_config(self, topic: str) -> LogConfig | None:
+        record = self.metadata_cache.topic(topic)
+        return self.topics.log_config(record.configs) if record is not None else None
 
     def _consumer_group_timing(self, group_id: str) -> tuple[int, int]:
         """A consumer-protocol group's (session timeout, heartbeat interval): its group configs,

@@ -26,6 +26,7 @@ from collections.abc import Iterator, Sequence
 from kbroker.clock import WallClock, wall_clock_ms
 from kbroker.cluster.partition import Partition
 from kbroker.cluster.replica_manager import ReplicaManager
+from kbroker.cluster.retry_forwarding import RetryForwarder
 from kbroker.delay.pending_batches import PendingRecord, encode_delivery_batch
 from kbroker.storage.producer_state import AppendOrigin
 from protocol.errors import KafkaError
@@ -40,9 +41,14 @@ PartitionKey = tuple[str, int]
 
 
 class DelayedDeliveries:
-    def __init__(self, replicas: ReplicaManager, *, clock: WallClock = wall_clock_ms) -> None:
+    def __init__(self, replicas: ReplicaManager, *, clock: WallClock = wall_clock_ms,
+                 forwarder: RetryForwarder | None = None) -> None:
         self._replicas = replicas
         self._clock = clock
+        # Retry topics' partitions are handed to it: their records go to other topics.
+        self._forwarder = forwarder
+        if forwarder is not None:
+            forwarder.on_pass_done = self._wake_now
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
         self._sleep_until: int | None = None  # the due time the task sleeps until; None: no due record
@@ -61,6 +67,8 @@ class DelayedDeliveries:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
+        if self._forwarder is not None:
+            await self._forwarder.stop()
 
     def wake(self, partition: Partition) -> None:
         """Something changed on `partition` (an append, its high watermark, its leadership):
@@ -68,13 +76,32 @@ class DelayedDeliveries:
         if self._wake is None or self._wake.is_set():
             return
         key = (partition.topic, partition.index)
-        if key in self._waiting_for_hw:
-            if partition.high_watermark > self._waiting_for_hw[key]:
+        forwarder = self._forwarder
+        if forwarder is not None and self._forwards(partition):
+            if forwarder.busy(partition):
+                return  # the running pass goes on while records are due, and wakes the task when done
+            if partition.log.delay_index.unconfirmed_forward_batch() is not None and partition.is_leader \
+                    and key not in forwarder.held_until:
+                self._wake.set()  # a new leader confirms its predecessor's last forward batch
+                return
+        waiting_for_hw = self._waiting_for(key)
+        if waiting_for_hw is not None:
+            if partition.high_watermark > waiting_for_hw:
                 self._wake.set()
             return
         due = partition.log.delay_index.next_due()
         if due is not None and (self._sleep_until is None or due < self._sleep_until):
             self._wake.set()
+
+    def _wake_now(self) -> None:
+        if self._wake is not None:
+            self._wake.set()
+
+    def _waiting_for(self, key: PartitionKey) -> int | None:
+        """The high watermark a partition's due records wait past, None if they do not wait."""
+        if key in self._waiting_for_hw:
+            return self._waiting_for_hw[key]
+        return self._forwarder.waiting_for_hw.get(key) if self._forwarder is not None else None
 
     async def _run(self) -> None:
         assert self._wake is not None
@@ -99,6 +126,9 @@ class DelayedDeliveries:
         earliest: int | None = None
         for partition in self._leading_with_pending():
             key = (partition.topic, partition.index)
+            if self._forwards(partition):
+                earliest = _earlier(earliest, self._forward(partition, now_ms))
+                continue
             if self._backoff_until.get(key, 0) > now_ms:
                 earliest = _earlier(earliest, self._backoff_until[key])
                 continue
@@ -116,8 +146,36 @@ class DelayedDeliveries:
 
     def _leading_with_pending(self) -> Iterator[Partition]:
         for partition in list(self._replicas.partitions()):
-            if partition.is_leader and partition.log.delay_index.pending_count:
+            index = partition.log.delay_index
+            if partition.is_leader and (index.pending_count or index.unconfirmed_forward_batch() is not None):
                 yield partition
+
+    def _forwards(self, partition: Partition) -> bool:
+        """Whether the forwarder has `partition`: a retry topic's, or one with a forward batch
+        to confirm (a topic that stopped being a retry topic finishes what it started)."""
+        return self._forwarder is not None and (
+            partition.log.config.is_retry_topic or partition.log.delay_index.unconfirmed_forward_batch() is not None)
+
+    def _forward(self, partition: Partition, now_ms: int) -> int | None:
+        """A retry topic's partition: start a forwarding pass if it has work now; returns when to
+        look again (None: its pass, or its high watermark moving, will wake the task)."""
+        forwarder = self._forwarder
+        assert forwarder is not None
+        key = (partition.topic, partition.index)
+        if forwarder.busy(partition):
+            return None
+        held_until = forwarder.held_until.get(key)
+        if held_until is not None and held_until > now_ms:
+            return held_until
+        waited_for = forwarder.waiting_for_hw.get(key)
+        if waited_for is not None and partition.high_watermark <= waited_for:
+            return None
+        index = partition.log.delay_index
+        due = index.next_due()
+        if index.unconfirmed_forward_batch() is not None or (due is not None and due <= now_ms):
+            forwarder.start(partition)
+            return None
+        return due
 
     def _deliver_partition(self, partition: Partition, now_ms: int) -> None:
         index = partition.log.delay_index

@@ -213,7 +213,8 @@ class Partition:
         return info
 
     def _notify_delayed(self) -> None:
-        if self.on_delayed is not None and self.log.delay_index.pending_count:
+        index = self.log.delay_index
+        if self.on_delayed is not None and (index.pending_count or index.unconfirmed_forward_batch() is not None):
             self.on_delayed(self)
 
     async def wait_for_replication(self, end_offset: int, timeout_s: float) -> int:

@@ -181,7 +181,7 @@ class TopicManager:
         if self.cache.topic(spec.name) is not None:
             raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{spec.name}' already exists.")
         configs = dict(spec.configs or {})
-        self.log_config(configs)  # raises INVALID_CONFIG
+        self._check_retry_topic(spec.name, self.log_config(configs))  # raises INVALID_CONFIG
         assignment = self._check_assignment(spec.assignment) if spec.assignment else self._plan(spec)
         return TopicRecord(name=spec.name, topic_id=uuid.uuid4(), assignment=assignment, configs=configs)
 
@@ -349,11 +349,42 @@ class TopicManager:
     async def set_configs(self, name: str, configs: Mapping[str, str], validate_only: bool = False) -> None:
         self.require(name)
         config = self.log_config(configs)
+        self._check_retry_topic(name, config)
         if validate_only:
             return
         await self.writer.run(self.store.set_topic_configs, name, dict(configs))
         self.configs_changed(name, configs)
         self.replicas.update_config(name, config)
+
+    def _check_retry_topic(self, name: str, config: LogConfig) -> None:
+        """A retry topic's target and dead-letter topics must exist and be plain topics, so a
+        record cannot go round in a loop (INVALID_CONFIG otherwise, at create or alter time)."""
+        if not config.is_retry_topic:
+            return
+        for setting, other in (("retry.target.topic", config.retry_target_topic),
+                               ("retry.dead.letter.topic", config.retry_dead_letter_topic)):
+            if not other:
+                continue
+            if other == name:
+                raise KafkaError(ErrorCode.INVALID_CONFIG, f"{setting} of retry topic {name} is the topic itself: "
+                                 "its records would be retried in a loop")
+            if other.startswith("__"):
+                raise KafkaError(ErrorCode.INVALID_CONFIG, f"{setting} {other} is an internal topic")
+            record = self.cache.topic(other)
+            if record is None:
+                raise KafkaError(ErrorCode.INVALID_CONFIG, f"{setting} {other} of retry topic {name} does not exist: "
+                                 "create it first")
+            if self.log_config(record.configs).is_retry_topic:
+                raise KafkaError(ErrorCode.INVALID_CONFIG, f"{setting} {other} of {name} is itself a retry topic: "
+                                 "retry topics do not chain")
+        if config.retry_dead_letter_topic == config.retry_target_topic:
+            raise KafkaError(ErrorCode.INVALID_CONFIG, f"retry.dead.letter.topic of {name} is its retry.target.topic: "
+                             "dead letters would be retried again")
+        for record in self.cache.topic_records():
+            other = self.log_config(record.configs)
+            if record.name != name and name in (other.retry_target_topic, other.retry_dead_letter_topic):
+                raise KafkaError(ErrorCode.INVALID_CONFIG, f"{name} receives the records of retry topic "
+                                 f"{record.name}, so it cannot be a retry topic itself")
 
     def configs_changed(self, name: str, configs: Mapping[str, str]) -> None:
         """A topic's overrides are now `configs` (written here, or notified by the store)."""

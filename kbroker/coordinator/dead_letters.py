@@ -33,9 +33,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from kbroker.clock import wall_clock_ms
-from kbroker.cluster.broker_client import AsyncBrokerClient, BrokerUnavailable
+from kbroker.cluster.broker_client import BrokerUnavailable
 from kbroker.cluster.group_configs import DLQ_COPY_RECORD, DLQ_TOPIC_NAME, GroupConfigs
 from kbroker.cluster.metadata_cache import MetadataCache
+from kbroker.cluster.partition_writer import ClientFactory, PartitionWriter, RemoteLeader
 from kbroker.cluster.replica_manager import ReplicaManager
 from kbroker.cluster.topics import TopicManager, TopicSpec
 from kbroker.share.share_partition import Archived, ArchiveReason
@@ -57,7 +58,6 @@ MESSAGES = {ArchiveReason.REJECTED: "Offset rejected by client.",
 MAX_ATTEMPTS = 5
 FIRST_BACKOFF_S = 0.1
 READ_MAX_BYTES = 1 << 20  # Kafka's DLQ_MAX_FETCH_BYTES per read
-PRODUCE, PRODUCE_VERSION = 0, 9
 
 
 @dataclass(frozen=True)
@@ -78,25 +78,18 @@ class DeadLetterRefused(Exception):
     """The group's dead-letter topic cannot take records (Kafka's ConfigException)."""
 
 
-# The leader of a partition led elsewhere: (host, port) of its inter-broker listener, or None.
-RemoteLeader = Callable[[str, int], tuple[int, tuple[str, int]] | None]
-
-
 class DeadLetters:
     def __init__(self, replicas: ReplicaManager, cache: MetadataCache, group_configs: GroupConfigs,
                  topics: TopicManager, settings: Callable[[], DeadLetterSettings],
-                 remote_leader: RemoteLeader | None = None,
-                 client_factory: Callable[[str, int], AsyncBrokerClient] | None = None) -> None:
+                 remote_leader: RemoteLeader | None = None, client_factory: ClientFactory | None = None) -> None:
         self.replicas = replicas
         self.cache = cache
         self.group_configs = group_configs
         self.topics = topics
         self.settings = settings
-        self.remote_leader = remote_leader
-        self.client_factory = client_factory
+        self.writer = PartitionWriter(replicas, remote_leader, client_factory)
         self._queue: asyncio.Queue[DeadLetterJob] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
-        self._clients: dict[int, AsyncBrokerClient] = {}
         self.written = 0  # dead letters appended, for tests and metrics
 
     # -- the archive listener (SharePartitionManager's on_archived) -------------------------------
@@ -119,8 +112,7 @@ class DeadLetters:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
-        for client in self._clients.values():
-            await client.close()
+        await self.writer.close()
 
     # -- writing ----------------------------------------------------------------------------------
 
@@ -158,17 +150,7 @@ class DeadLetters:
         if record is None:
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"dead-letter topic {topic} is not known yet")
         partition = job.partition % len(record.assignment)
-        batch = self._batch(job)
-        local = self.replicas.find(topic, partition)
-        if local is not None and local.is_leader:
-            appended = await self.replicas.append([(topic, partition, batch)], -1, 30_000, wall_clock_ms())
-            if appended.replicated is not None:
-                await appended.replicated
-            result = appended.results[0]
-            if result.error != ErrorCode.NO_ERROR:
-                raise KafkaError(ErrorCode(result.error), result.message or "")
-        else:
-            await self._produce_remote(topic, partition, batch)
+        await self.writer.append(topic, partition, self._batch(job))
         self.written += len(job.archived)
 
     async def _dead_letter_topic(self, group: str) -> str:
@@ -244,18 +226,3 @@ class DeadLetters:
                         found[record.offset] = record
             offset = max(offset + 1, batches[-1].next_offset)
         return found
-
-    async def _produce_remote(self, topic: str, partition: int, batch: bytes) -> None:
-        leader = self.remote_leader(topic, partition) if self.remote_leader is not None else None
-        if leader is None or self.client_factory is None:
-            raise KafkaError(ErrorCode.LEADER_NOT_AVAILABLE, f"no leader for dead-letter partition {topic}-{partition}")
-        broker_id, (host, port) = leader
-        client = self._clients.get(broker_id)
-        if client is None or client.address != f"{host}:{port}":
-            client = self._clients[broker_id] = self.client_factory(host, port)
-        body = {"transactional_id": None, "acks": -1, "timeout_ms": 30_000,
-                "topic_data": [{"name": topic, "partition_data": [{"index": partition, "records": batch}]}]}
-        response = await client.request(PRODUCE, PRODUCE_VERSION, body)
-        answer = response.responses[0].partition_responses[0]
-        if answer.error_code != ErrorCode.NO_ERROR:
-            raise KafkaError(ErrorCode(answer.error_code), answer.error_message or "")

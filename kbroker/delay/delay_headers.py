@@ -129,14 +129,14 @@ def _header_value(headers: Sequence[Header], name: str) -> int | None:
     for key, raw in headers:
         if key != name:
             continue
-        value = _parse_decimal(name, raw)
+        value = parse_decimal(name, raw)
         if found is not None and value != found:
             raise DelayHeaderError(f"{name} is given twice with different values, {found} and {value}")
         found = value
     return found
 
 
-def _parse_decimal(name: str, raw: bytes | None) -> int:
+def parse_decimal(name: str, raw: bytes | None) -> int:
     if raw is None:
         raise DelayHeaderError(f"{name} has a null value; it must be a decimal number of milliseconds")
     shown = raw[:40].decode("ascii", "backslashreplace")

@@ -42,6 +42,12 @@ from enum import IntEnum
 
 from kbroker.clock import WallClock, wall_clock_ms
 from kbroker.delay.delay_headers import DELAYED_FROM_HEADER
+from kbroker.delay.forward_batches import (
+    FORWARD_CONTROL_TYPE,
+    FORWARD_DONE_CONTROL_TYPE,
+    decode_forward_batch,
+    decode_forward_done,
+)
 from kbroker.delay.pending_batches import (
     DELAYED_CONTROL_TYPE,
     control_type,
@@ -103,6 +109,16 @@ class IndexState:
     delivered: array = field(default_factory=lambda: array("q"))  # the pending offset it delivered
     open_txns: dict[int, array] = field(default_factory=dict)  # producer id -> held offsets
     resolutions: list[Resolution] = field(default_factory=list)
+    # Retry topics: the forward batch whose target batches may not all be acknowledged (-1:
+    # none) and the lowest pending offset it names (retention keeps it: the batch may have to
+    # be appended again), as of the floor; and the forward batches and done markers at or
+    # above it as (offset, the forward batch left unconfirmed: the batch's own offset or -1
+    # after a done marker, its lowest pending offset or -1), so a truncation can undo them.
+    unconfirmed_forward: int = -1
+    unconfirmed_forward_low: int = -1
+    forward_events_at: array = field(default_factory=lambda: array("q"))
+    forward_events: array = field(default_factory=lambda: array("q"))
+    forward_event_lows: array = field(default_factory=lambda: array("q"))
 
 
 class DelayIndex:
@@ -157,13 +173,27 @@ class DelayIndex:
         return None if i is None else self._s.dues[i]
 
     def lowest_pending_offset(self) -> int | None:
-        """The offset of the oldest record still pending: retention must keep it in the log."""
-        first = self._s.states.translate(_LIVE_MASK).find(1)
-        return None if first < 0 else self._s.offsets[first]
+        """The offset of the oldest record still pending, or named by the unconfirmed forward
+        batch of a retry topic: retention must keep it in the log."""
+        s = self._s
+        first = s.states.translate(_LIVE_MASK).find(1)
+        lowest = None if first < 0 else s.offsets[first]
+        forward_low = s.forward_event_lows[-1] if s.forward_events else s.unconfirmed_forward_low
+        if forward_low >= 0 and (lowest is None or forward_low < lowest):
+            lowest = forward_low
+        return lowest
 
     def pending_offsets(self) -> list[int]:
         """Every pending record's offset, ascending (for describing the partition)."""
         return list(itertools.compress(self._s.offsets, self._s.states.translate(_LIVE_MASK)))
+
+    def unconfirmed_forward_batch(self) -> int | None:
+        """The base offset of the forward batch (retry topics) whose target batches may not all
+        be acknowledged: the newest one, unless a done marker followed it. A leader appends its
+        target batches (again) before forwarding anything else."""
+        s = self._s
+        current = s.forward_events[-1] if s.forward_events else s.unconfirmed_forward
+        return None if current < 0 else current
 
     def state(self) -> IndexState:
         """The index's state (live: do not change it), for a snapshot."""
@@ -224,6 +254,11 @@ class DelayIndex:
             self._set_gone(offset, EntryState.DELIVERED)
         del s.deliveries_at[:cut]
         del s.delivered[:cut]
+        cut = bisect_left(s.forward_events_at, high_watermark)
+        if cut:
+            s.unconfirmed_forward = s.forward_events[cut - 1]
+            s.unconfirmed_forward_low = s.forward_event_lows[cut - 1]
+            del s.forward_events_at[:cut], s.forward_events[:cut], s.forward_event_lows[:cut]
         while s.resolutions and s.resolutions[0].marker_offset < high_watermark:
             resolution = s.resolutions.pop(0)
             if not resolution.committed:
@@ -241,6 +276,8 @@ class DelayIndex:
             raise TruncatedBelowHighWatermark(
                 f"{self._source}: truncation to {offset} is below the high watermark {s.floor}")
         self._drop_entries_from(offset)
+        cut = bisect_left(s.forward_events_at, offset)
+        del s.forward_events_at[cut:], s.forward_events[cut:], s.forward_event_lows[cut:]
         rescheduled = self._undo_deliveries_from(offset)
         self._undo_resolutions_from(offset)
         for i in rescheduled:
@@ -287,6 +324,11 @@ class DelayIndex:
         kind = control_type(batch, header)
         if kind == DELAYED_CONTROL_TYPE:
             self._add_pending(header, batch)
+        elif kind == FORWARD_CONTROL_TYPE:
+            self._on_forward_batch(header, batch)
+        elif kind == FORWARD_DONE_CONTROL_TYPE:
+            if decode_forward_done(batch, header) == self.unconfirmed_forward_batch():
+                self._forward_event(header.base_offset, -1, -1)
         elif kind in (ControlType.ABORT, ControlType.COMMIT) and header.producer_id in self._s.open_txns:
             self._resolve(header.producer_id, committed=kind == ControlType.COMMIT, marker_offset=header.base_offset)
 
@@ -335,23 +377,41 @@ class DelayIndex:
         s.resolutions.append(Resolution(marker_offset, producer_id, committed, held))
 
     def _on_delivery_batch(self, header: BatchHeader, batch: bytes | bytearray | memoryview) -> None:
-        s = self._s
         for record in decode_payload(batch, header):
             for name, value in record.headers:
                 if name != DELAYED_FROM_HEADER:
                     continue
                 parsed = parse_delayed_from(value)
-                if parsed is None or parsed[0] != self._source:
-                    continue
-                i = self._locate(parsed[1])
-                if i is None or s.states[i] not in (EntryState.SCHEDULED, EntryState.IN_FLIGHT):
-                    continue
-                self._in_flight.discard(parsed[1])
-                s.states[i] = EntryState.DELIVERED
-                self._pending_count -= 1
-                self._pending_bytes -= s.sizes[i]
-                s.deliveries_at.append(record.offset)
-                s.delivered.append(parsed[1])
+                if parsed is not None and parsed[0] == self._source:
+                    self._mark_delivered(parsed[1], record.offset)
+
+    def _on_forward_batch(self, header: BatchHeader, batch: bytes | bytearray | memoryview) -> None:
+        """A retry topic's forward batch: its records' pending offsets are done (delivered to
+        another topic), as a delivery in this log would make them."""
+        forwards = decode_forward_batch(batch, header)
+        low = min((o for forward in forwards for o in forward.pending_offsets), default=header.base_offset)
+        self._forward_event(header.base_offset, header.base_offset, low)
+        for forward in forwards:
+            for pending in forward.pending_offsets:
+                self._mark_delivered(pending, forward.offset)
+
+    def _forward_event(self, at: int, unconfirmed: int, low: int) -> None:
+        s = self._s
+        s.forward_events_at.append(at)
+        s.forward_events.append(unconfirmed)
+        s.forward_event_lows.append(low)
+
+    def _mark_delivered(self, pending: int, delivery_offset: int) -> None:
+        s = self._s
+        i = self._locate(pending)
+        if i is None or s.states[i] not in (EntryState.SCHEDULED, EntryState.IN_FLIGHT):
+            return
+        self._in_flight.discard(pending)
+        s.states[i] = EntryState.DELIVERED
+        self._pending_count -= 1
+        self._pending_bytes -= s.sizes[i]
+        s.deliveries_at.append(delivery_offset)
+        s.delivered.append(pending)
 
     # -- truncation -----------------------------------------------------------------------------
 

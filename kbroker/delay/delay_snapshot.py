@@ -6,14 +6,20 @@ newest snapshot at or below the log end and feeds `on_batch` the batches from it
 A truncation below a snapshot's offset deletes it (`delete_snapshots_above`); a missing or
 damaged snapshot only costs a longer scan, never correctness, because the log is the truth.
 
-Layout (all little-endian), version 1:
+Layout (all little-endian), version 2:
 
     magic "KBDI" | int16 version | int64 end offset | int64 high watermark | int32 n
     n x int64 offset | n x int64 due ms | n x int32 size | n x int8 state     (GONE left out)
     int32 m | m x int64 delivery offset | m x int64 delivered pending offset
     int32 k | k x (int64 producer id | int32 c | c x int64 held offset)
     int32 r | r x (int64 marker offset | int64 producer id | int8 committed | int32 c | c x int64 offset)
+    int64 unconfirmed forward batch | int64 its lowest pending offset (-1: none)   (retry topics)
+    int32 f | f x int64 forward event offset | f x int64 forward batch left unconfirmed
+            | f x int64 its lowest pending offset
     uint32 CRC32C of everything before it
+
+Version 1 is version 2 without the forward batches: it is read as having none (it was written
+before retry topics existed).
 
 Columns, not records: they are read back with `array.frombytes` (a copy at memory speed), so
 a million pending records load in a fraction of a second; rebuilding the wheel is the rest.
@@ -39,12 +45,14 @@ log = logging.getLogger(__name__)
 
 SNAPSHOT_SUFFIX = ".delayed"
 MAGIC = b"KBDI"
-VERSION = 1
+VERSION = 2
+_READABLE_VERSIONS = (1, 2)
 _HEAD = struct.Struct("<4shqqi")
 _COUNT = struct.Struct("<i")
 _TXN = struct.Struct("<qi")
 _RESOLUTION = struct.Struct("<qqbi")
 _CRC = struct.Struct("<I")
+_OFFSET = struct.Struct("<q")
 _KEEP = bytes(0 if s == EntryState.GONE else 1 for s in range(256))
 _SWAP = sys.byteorder != "little"
 
@@ -134,6 +142,9 @@ def encode_snapshot(state: IndexState) -> bytes:
     parts.append(_COUNT.pack(len(state.resolutions)))
     for r in state.resolutions:
         parts += [_RESOLUTION.pack(r.marker_offset, r.producer_id, r.committed, len(r.offsets)), _column(r.offsets)]
+    parts += [_OFFSET.pack(state.unconfirmed_forward), _OFFSET.pack(state.unconfirmed_forward_low),
+              _COUNT.pack(len(state.forward_events_at)), _column(state.forward_events_at),
+              _column(state.forward_events), _column(state.forward_event_lows)]
     body = b"".join(parts)
     return body + _CRC.pack(crc32c.crc32c(body))
 
@@ -145,7 +156,7 @@ def decode_snapshot(data: bytes, name: str = "snapshot") -> IndexState:
     if crc32c.crc32c(body) != _CRC.unpack_from(data, len(data) - _CRC.size)[0]:
         raise CorruptSnapshotError(f"{name}: CRC mismatch")
     magic, version, end_offset, floor, count = _HEAD.unpack_from(body)
-    if magic != MAGIC or version != VERSION:
+    if magic != MAGIC or version not in _READABLE_VERSIONS:
         raise CorruptSnapshotError(f"{name}: magic {magic!r} version {version}, expected {MAGIC!r} {VERSION}")
     reader = _Reader(body, _HEAD.size, name)
     try:
@@ -160,6 +171,13 @@ def decode_snapshot(data: bytes, name: str = "snapshot") -> IndexState:
         for _ in range(reader.count()):
             marker_offset, producer_id, committed, held = reader.unpack(_RESOLUTION)
             state.resolutions.append(Resolution(marker_offset, producer_id, bool(committed), reader.column("q", held)))
+        if version >= 2:
+            (state.unconfirmed_forward,) = reader.unpack(_OFFSET)
+            (state.unconfirmed_forward_low,) = reader.unpack(_OFFSET)
+            events = reader.count()
+            state.forward_events_at = reader.column("q", events)
+            state.forward_events = reader.column("q", events)
+            state.forward_event_lows = reader.column("q", events)
     except struct.error as e:
         raise CorruptSnapshotError(f"{name}: {e}") from None
     if reader.pos != len(body):

@@ -24,6 +24,7 @@ from kbroker.delay.delay_headers import (
     may_hold_delay_headers,
 )
 from kbroker.delay.pending_batches import encode_pending_batch, parse_delayed_from
+from kbroker.delay.retries import RetrySettings, retry_due_times
 from kbroker.storage.log_config import LogConfig
 from protocol.record_batch import Record, decode_records
 from protocol.records import HEADER_SIZE, BatchHeader
@@ -47,11 +48,15 @@ def plan_batch(uncompressed: bytes | bytearray | memoryview, header: BatchHeader
     if not config.delayed_delivery_enable:
         return None
     records_region = memoryview(uncompressed)[HEADER_SIZE:]
-    if config.delivery_delay_ms <= 0 and not may_hold_delay_headers(records_region):
+    if config.delivery_delay_ms <= 0 and not config.is_retry_topic and not may_hold_delay_headers(records_region):
         return None
     # LogAppendTime topics stamp records with the append time: delays count from it.
     records = decode_records(bytes(records_region), header.record_count, base_timestamp=header.base_timestamp,
                              log_append_time=now_ms if config.log_append_time else None)
+    if config.is_retry_topic:
+        # Every record of a retry topic is held, and its attempt's backoff decides for how long.
+        settings = RetrySettings(config.retry_backoff_ms, bool(config.retry_dead_letter_topic))
+        return BatchPlan(records, list(retry_due_times(records, now_ms, settings)))
     due_times = batch_due_times(records, now_ms, DelaySettings(config.delivery_delay_ms, config.delay_max_ms))
     claims = _claimed_deliveries(records, partition)
     if due_times is None and not claims:

@@ -26,6 +26,7 @@ from kbroker.delay.delay_snapshot import (
     snapshot_path,
     write_snapshot,
 )
+from kbroker.delay.forward_batches import ForwardRecord, decode_forward_batch, is_forward_batch
 from kbroker.delay.pending_batches import PendingRecord, decode_pending_batch
 from kbroker.storage.delayed_appends import BatchPlan, pending_batch
 from kbroker.storage.dir_names import FUTURE_DIR_SUFFIX, parse_future_dir_name, parse_log_dir_name
@@ -215,6 +216,17 @@ class Log:
                 if record.offset in wanted:
                     found[record.offset] = record
         return [found[o] for o in offsets if o in found]
+
+    def forward_batch(self, offset: int) -> list[ForwardRecord]:
+        """The forward records of the forward batch at `offset` (a retry topic's), read from the
+        log; empty if the log has no forward batch there."""
+        if offset < self.log_start_offset or offset >= self._log_end_offset:
+            return []
+        for segment in self._segments.from_offset(offset):
+            if (located := segment.translate_offset(offset)) is not None:
+                batch, header = segment.read_batch(*located)
+                return decode_forward_batch(batch, header) if is_forward_batch(batch, header) else []
+        return []
 
     def _roll_if_key_changed(self) -> None:
         """New batches go to a new segment when the key they are written with changed (a rotated
