@@ -9,12 +9,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from kbroker.delay.delay_index import DelayIndex
+from kbroker.delay.forward_batches import ForwardRecord, encode_forward_batch, encode_forward_done_batch
 from kbroker.delay.pending_batches import (
     PendingRecord,
     decode_pending_batch,
     encode_delivery_batch,
     encode_pending_batch,
 )
+from kbroker.delay.retries import Route
 from protocol.record_batch import ControlType, Record, encode_batch, encode_end_txn_batch
 from protocol.records import read_header, set_base_offset
 
@@ -72,6 +74,15 @@ class MemoryLog:
     def deliver(self, offsets: list[int], topic: str = TOPIC, partition: int = PARTITION) -> int:
         """Append the delivery of pending records `offsets`, as the leader's mover would."""
         return self.append(encode_delivery_batch(topic, partition, self.records_at(offsets)))
+
+    def forward(self, offsets: list[int], target: str = "target", target_partition: int = 0,
+                producer_id: int = 900, sequence: int = 0) -> int:
+        """Append a retry topic's forward batch naming `offsets`, as the leader's forwarder would."""
+        forward = ForwardRecord(Route.TARGET, 0, producer_id, 0, sequence, target, target_partition, tuple(offsets))
+        return self.append(encode_forward_batch([forward]))
+
+    def forward_done(self, forward_batch: int) -> int:
+        return self.append(encode_forward_done_batch(forward_batch, 0))
 
     def truncate(self, offset: int) -> None:
         self.batches = [(b, batch) for b, batch in self.batches if b < offset]

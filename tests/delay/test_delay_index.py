@@ -205,6 +205,52 @@ def test_an_overlapping_batch_is_refused_an_applied_one_skipped() -> None:
         fresh.on_batch(1, log.batches[0][1])  # two records at 1..2: 1 was applied
 
 
+def test_a_forward_batch_ends_its_records_and_stays_unconfirmed_until_a_done_marker() -> None:
+    log, index = attached()
+    first = log.pending([T + 10, T + 20, T + 30])
+    due = index.collect_due(T + 20)
+    assert due == first[:2]
+    forward_at = log.forward(due)
+    assert [index.state_of(o) for o in first] == [EntryState.DELIVERED, EntryState.DELIVERED, EntryState.SCHEDULED]
+    assert index.pending_count == 1
+    assert index.unconfirmed_forward_batch() == forward_at
+    # Retention keeps the forwarded records while their batch may have to be appended again.
+    assert index.lowest_pending_offset() == first[0]
+    log.forward_done(forward_at - 1)  # naming another batch: confirms nothing
+    assert index.unconfirmed_forward_batch() == forward_at
+    done_at = log.forward_done(forward_at)
+    assert index.unconfirmed_forward_batch() is None
+    assert index.lowest_pending_offset() == first[2]
+    # Truncating the done marker makes the batch unconfirmed again; truncating the batch, its records pending.
+    log.truncate(done_at)
+    assert index.unconfirmed_forward_batch() == forward_at
+    log.truncate(forward_at)
+    assert index.unconfirmed_forward_batch() is None
+    assert index.pending_count == 3 and index.collect_due(T + 30) == first
+
+
+def test_the_unconfirmed_forward_batch_survives_the_high_watermark_passing_it() -> None:
+    log, index = attached()
+    first = log.pending([T + 10])
+    forward_at = log.forward(index.collect_due(T + 10))
+    later = log.pending([T + 50])
+    index.on_high_watermark(log.end_offset)
+    assert index.unconfirmed_forward_batch() == forward_at
+    assert index.lowest_pending_offset() == first[0]
+    second = log.forward(index.collect_due(T + 50))
+    assert index.unconfirmed_forward_batch() == second
+    assert index.lowest_pending_offset() == later[0]
+    index.on_high_watermark(log.end_offset)
+    done_at = log.forward_done(second)
+    log.truncate(done_at)  # above the high watermark: allowed, and undone
+    assert index.unconfirmed_forward_batch() == second
+    log.forward_done(second)
+    index.on_high_watermark(log.end_offset)
+    assert index.unconfirmed_forward_batch() is None and index.lowest_pending_offset() is None
+    restored = DelayIndex(TOPIC, PARTITION, clock=lambda: T, state=decode_snapshot(encode_snapshot(index.state())))
+    assert restored.unconfirmed_forward_batch() is None
+
+
 def build_random_log(seed: int) -> tuple[MemoryLog, DelayIndex]:
     """A log made by a leader whose index delivers, with transactions and truncations: the
     index that watched it all must equal one rebuilt from the final log."""
@@ -229,8 +275,12 @@ def build_random_log(seed: int) -> tuple[MemoryLog, DelayIndex]:
         elif op < 0.75:
             now += rng.randrange(1000)
             due = leader.collect_due(now, limit=rng.choice([None, 3]))
-            if due:
+            if due and rng.random() < 0.3:  # a retry topic forwards instead of delivering
+                log.forward(due, sequence=rng.randrange(100))
+            elif due:
                 log.deliver(due)
+        elif op < 0.77 and (unconfirmed := leader.unconfirmed_forward_batch()) is not None:
+            log.forward_done(unconfirmed)
         elif op < 0.8:
             log.plain()
         elif op < 0.9 and (bases := [b for b, _ in log.batches[-6:] if b >= high_watermark]):
@@ -248,6 +298,8 @@ def test_the_index_is_a_function_of_the_log(seed: int) -> None:
     log, leader = build_random_log(seed)
     rebuilt = log.replay(new_index())
     assert view(leader) == view(rebuilt)
+    assert leader.unconfirmed_forward_batch() == rebuilt.unconfirmed_forward_batch()
+    assert leader.lowest_pending_offset() == rebuilt.lowest_pending_offset()
     assert (leader.pending_count, leader.pending_bytes) == (rebuilt.pending_count, rebuilt.pending_bytes)
     far = T + 10**9
     assert leader.collect_due(far) == rebuilt.collect_due(far)
@@ -265,5 +317,7 @@ def test_a_snapshot_and_the_log_after_it_rebuild_the_index(seed: int) -> None:
     for base, batch in log.batches[max(0, cut - 2):]:  # starting a little early is fine
         restored.on_batch(base, batch)
     assert view(restored) == view(leader)
+    assert restored.unconfirmed_forward_batch() == leader.unconfirmed_forward_batch()
+    assert restored.lowest_pending_offset() == leader.lowest_pending_offset()
     assert restored.pending_count == leader.pending_count
     assert restored.collect_due(T + 10**9) == leader.collect_due(T + 10**9)

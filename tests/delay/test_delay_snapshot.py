@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import struct
 import tracemalloc
 from array import array
 from pathlib import Path
 
+import crc32c
 import pytest
 
 from kbroker.delay.delay_index import DelayIndex, EntryState, IndexState
@@ -135,3 +137,18 @@ def test_pending_records_cost_at_most_100_bytes_each() -> None:
         tracemalloc.stop()
     assert index.pending_count == count
     assert used / count <= 100, f"{used / count:.1f} bytes per pending record"
+
+
+def test_a_version_1_snapshot_is_read_as_having_no_forward_batches() -> None:
+    """Written before retry topics: the same layout without the forward batches at its end."""
+    _, index = busy_log()
+    data = encode_snapshot(index.state())
+    body = bytearray(data[:-4])
+    tail = 8 + 8 + 4  # unconfirmed forward, its low offset, no forward events
+    del body[-tail:]
+    struct.pack_into("<h", body, 4, 1)
+    old = bytes(body) + struct.pack("<I", crc32c.crc32c(bytes(body)))
+    state = decode_snapshot(old)
+    assert state.unconfirmed_forward == -1 and len(state.forward_events_at) == 0
+    restored = DelayIndex(TOPIC, PARTITION, clock=lambda: T, state=state)
+    assert view(restored) == view(index) and restored.unconfirmed_forward_batch() is None
