@@ -205,6 +205,40 @@ def test_an_overlapping_batch_is_refused_an_applied_one_skipped() -> None:
         fresh.on_batch(1, log.batches[0][1])  # two records at 1..2: 1 was applied
 
 
+def test_earliest_due_is_exact_where_the_wheel_only_bounds_it() -> None:
+    log, index = attached()
+    assert index.earliest_due() is None
+    far = T + 12_345  # beyond level 0 (16 ticks of 100 ms): the wheel knows its bucket's start only
+    log.pending([far])
+    assert index.earliest_due() == far
+    assert index.next_due() is not None and index.next_due() < far
+    log.pending([far + 1, far - 7])
+    assert index.earliest_due() == far - 7
+
+
+def test_earliest_due_skips_held_delivered_and_in_flight_records() -> None:
+    log, index = attached()
+    held = log.pending([T + 5], producer_id=7, transactional=True)
+    scheduled = log.pending([T + 40, T + 900])
+    assert index.earliest_due() == T + 40  # the held record has no due time until its commit
+    log.deliver([scheduled[0]])  # as on a follower: the wheel keeps a stale entry at T + 40
+    assert index.next_due() is not None and index.next_due() <= T + 40
+    assert index.earliest_due() == T + 900
+    log.marker(7, commit=True)
+    assert index.earliest_due() == T + 5
+    assert index.collect_due(T + 5) == held  # in flight now: being delivered, not waiting
+    assert index.earliest_due() == T + 900
+    index.release_in_flight()
+    assert index.earliest_due() == T + 5
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_earliest_due_is_the_smallest_due_time_of_the_scheduled_records(seed: int) -> None:
+    _, index = build_random_log(seed)
+    scheduled = [index.due_time(o) for o in index.pending_offsets() if index.state_of(o) == EntryState.SCHEDULED]
+    assert index.earliest_due() == min(scheduled, default=None)
+
+
 def build_random_log(seed: int) -> tuple[MemoryLog, DelayIndex]:
     """A log made by a leader whose index delivers, with transactions and truncations: the
     index that watched it all must equal one rebuilt from the final log."""
