@@ -11,6 +11,7 @@ administers groups).
 - `cluster`: `ClusterClient`, connections per node, request routing and cluster metadata;
 - `admin`: topics, configs, leader elections and partition reassignments;
 - `data`: Produce, ListOffsets and Fetch; `records` encodes and decodes their record batches;
+- `delayed`: what partition leaders hold for delayed delivery (DescribeDelayed, kbroker's own);
 - `coordinators`: FindCoordinator, then `groups` (consumer groups and their offsets),
   `share_offsets` (share groups' start offsets) and
   `transactions` (listing, describing, aborting) through the coordinator it finds;
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 from kbroker.client.admin import AclAdmin, AdminClient
 from kbroker.client.data import DataClient
+from kbroker.client.delayed import DelayedClient
 from kbroker.client.errors import BrokerUnreachable
 from kbroker.client.groups import GroupsClient
 from kbroker.client.records import Record
@@ -30,6 +32,7 @@ from kbroker.client.transactions import TransactionsClient
 __all__ = ["BrokerUnreachable", "Client", "Record"]
 
 
-class Client(AdminClient, AclAdmin, DataClient, GroupsClient, ShareOffsetsClient, TransactionsClient):
+class Client(AdminClient, AclAdmin, DataClient, DelayedClient, GroupsClient, ShareOffsetsClient,
+             TransactionsClient):
     """Blocking client for a cluster reached through `bootstrap` ("host:port[,host:port]"):
     every part of the package over one set of connections and one metadata cache."""

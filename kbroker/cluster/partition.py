@@ -24,6 +24,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
+from kbroker.delay.delay_index import EntryState
 from kbroker.storage.log import AppendInfo, Log
 from kbroker.storage.producer_state import AppendOrigin, ProducerView
 from kbroker.storage.read_results import ReadResult
@@ -90,6 +91,16 @@ class TimestampAndOffset:
     offset: int
     timestamp: int
     leader_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class DelayedSummary:
+    """DescribeDelayed's answer for one partition: its delayed records not delivered yet."""
+
+    pending_count: int
+    pending_bytes: int
+    held_count: int  # of transactions not decided yet: no due time until they commit
+    next_due_ms: int | None  # the earliest due time of the scheduled records
 
 
 @dataclass(slots=True)
@@ -412,6 +423,19 @@ class Partition:
 
     def active_producers(self) -> list[ProducerView]:
         return self.log.active_producers()
+
+    # -- delayed delivery -------------------------------------------------------------------------
+
+    def delayed_summary(self) -> DelayedSummary:
+        """DescribeDelayed: the leader's pending delayed records. A follower's index is the same
+        (it is a function of the log), but its due times are the leader's to act on, so only the
+        leader answers, as for ListOffsets."""
+        self.require_leader()
+        index = self.log.delay_index
+        if not index.pending_count:  # the common case costs no scan
+            return DelayedSummary(0, 0, 0, None)
+        held = index.state().states.count(EntryState.HELD)
+        return DelayedSummary(index.pending_count, index.pending_bytes, held, index.earliest_due())
 
     # -- other ------------------------------------------------------------------------------------
 

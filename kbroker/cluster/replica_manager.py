@@ -24,7 +24,14 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kbroker.cluster.partition import FetchIsolation, IsrWriter, LogReadResult, Partition, TimestampAndOffset
+from kbroker.cluster.partition import (
+    DelayedSummary,
+    FetchIsolation,
+    IsrWriter,
+    LogReadResult,
+    Partition,
+    TimestampAndOffset,
+)
 from kbroker.cluster.replica_fetcher import FetcherConfig, ReplicaFetcher
 from kbroker.pacing import Pacer
 from kbroker.security.sasl_config import SaslCredentials
@@ -425,6 +432,14 @@ class ReplicaManager:
     def active_producers(self, topic: str, index: int) -> list[ProducerView]:
         """DescribeProducers: the idempotent and transactional producers a partition knows."""
         return self.get(topic, index).active_producers()
+
+    def delayed_summary(self, topic: str, index: int) -> DelayedSummary:
+        """DescribeDelayed: a partition's pending delayed records, from its leader. The caller
+        has checked that the partition exists: one not hosted here is another broker's."""
+        partition = self.find(topic, index)
+        if partition is None:
+            raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"{topic}-{index} is not hosted on this broker")
+        return partition.delayed_summary()
 
     def describe_log_dirs(self, wanted: set[tuple[str, int]] | None) -> list[LogDirDescription]:
         """DescribeLogDirs (Kafka's describeLogDirs): every log dir with the replicas it holds

@@ -157,6 +157,14 @@ class DelayIndex:
         """When to call `collect_due` next: never after the earliest scheduled due time."""
         return self._wheel.next_due_ms()
 
+    def earliest_due(self) -> int | None:
+        """The exact earliest due time of the scheduled records, None if none is scheduled (held
+        ones have no due time until their commit, in-flight ones are being delivered). Unlike
+        `next_due`, never a bucket's start or a stale entry's time: it is for describing the
+        partition, so it scans the columns (O(entries), one temporary byte an entry)."""
+        scheduled = self._s.states.translate(_SCHEDULED_MASK)
+        return min(itertools.compress(self._s.dues, scheduled), default=None)
+
     def state_of(self, offset: int) -> EntryState | None:
         """The state of the pending record at `offset`, None if the index has none there."""
         i = self._locate(offset)

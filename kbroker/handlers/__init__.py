@@ -103,6 +103,7 @@ HANDLER_MODULES = (
     "describe_client_quotas",
     "describe_cluster",
     "describe_configs",
+    "describe_delayed",
     "describe_groups",
     "describe_log_dirs",
     "describe_producers",

@@ -34,6 +34,7 @@ from protocol.messages import (
     describe_client_quotas,
     describe_cluster,
     describe_configs,
+    describe_delayed,
     describe_delegation_token,
     describe_groups,
     describe_log_dirs,
@@ -172,4 +173,5 @@ BY_KEY: dict[int, ModuleType] = {
     describe_share_group_offsets.API_KEY: describe_share_group_offsets,
     alter_share_group_offsets.API_KEY: alter_share_group_offsets,
     delete_share_group_offsets.API_KEY: delete_share_group_offsets,
+    describe_delayed.API_KEY: describe_delayed,
 }

@@ -249,6 +249,38 @@ def test_the_unconfirmed_forward_batch_survives_the_high_watermark_passing_it() 
     assert index.unconfirmed_forward_batch() is None and index.lowest_pending_offset() is None
     restored = DelayIndex(TOPIC, PARTITION, clock=lambda: T, state=decode_snapshot(encode_snapshot(index.state())))
     assert restored.unconfirmed_forward_batch() is None
+def test_earliest_due_is_exact_where_the_wheel_only_bounds_it() -> None:
+    log, index = attached()
+    assert index.earliest_due() is None
+    far = T + 12_345  # beyond level 0 (16 ticks of 100 ms): the wheel knows its bucket's start only
+    log.pending([far])
+    assert index.earliest_due() == far
+    assert index.next_due() is not None and index.next_due() < far
+    log.pending([far + 1, far - 7])
+    assert index.earliest_due() == far - 7
+
+
+def test_earliest_due_skips_held_delivered_and_in_flight_records() -> None:
+    log, index = attached()
+    held = log.pending([T + 5], producer_id=7, transactional=True)
+    scheduled = log.pending([T + 40, T + 900])
+    assert index.earliest_due() == T + 40  # the held record has no due time until its commit
+    log.deliver([scheduled[0]])  # as on a follower: the wheel keeps a stale entry at T + 40
+    assert index.next_due() is not None and index.next_due() <= T + 40
+    assert index.earliest_due() == T + 900
+    log.marker(7, commit=True)
+    assert index.earliest_due() == T + 5
+    assert index.collect_due(T + 5) == held  # in flight now: being delivered, not waiting
+    assert index.earliest_due() == T + 900
+    index.release_in_flight()
+    assert index.earliest_due() == T + 5
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_earliest_due_is_the_smallest_due_time_of_the_scheduled_records(seed: int) -> None:
+    _, index = build_random_log(seed)
+    scheduled = [index.due_time(o) for o in index.pending_offsets() if index.state_of(o) == EntryState.SCHEDULED]
+    assert index.earliest_due() == min(scheduled, default=None)
 
 
 def build_random_log(seed: int) -> tuple[MemoryLog, DelayIndex]:

@@ -1,8 +1,10 @@
 """protocol/specs/ holds the Kafka specs ../shared/kafka-protocol lacks or has older (the released
-share-group ones); the generator lays them over ../shared. These tests need only the repository:
-every spec pair kept here makes exactly the module protocol/messages/ holds, the overlay replaces
-by file name, and the released share-group wire formats read and write as the specs say (bytes
-worked out by hand from each spec's field order)."""
+share-group ones), and kbroker's own (DescribeDelayed); the generator lays them over ../shared.
+These tests need only the repository (the name check of kbroker's specs also reads ../shared
+where it is): every spec pair kept here makes exactly the module protocol/messages/ holds, each
+spec is recorded in the README as Apache's or as kbroker's, the overlay replaces by file name,
+and the wire formats read and write as the specs say (bytes worked out by hand from each spec's
+field order)."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ import pytest
 from protocol.messages import (
     alter_share_group_offsets,
     delete_share_group_offsets,
+    describe_delayed,
     describe_share_group_offsets,
     share_fetch,
     share_group_heartbeat,
@@ -57,25 +60,55 @@ def test_spec_pair_makes_the_committed_module(api: str) -> None:
 
 
 WRITTEN_SECTION = "## Written from the released wire format"
+OWN_SECTION = "## kbroker's own specs (not from Apache)"
+OWN_FIRST_LINE = "// kbroker's own API, not Apache Kafka's"
+OWN_KEYS_FROM = 10000
 
 
-def readme_sections() -> tuple[str, str]:
-    """The README before the project-written table's section, and that section."""
+def readme_section(readme: str, title: str) -> str:
+    return readme.partition(title)[2].split("\n## ", 1)[0]
+
+
+def readme_sections() -> tuple[str, str, str]:
+    """The README before the project-written table's section, that section, and kbroker's own."""
     readme = (SPECS / "README.md").read_text()
-    taken, _, rest = readme.partition(WRITTEN_SECTION)
-    written = rest.split("\n## ", 1)[0]
-    return taken, written
+    taken = readme.partition(WRITTEN_SECTION)[0]
+    return taken, readme_section(readme, WRITTEN_SECTION), readme_section(readme, OWN_SECTION)
+
+
+def own_specs() -> list[str]:
+    """The spec files the README lists as kbroker's own."""
+    return sorted(re.findall(r"^\| (\w+\.json) \| ", readme_sections()[2], re.M))
 
 
 @pytest.mark.parametrize("spec", sorted(p.name for p in SPECS.glob("*.json")))
-def test_spec_keeps_its_licence_header_and_recorded_source(spec: str) -> None:
-    """Each spec is either Apache's file at a named commit or listed as written by the project."""
-    assert (SPECS / spec).read_text().startswith(LICENSE_FIRST_LINE)
-    taken, written = readme_sections()
+def test_spec_keeps_its_header_and_recorded_source(spec: str) -> None:
+    """Each spec is Apache's file at a named commit, listed as written by the project from
+    Apache's, or listed as kbroker's own; only the first two carry Apache's licence header."""
+    taken, written, own = readme_sections()
     row = rf"^\| {re.escape(spec)} \| "
     at_commit = re.search(row + r"[0-9a-f]{40} \|", taken, re.M)
     project_written = re.search(row, written, re.M)
-    assert bool(at_commit) != bool(project_written), f"{spec}: README must name its commit or list it as written"
+    kbroker_own = re.search(row, own, re.M)
+    found = [bool(m) for m in (at_commit, project_written, kbroker_own)]
+    assert found.count(True) == 1, f"{spec}: README must name its commit, or list it as written or as kbroker's own"
+    first_line = OWN_FIRST_LINE if kbroker_own else LICENSE_FIRST_LINE
+    assert (SPECS / spec).read_text().startswith(first_line)
+
+
+def test_kbroker_specs_keep_out_of_kafkas_keys_and_names() -> None:
+    """A kbroker API must never meet a Kafka one: not by key, and not by file name, which the
+    overlay would replace Kafka's file by."""
+    specs = own_specs()
+    assert specs, "the README lists no kbroker spec"
+    for name in specs:
+        spec = generator.load_spec(SPECS / name)
+        assert spec["apiKey"] >= OWN_KEYS_FROM, name
+        assert spec["name"] + ".json" == name
+    kafka_keys = {generator.load_spec(p)["apiKey"] for p in SPECS.glob("*.json") if p.name not in specs}
+    assert not kafka_keys & {generator.load_spec(SPECS / n)["apiKey"] for n in specs}
+    if generator.DEFAULT_SPEC_DIR.is_dir():  # Kafka's own specs, beside the clone
+        assert not {p.name for p in generator.DEFAULT_SPEC_DIR.glob("*.json")} & set(specs)
 
 
 def test_overlay_replaces_by_file_name_and_adds(tmp_path: Path) -> None:
@@ -260,3 +293,38 @@ def test_delete_share_group_offsets_response_answers_per_topic() -> None:
                                  "0003" "00" "00" "00")
     assert delete_share_group_offsets.REQUEST[0].parse(bytes.fromhex("0267" "02" "0274" "00" "00")).topics[0] \
         .topic_name == "t"
+
+
+def test_describe_delayed_request_null_means_all() -> None:
+    assert (describe_delayed.API_KEY, describe_delayed.MIN_VERSION, describe_delayed.MAX_VERSION) == (10000, 0, 0)
+    request = describe_delayed.REQUEST[0]
+    assert request.build({"topics": None}) == bytes.fromhex("00" "00")  # topics null, no tagged fields
+    wire = bytes.fromhex(
+        "03"  # topics: 2
+        "0274" "00" "00"  # "t", partition_indexes null (all), no tagged fields
+        "0275" "03" "00000000" "00000002" "00"  # "u", [0, 2]
+        "00"  # no tagged fields
+    )
+    parsed = request.parse(wire)
+    assert parsed.topics[0].partition_indexes is None and parsed.topics[1].partition_indexes == [0, 2]
+    assert request.build(parsed) == wire
+
+
+def test_describe_delayed_response_carries_counts_and_the_next_due_time() -> None:
+    response = describe_delayed.RESPONSE[0]
+    body = {"topics": [{"name": "t", "partitions": [
+        {"partition_index": 1, "pending_count": 3, "pending_bytes": 300, "held_count": 1,
+         "next_due_ms": 1_700_000_000_000},
+        {"partition_index": 2, "error_code": 6}]}]}
+    wire = bytes.fromhex(
+        "00000000" "0000" "00"  # throttle_time_ms, error_code, error_message null
+        "02" "0274" "0000" "00"  # topics: 1, "t", no error
+        "03"  # partitions: 2
+        "00000001" "0000" "00"  # partition 1, no error
+        "0000000000000003" "000000000000012c" "0000000000000001" "0000018bcfe56800" "00"
+        "00000002" "0006" "00"  # partition 2: NOT_LEADER_OR_FOLLOWER
+        "0000000000000000" "0000000000000000" "0000000000000000" "ffffffffffffffff" "00"  # next due: -1
+        "00" "00"  # tagged fields of topic, response
+    )
+    assert response.build(body) == wire
+    assert response.parse(wire).topics[0].partitions[1].next_due_ms == -1
