@@ -24,7 +24,6 @@ import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from kbroker.delay.delay_index import EntryState
 from kbroker.storage.log import AppendInfo, Log
 from kbroker.storage.producer_state import AppendOrigin, ProducerView
 from kbroker.storage.read_results import ReadResult
@@ -434,8 +433,7 @@ class Partition:
         index = self.log.delay_index
         if not index.pending_count:  # the common case costs no scan
             return DelayedSummary(0, 0, 0, None)
-        held = index.state().states.count(EntryState.HELD)
-        return DelayedSummary(index.pending_count, index.pending_bytes, held, index.earliest_due())
+        return DelayedSummary(index.pending_count, index.pending_bytes, index.held_count(), index.earliest_due())
 
     # -- other ------------------------------------------------------------------------------------
 

@@ -157,6 +157,10 @@ class DelayIndex:
         """When to call `collect_due` next: never after the earliest scheduled due time."""
         return self._wheel.next_due_ms()
 
+    def held_count(self) -> int:
+        """Records of transactions not decided yet (O(entries): for describing the partition)."""
+        return self._s.states.count(EntryState.HELD)
+
     def earliest_due(self) -> int | None:
         """The exact earliest due time of the scheduled records, None if none is scheduled (held
         ones have no due time until their commit, in-flight ones are being delivered). Unlike
