@@ -1,7 +1,7 @@
 """Kafka's clients skip pending batches and read deliveries: the premise of the design.
 
 A real broker serves a log holding a record, a pending batch of three delayed records, the
-delivery of one of them and a record after it; librdkafka (confluent-kafka, both isolation
+delivery of one of them, a retry topic's forward batch and done marker, and a record after it; librdkafka (confluent-kafka, both isolation
 levels), kafka-python and the Java console consumer must see the three ordinary records only,
 the delivery with its `kbroker.delayed.from` header. The pending and delivery batches are
 written into the stopped broker's log with the storage layer, as a follower would append them:
@@ -17,11 +17,13 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from kafka import KafkaConsumer
 
 from compat_tests.kafka_local import kafka_home_or_skip, run_tool
+from kbroker.delay.forward_batches import ForwardRecord, encode_forward_batch, encode_forward_done_batch
 from kbroker.delay.pending_batches import decode_pending_batch, encode_delivery_batch, encode_pending_batch
+from kbroker.delay.retries import Route
 from kbroker.storage.log import Log
 from kbroker.storage.log_config import LogConfig
 from protocol.record_batch import Record
-from protocol.records import read_header
+from protocol.records import read_header, set_base_offset, set_partition_leader_epoch
 from tests.brokers import BrokerProcess
 from tests.conftest import create_topic
 
@@ -42,9 +44,21 @@ def write_pending_and_delivery(data_dir: Path) -> None:
         due = decode_pending_batch(pending, read_header(pending))[2]
         log.append_as_follower(encode_delivery_batch(TOPIC, 0, [due], base_offset=base + 3,
                                                      partition_leader_epoch=epoch))
+        # A retry topic's forward batch and done marker: control batches of kbroker's own types too.
+        forward = ForwardRecord(Route.TARGET, now, 1000, 0, 0, "elsewhere", 0, (base, base + 1))
+        log.append_as_follower(_at(encode_forward_batch([forward]), base + 4, epoch))
+        log.append_as_follower(_at(encode_forward_done_batch(base + 4, now), base + 5, epoch))
         log.flush()
     finally:
         log.close()
+
+
+def _at(batch: bytes, base_offset: int, epoch: int) -> bytes:
+    """`batch` as a leader would have stored it: at `base_offset`, in `epoch`."""
+    stored = bytearray(batch)
+    set_base_offset(stored, 0, base_offset)
+    set_partition_leader_epoch(stored, 0, epoch)
+    return bytes(stored)
 
 
 def read_with_librdkafka(bootstrap: str, isolation: str) -> list[tuple[bytes, list]]:
@@ -96,6 +110,6 @@ def test_kafka_clients_skip_pending_batches_and_read_deliveries(tmp_path: Path) 
         out = run_tool(home, "kafka-console-consumer", "--bootstrap-server", broker.bootstrap, "--topic", TOPIC,
                        "--from-beginning", "--max-messages", "3", "--timeout-ms", "20000",
                        "--property", "print.offset=true")
-        assert out.stdout.split() == ["Offset:0", "before", "Offset:4", "delayed-2", "Offset:5", "after"], out.stderr
+        assert out.stdout.split() == ["Offset:0", "before", "Offset:4", "delayed-2", "Offset:7", "after"], out.stderr
     finally:
         broker.kill()
