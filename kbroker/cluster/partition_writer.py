@@ -13,6 +13,7 @@ from collections.abc import Callable
 from kbroker.clock import wall_clock_ms
 from kbroker.cluster.broker_client import AsyncBrokerClient
 from kbroker.cluster.replica_manager import ReplicaManager
+from kbroker.storage.log_validator import RecordValidationError
 from protocol.errors import ErrorCode, KafkaError
 
 PRODUCE, PRODUCE_VERSION = 0, 9
@@ -51,7 +52,7 @@ class PartitionWriter:
             await appended.replicated
         result = appended.results[0]
         if result.error != ErrorCode.NO_ERROR:
-            raise KafkaError(ErrorCode(result.error), result.message or "")
+            raise _error(result.error, result.message, result.record_errors)
         return result.base_offset
 
     async def _produce_remote(self, topic: str, partition: int, batch: bytes) -> int:
@@ -67,5 +68,13 @@ class PartitionWriter:
         response = await client.request(PRODUCE, PRODUCE_VERSION, body)
         answer = response.responses[0].partition_responses[0]
         if answer.error_code != ErrorCode.NO_ERROR:
-            raise KafkaError(ErrorCode(answer.error_code), answer.error_message or "")
+            record_errors = [(e.batch_index, e.batch_index_error_message or "") for e in answer.record_errors or []]
+            raise _error(answer.error_code, answer.error_message, record_errors)
         return answer.base_offset
+
+
+def _error(code: int, message: str | None, record_errors: list[tuple[int, str]]) -> KafkaError:
+    """The partition's error; a RecordValidationError naming the refused records when it did."""
+    if record_errors:
+        return RecordValidationError(ErrorCode(code), message or "", list(record_errors))
+    return KafkaError(ErrorCode(code), message or "")

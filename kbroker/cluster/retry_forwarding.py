@@ -195,7 +195,6 @@ class RetryForwarder:
         """The forward records for `records` (in due order). Records with no topic to go to are
         put back and the partition held for a while."""
         config = partition.log.config
-        now = self._clock()
         groups: dict[tuple[Route, str, int], list[PendingRecord]] = defaultdict(list)
         unroutable: list[int] = []
         for record in records:
@@ -210,6 +209,13 @@ class RetryForwarder:
                         config.retry_target_topic, config.retry_dead_letter_topic)
             partition.log.delay_index.release_in_flight(unroutable)
             self._hold(partition, UNROUTABLE_BACKOFF_MS)
+        return self._forward_records(partition, epoch, groups)
+
+    def _forward_records(self, partition: Partition, epoch: int,
+                         groups: dict[tuple[Route, str, int], list[PendingRecord]]) -> list[ForwardRecord]:
+        """A forward record per target batch: each group's records, in order, in batches that fit
+        the target, with this leader's producer id and the next sequences of each target."""
+        now = self._clock()
         producer = self._producer(partition, epoch)
         forwards = []
         for (route, topic, target), members in groups.items():
@@ -288,7 +294,8 @@ class RetryForwarder:
 
     async def _append_targets(self, partition: Partition, epoch: int, forwards: Sequence[ForwardRecord],
                               records: Sequence[PendingRecord] | None = None) -> None:
-        """Append the target batch of every forward record; returns once all are acknowledged."""
+        """Append the target batch of every forward record; returns once each is acknowledged,
+        or refused for good by its target and sent on to the dead-letter topic."""
         if not forwards:
             return
         wanted = [o for forward in forwards for o in forward.pending_offsets]
@@ -297,26 +304,69 @@ class RetryForwarder:
         if missing:
             log.error("%s: retry records %s of an unconfirmed forward batch are no longer readable; they are "
                       "not forwarded", partition.name, missing[:10])
-        await asyncio.gather(*(self._append_target(partition, epoch, forward, found) for forward in forwards))
+        dead_letter_topic = partition.log.config.retry_dead_letter_topic
+        refusals = await asyncio.gather(*(self._append_target(partition, epoch, forward, found, dead_letter_topic)
+                                          for forward in forwards))
+        refused = [(forward, offsets) for forward, offsets in zip(forwards, refusals, strict=True) if offsets]
+        if refused:
+            await self._reroute(partition, epoch, refused, found, dead_letter_topic)
+
+    async def _reroute(self, partition: Partition, epoch: int, refused: Sequence[tuple[ForwardRecord, set[int]]],
+                       found: dict[int, PendingRecord], dead_letter_topic: str) -> None:
+        """Target batches refused for good: their refused records go to the dead-letter topic,
+        the rest to their target again, in a forward batch of their own (which confirms the one
+        refused, as any later forward batch does) and then its target batches."""
+        partitions = len(self._cache.require(dead_letter_topic).assignment)
+        groups: dict[tuple[Route, str, int], list[PendingRecord]] = defaultdict(list)
+        records = []
+        for forward, offsets in refused:
+            for offset in forward.pending_offsets:
+                record = found.get(offset)
+                if record is None:
+                    continue
+                records.append(record)
+                if offset in offsets:
+                    groups[(Route.REFUSED, dead_letter_topic,
+                            target_partition(record, partition.index, partitions))].append(record)
+                else:
+                    groups[(forward.route, forward.target_topic, forward.target_partition)].append(record)
+        # The refused batches' sequences never reached their targets: a new producer id starts afresh.
+        self._producer(partition, epoch, fresh=True)
+        forwards = self._forward_records(partition, epoch, groups)
+        self._require_leader(partition, epoch)
+        end = self._append_forward_batch(partition, forwards)
+        await self._committed(partition, epoch, end)
+        await self._append_targets(partition, epoch, forwards, records)
 
     async def _append_target(self, partition: Partition, epoch: int, forward: ForwardRecord,
-                             found: dict[int, PendingRecord]) -> None:
-        batch = _target_batch(partition, forward, found)
-        if batch is None:
-            return
+                             found: dict[int, PendingRecord], dead_letter_topic: str) -> set[int]:
+        """Append the forward record's target batch: returns once it is acknowledged (an empty
+        set), or with the pending offsets its target refused for good when the dead-letter topic
+        can take them instead. Otherwise retries while this broker leads."""
+        built = _target_batch(partition, forward, found)
+        if built is None:
+            return set()
+        batch, offsets = built
         backoff = FIRST_BACKOFF_S
         while True:
             self._require_leader(partition, epoch)
             try:
                 await self._writer.append(forward.target_topic, forward.target_partition, batch)
-                self.forwarded += len(forward.pending_offsets)
-                return
+                self.forwarded += len(offsets)
+                return set()
             except KafkaError as e:
                 if e.code == ErrorCode.DUPLICATE_SEQUENCE_NUMBER:
-                    return
+                    return set()
+                if not _retriable(e.code) and dead_letter_topic and forward.target_topic != dead_letter_topic \
+                        and self._cache.topic(dead_letter_topic) is not None:
+                    refused = _refused_offsets(e, offsets)
+                    log.warning("%s: %s-%d refused %d of %d retry record(s) (%s); they go to %s", partition.name,
+                                forward.target_topic, forward.target_partition, len(refused), len(offsets), e,
+                                dead_letter_topic)
+                    return refused
                 level = logging.INFO if _retriable(e.code) else logging.ERROR
                 log.log(level, "%s: appending %d retry record(s) to %s-%d failed, retrying: %s", partition.name,
-                        len(forward.pending_offsets), forward.target_topic, forward.target_partition, e)
+                        len(offsets), forward.target_topic, forward.target_partition, e)
             except BrokerUnavailable as e:
                 log.info("%s: appending retry records to %s-%d: %s; retrying", partition.name, forward.target_topic,
                          forward.target_partition, e)
@@ -324,11 +374,22 @@ class RetryForwarder:
             backoff = min(backoff * 2, MAX_BACKOFF_S)
 
 
-def _target_batch(partition: Partition, forward: ForwardRecord, found: dict[int, PendingRecord]) -> bytes | None:
-    """The target batch of a forward record: a function of it and its pending records, so a new
-    leader builds the same one. A record no longer readable is left out: only the unconfirmed
-    batch is ever built again, and its producer id sends nothing after it."""
+def _refused_offsets(error: KafkaError, offsets: Sequence[int]) -> set[int]:
+    """The pending offsets of the records a target refused: those its record errors name (KIP-467),
+    else the whole batch."""
+    indexes = [index for index, _ in getattr(error, "record_errors", [])]
+    named = {offsets[i] for i in indexes if 0 <= i < len(offsets)}
+    return named or set(offsets)
+
+
+def _target_batch(partition: Partition, forward: ForwardRecord, found: dict[int, PendingRecord]
+                  ) -> tuple[bytes, list[int]] | None:
+    """The target batch of a forward record and the pending offsets of its records, in order: a
+    function of the forward record and its pending records, so a new leader builds the same one.
+    A record no longer readable is left out: only the unconfirmed batch is ever built again, and
+    its producer id sends nothing after it."""
     records = []
+    offsets = []
     for offset in forward.pending_offsets:
         pending = found.get(offset)
         if pending is None:
@@ -337,10 +398,12 @@ def _target_batch(partition: Partition, forward: ForwardRecord, found: dict[int,
         records.append(forwarded_record(pending, offset_delta=len(records), timestamp=forward.forward_ms,
                                         route=forward.route, attempt=attempt, source_topic=partition.topic,
                                         source_partition=partition.index))
+        offsets.append(offset)
     if not records:
         return None
-    return encode_batch(records, producer_id=forward.producer_id, producer_epoch=forward.producer_epoch,
-                        base_sequence=forward.base_sequence)
+    batch = encode_batch(records, producer_id=forward.producer_id, producer_epoch=forward.producer_epoch,
+                         base_sequence=forward.base_sequence)
+    return batch, offsets
 
 
 def _committed_prefix(due: list[int], high_watermark: int) -> tuple[list[int], list[int]]:

@@ -51,6 +51,7 @@ class Route(IntEnum):
     TARGET = 0
     EXHAUSTED = 1  # to the dead-letter topic: its attempts are used up
     NO_TARGET = 2  # to the dead-letter topic: the target topic is gone
+    REFUSED = 3  # to the dead-letter topic: the target topic refused it for good
 
     @property
     def to_dead_letters(self) -> bool:
@@ -129,6 +130,9 @@ def forwarded_record(record: PendingRecord, *, offset_delta: int, timestamp: int
                         f"{source_topic}'s retry.backoff.ms allows".encode()))
     elif route is Route.NO_TARGET:
         headers.append((DEAD_REASON_HEADER, f"the retry target topic of {source_topic} does not exist".encode()))
+    elif route is Route.REFUSED:
+        headers.append((DEAD_REASON_HEADER, f"the retry target topic of {source_topic} refused the record (too "
+                        "large for it, or keyless on a compacted topic)".encode()))
     return Record(offset_delta, timestamp, record.key, record.value, headers)
 
 

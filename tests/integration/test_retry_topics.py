@@ -343,3 +343,26 @@ def test_a_broker_killed_midway_forwards_each_record_exactly_once(tmp_path: Path
     finally:
         if broker.alive:
             assert broker.stop() == 0, broker.log_tail()
+
+
+def test_a_record_the_target_refuses_goes_to_the_dead_letters(broker: BrokerProcess) -> None:
+    _create(broker.bootstrap, "profiles", **{"cleanup.policy": "compact"})
+    _create(broker.bootstrap, "profiles.dead")
+    _create(broker.bootstrap, "profiles.retry", **_retry_configs("profiles", "profiles.dead", backoffs=(200,)))
+    producer = Producer({"bootstrap.servers": broker.bootstrap})
+    producer.produce("profiles.retry", b"keyless")  # a compacted topic refuses it: INVALID_RECORD
+    producer.produce("profiles.retry", b"keyed", key=b"user-1")
+    assert producer.flush(15) == 0
+    watcher = Watcher(broker.bootstrap, {"profiles": 1, "profiles.dead": 1})
+    watcher.until(lambda seen: len(seen) >= 2, what="both records")
+    # Later records still reach the target partition (no sequence gap left by the refused batch).
+    producer.produce("profiles.retry", b"later", key=b"user-2")
+    assert producer.flush(15) == 0
+    watcher.until(lambda seen: len(seen) >= 3, what="the later record")
+    watcher.drain()
+    watcher.close()
+    where = {s.value: (s.topic, s.headers.get(REASON)) for s in watcher.seen}
+    assert len(watcher.seen) == 3
+    assert where[b"keyed"] == where[b"later"] == ("profiles", None)
+    topic, reason = where[b"keyless"]
+    assert topic == "profiles.dead" and reason is not None and b"refused the record" in reason
