@@ -150,8 +150,10 @@ class RetryForwarder:
             unconfirmed = index.unconfirmed_forward_batch()
             if unconfirmed is not None:
                 self._append_done(partition, epoch, unconfirmed)
-        except LostLeadership:
-            index.release_in_flight()
+        except (LostLeadership, asyncio.CancelledError) as e:
+            index.release_in_flight()  # what was collected but not in a forward batch is scheduled again
+            if isinstance(e, asyncio.CancelledError):
+                raise
         except Exception:  # a bug must not leave records in flight for good, nor loop hot
             index.release_in_flight()
             self._hold(partition, RETRY_BACKOFF_MS)
