@@ -16,6 +16,7 @@ from __future__ import annotations
 import base64
 import json
 import re
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -67,6 +68,25 @@ def _heartbeat(client: RawClient, version: int, **fields: Any) -> Any:
             "server_assignor": None, "topic_partitions": [], **fields}
     answer = client.request(CONSUMER_GROUP_HEARTBEAT, version, body)
     assert answer.error_code == ErrorCode.NO_ERROR, answer
+    return answer
+
+
+def _owner_of_everything(client: RawClient, partitions: int = 4, timeout_s: float = 30.0) -> Any:
+    """A first member, heartbeating until it is assigned every partition of `events`. Kafka's
+    coordinator learns of a new topic from its metadata image a little after CreateTopics
+    answers; until then it assigns nothing (seen on a loaded machine), and the second member
+    would then find nothing to revoke."""
+    answer = _heartbeat(client, 0)
+    deadline = time.monotonic() + timeout_s
+    while sum(len(t.partitions) for t in answer.assignment.topic_partitions) < partitions:
+        assert time.monotonic() < deadline, f"the first member was never assigned all of events: {answer}"
+        time.sleep(0.1)  # a member's heartbeat interval, between looks at the condition above
+        again = _heartbeat(client, 0, member_id=answer.member_id, member_epoch=answer.member_epoch,
+                           topic_partitions=_owned(answer))
+        if again.assignment is not None:  # null: unchanged
+            answer = again
+        else:
+            answer.member_epoch = again.member_epoch
     return answer
 
 
@@ -194,7 +214,7 @@ def test_kbroker_rebuilds_the_group_kafka_wrote(tmp_path: Path) -> None:
     try:
         create_topic(kafka.bootstrap, "events", 4)
         with RawClient(kafka.bootstrap) as client:
-            a = _heartbeat(client, 0)
+            a = _owner_of_everything(client)
             _heartbeat(client, 0, instance_id="static-b", rack_id="rack-1", server_assignor="range")
             # a reports owning everything: half of it is now pending revocation.
             _heartbeat(client, 0, member_id=a.member_id, member_epoch=a.member_epoch, rebalance_timeout_ms=-1,
