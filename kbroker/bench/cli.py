@@ -168,6 +168,9 @@ def _delayed_options(parser: argparse.ArgumentParser) -> None:
     lateness.add_argument("--lateness-runs", type=int, default=1,
                           help="rounds of a delayed and a control run, alternated (default 1)")
     lateness.add_argument("--consumer-config", action="append", default=[], metavar="KEY=VALUE")
+    lateness.add_argument("--delayed-producer-config", action="append", default=[], metavar="KEY=VALUE",
+                          help="a librdkafka property of the delayed records' producers (idempotent, "
+                               "acks=all, linger.ms=5 unless given); repeatable")
     lateness.add_argument("--profile", action="store_true",
                           help="py-spy on the broker during the first delayed run")
     memory = parser.add_argument_group("memory part")
@@ -485,7 +488,8 @@ def bench_delayed(session: Session, args: argparse.Namespace) -> dict[str, Any]:
     session.skipped.setdefault("kafka", "delayed delivery is measured on kbroker alone: Kafka has none")
     env = Env([], session.ui, args.runs, args.out, args.work_dir, session.notes)
     return {"delayed": delayed_bench.run(env, lambda: session.kbroker(args.server_config), args,
-                                         _pairs(args.consumer_config, "--consumer-config"))}
+                                         _pairs(args.consumer_config, "--consumer-config"),
+                                         _pairs(args.delayed_producer_config, "--delayed-producer-config"))}
 
 
 def bench_all(session: Session, args: argparse.Namespace) -> dict[str, Any]:

@@ -80,15 +80,17 @@ LIVE_STATES = {EntryState.HELD, EntryState.SCHEDULED, EntryState.IN_FLIGHT}
 StartBroker = Callable[[], Server]
 
 
-def run(env: Env, start_broker: StartBroker, args: argparse.Namespace,
-        consumer_config: dict[str, str]) -> dict[str, Any]:
-    """The parts `args.part` asks for, each on brokers of its own; `consumer_config` is what
-    the lateness part's consumer gets on top of librdkafka's defaults."""
+def run(env: Env, start_broker: StartBroker, args: argparse.Namespace, consumer_config: dict[str, str],
+        producer_config: dict[str, str]) -> dict[str, Any]:
+    """The parts `args.part` asks for, each on brokers of its own. The lateness part's consumer
+    gets `consumer_config` on top of librdkafka's defaults, its delayed producers
+    `producer_config` on top of DELAYED_CONFIG."""
     _check(args)
     parts = PARTS if args.part == "all" else (args.part,)
     result: dict[str, Any] = {"params": _params(args)}
     if "lateness" in parts:
-        result["lateness"] = lateness_part(env, start_broker, args, consumer_config)
+        clients = {"consumer": consumer_config, "delayed_producer": {**DELAYED_CONFIG, **producer_config}}
+        result["lateness"] = lateness_part(env, start_broker, args, clients)
     if "throughput" in parts:
         result["throughput"] = throughput_part(env, start_broker, args)
     if "memory" in parts:
@@ -115,7 +117,7 @@ def _params(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def lateness_part(env: Env, start_broker: StartBroker, args: argparse.Namespace,
-                  consumer_config: dict[str, str]) -> dict[str, Any]:
+                  clients: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """`lateness_runs` rounds of a delayed run and a control run (plain producer only), alternated."""
     server = start_broker()
     length = args.spread_s + args.max_delay_s + TAIL_S
@@ -127,28 +129,29 @@ def lateness_part(env: Env, start_broker: StartBroker, args: argparse.Namespace,
                 label = f"delayed · lateness · {mode} · run {index + 1}/{args.lateness_runs}"
                 with env.ui.step(label, length) as step:
                     profile = args.profile and mode == "delayed" and index == 0
-                    result = _lateness_run(env, server, args, consumer_config, mode == "delayed", step,
-                                           profile)
+                    result = _lateness_run(env, server, args, clients, mode == "delayed", step, profile)
                 runs[mode].append(result)
                 env.ui.log(f"  {label}: {_describe_lateness(result)}")
     finally:
         server.close()
-    return {"length_s": length, "runs": runs, "plain_vs_control": _plain_ratios(runs)}
+    return {"length_s": length, "client_configs": {**clients, "plain_producer": PLAIN_CONFIG}, "runs": runs,
+            "plain_vs_control": _plain_ratios(runs)}
 
 
-def _lateness_run(env: Env, server: Server, args: argparse.Namespace, consumer_config: dict[str, str],
+def _lateness_run(env: Env, server: Server, args: argparse.Namespace, clients: dict[str, dict[str, Any]],
                   delayed: bool, step: Step, profile: bool) -> dict[str, Any]:
     length = args.spread_s + args.max_delay_s + TAIL_S
     topic = topic_name("delayed" if delayed else "control")
     server.create_topic(topic, args.partitions)
     common = {"bootstrap": server.bootstrap, "topic": topic, "partitions": args.partitions}
     consumer = {**common, "expected": args.records if delayed else 0, "min_run_s": 0 if delayed else length,
-                "deadline_s": length + GRACE_S, "settle_s": 1.0, "config": consumer_config}
+                "deadline_s": length + GRACE_S, "settle_s": 1.0, "config": clients["consumer"]}
     plain = {**common, "rate": args.plain_rate, "duration_s": length, "value_size": args.plain_size,
              "config": PLAIN_CONFIG}
     specs = [(WORKER + "delayed_consume", consumer), (WORKER + "plain_produce", plain)]
     if delayed:
-        specs += [(WORKER + "delayed_produce", {**common, **spec}) for spec in _producer_specs(args)]
+        specs += [(WORKER + "delayed_produce", {**common, **spec})
+                  for spec in _producer_specs(args, clients["delayed_producer"])]
     cpu_before = server.cpu_seconds()
     with _maybe_profile(env, server, profile, length) as profiled:
         results = run_workers(specs, step.update, timeout_s=length + GRACE_S + 300)
@@ -163,7 +166,7 @@ def _lateness_run(env: Env, server: Server, args: argparse.Namespace, consumer_c
     return result
 
 
-def _producer_specs(args: argparse.Namespace) -> list[dict[str, Any]]:
+def _producer_specs(args: argparse.Namespace, config: dict[str, Any]) -> list[dict[str, Any]]:
     """Ids 0..N-1 split over the producers, each sending its share over --spread-s."""
     specs = []
     for index in range(args.producers):
@@ -171,7 +174,7 @@ def _producer_specs(args: argparse.Namespace) -> list[dict[str, Any]]:
         count = args.records * (index + 1) // args.producers - first
         specs.append({"first_id": first, "count": count, "min_delay_ms": 0,
                       "max_delay_ms": int(args.max_delay_s * 1000), "spread_s": args.spread_s,
-                      "value_size": args.delayed_size, "config": DELAYED_CONFIG, "seed": index + 1})
+                      "value_size": args.delayed_size, "config": config, "seed": index + 1})
     return specs
 
 

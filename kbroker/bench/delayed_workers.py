@@ -128,7 +128,8 @@ def plain_produce(ch: Channel, bootstrap: str, topic: str, partitions: int, rate
     for index in _paced(total, duration_s):
         created = _now_ms()
         partition = index % partitions
-        _send(producer, topic, RECORD_HEAD.pack(PLAIN, index, created, 0, partition) + padding, partition, created)
+        value = RECORD_HEAD.pack(PLAIN, index, created, 0, partition) + padding
+        _send(producer, topic, value, partition, created)
         producer.poll(0)
         ch.progress(index)
     unsent = producer.flush(60)
@@ -210,7 +211,7 @@ def delayed_consume(ch: Channel, bootstrap: str, topic: str, partitions: int, ex
         if complete_at is not None and ends is None and now - complete_at >= settle_s:
             ends = [consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1]
                     for p in range(partitions)]
-        if ends is not None and all(position + 1 >= end for position, end in zip(positions, ends, strict=True)):
+        if ends is not None and all(at + 1 >= end for at, end in zip(positions, ends, strict=True)):
             break
         if now - start >= deadline_s:
             break
