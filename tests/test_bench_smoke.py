@@ -248,3 +248,67 @@ def test_share_check_finds_missing_and_doubled_records() -> None:
         check_each_once([received(0, 2)], partitions=1, per_partition=3)
     with pytest.raises(BenchError, match="0 missing, 1 received twice"):
         check_each_once([received(0, 1, 2), received(1)], partitions=1, per_partition=3)
+
+
+def test_delayed_delivery(tmp_path: Path) -> None:
+    """Delayed delivery's acceptance benchmark with tiny sizes. Its correctness numbers mean
+    something even so: every record delivered once, on its partition, never early, in due order."""
+    results = bench(tmp_path, "delayed", "delayed", "--records", "2000", "--max-delay-s", "3",
+                    "--spread-s", "1", "--pending", "20000", "--duration", "0.3")
+    delayed = results["delayed"]
+    (run,) = delayed["lateness"]["runs"]["delayed"]
+    assert run["produced"] == 2000 and run["delivered"] == run["produced"], run
+    assert run["missing"] == run["duplicates"] == run["wrong_partition"] == 0, run
+    assert run["early"] == 0 and run["order_violations"] == 0, run
+    assert run["order_checked"] > 1000  # the order was checked on the deliveries, not on nothing
+    late = run["lateness_ms"]
+    assert 0 <= late["p50"] <= late["p99"] <= late["max"]
+    (control,) = delayed["lateness"]["runs"]["control"]
+    assert "delivered" not in control and control["plain"]["acked"] > 0
+    assert delayed["lateness"]["plain_vs_control"]["ratios"]["msgs_per_s"] > 0
+
+    memory = delayed["memory"]
+    assert memory["records"] == 20_000
+    for name, pending in (("delayed", 20_000), ("control", 0)):
+        restarts = memory[name]["restarts"]
+        assert [r["how"] for r in restarts] == ["kill -9", "clean stop"]
+        assert all(r["extras"]["ok"] and r["answer_s"] >= r["ready_s"] > 0 for r in restarts), restarts
+        assert restarts[1]["pending_at_stop"] == memory[name]["final_check"]["pending_at_stop"] == pending
+    assert memory["delayed"]["growth"]["rss"] > 0
+
+    for case in (delayed["throughput"], memory["throughput_with_pending"]):
+        assert set(case["servers"]) == {"kbroker", "disabled"}
+        assert case["ratios"]["disabled"]["msgs_per_s"] > 0
+    names = [t["name"] for t in results["targets"]]
+    assert "delayed records delivered exactly once" in names
+    assert "records still pending after the restarts" in names
+    assert next(t for t in results["targets"] if t["name"].startswith("delayed records delivered"))["met"]
+    assert "## delayed: 2,000 records" in (tmp_path / "delayed" / "summary.md").read_text()
+
+
+def test_delayed_checks_find_what_went_wrong() -> None:
+    """The delayed benchmark's accounting: a record missing, one twice, one on another partition,
+    one early and one delivered after a later-due record while it was pending."""
+    from array import array
+
+    from kbroker.bench.delayed import delivery_stats, order_violations
+
+    # (delivery offset, due, pending offset): the second was pending (offset 1) when the first,
+    # due later, was delivered at 10; the third was appended (at 11) after that delivery.
+    assert order_violations([(10, 500, 5), (12, 400, 1), (13, 450, 11)]) == 1
+    assert order_violations([(10, 400, 1), (12, 500, 5), (14, 450, 13)]) == 0
+
+    def q(*values: int) -> bytes:
+        return array("q", values).tobytes()
+
+    # ids 0..3 produced, acknowledged at 100; 0 twice, 1 on partition 1 though sent to 0, 2 early, 3 missing.
+    consumed = {"ids": q(0, 0, 1, 2), "sent_partition": q(0, 0, 0, 0), "partition": q(0, 0, 1, 0),
+                "due_ms": q(1000, 1000, 1000, 1000),
+                "received_us": q(1_001_000, 1_002_000, 1_003_000, 999_000),
+                "pending_offset": q(0, 0, 1, 2), "offset": q(10, 11, 12, 13), "plain_latency_us": q(),
+                "timed_out": False}
+    producers = [{"first_id": 0, "count": 4, "acked_ms": q(100, 100, 100, 100), "failed": q()}]
+    stats = delivery_stats(consumed, producers, partitions=2)
+    assert (stats["produced"], stats["delivered"], stats["missing"]) == (4, 3, 1)
+    assert (stats["duplicates"], stats["duplicate_deliveries"]) == (1, 1)
+    assert (stats["wrong_partition"], stats["early"]) == (1, 1)

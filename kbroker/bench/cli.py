@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from kbroker.bench import benchmarks, report
+from kbroker.bench import delayed as delayed_bench
 from kbroker.bench import share as share_bench
 from kbroker.bench.benchmarks import MIB, BenchError, Env
 from kbroker.bench.certificates import create_local_tls
@@ -134,6 +135,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     share.add_argument("--share-consumer-config", action="append", default=[], metavar="KEY=VALUE",
                        help="a librdkafka property of the share consumers; repeatable")
 
+    delayed = command("delayed", "delayed delivery (kbroker alone): lateness and exactly-once at volume, "
+                      "memory and restart time with pending records, plain produce throughput with the "
+                      "feature vs delayed.delivery.enable=false; --runs is the throughput part's runs per topic")
+    _delayed_options(delayed)
+
     everything = command("all", "every benchmark with default sizes (a few minutes)")
     everything.add_argument("--smoke", action="store_true", help="tiny sizes and durations: checks the harness")
     everything.add_argument("--memory-partitions", type=int, default=2000)
@@ -142,6 +148,38 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                             help="brokers of the acks=all cluster cases (default 3; 0 skips them)")
     everything.add_argument("--min-insync-replicas", type=int, default=2,
                             help="min.insync.replicas of the cluster cases' topics (default 2)")
+
+
+def _delayed_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--part", choices=(*delayed_bench.PARTS, "all"), default="all")
+    lateness = parser.add_argument_group("lateness part")
+    lateness.add_argument("--records", type=int, default=100_000, help="delayed records (default 100,000)")
+    lateness.add_argument("--producers", type=int, default=4, help="producer processes of delayed records")
+    lateness.add_argument("--max-delay-s", type=float, default=120.0,
+                          help="delays are uniform over 0..this many seconds (default 120)")
+    lateness.add_argument("--partitions", type=int, default=4)
+    lateness.add_argument("--spread-s", type=float, default=10.0,
+                          help="seconds over which the delayed records are sent (default 10; 0: at once)")
+    lateness.add_argument("--delayed-size", type=int, default=100, help="bytes of a delayed record's value "
+                          "(also of the memory part's records)")
+    lateness.add_argument("--plain-rate", type=float, default=1000.0,
+                          help="records/s of the plain producer on the same topic (default 1000)")
+    lateness.add_argument("--plain-size", type=int, default=1024)
+    lateness.add_argument("--lateness-runs", type=int, default=1,
+                          help="rounds of a delayed and a control run, alternated (default 1)")
+    lateness.add_argument("--consumer-config", action="append", default=[], metavar="KEY=VALUE")
+    lateness.add_argument("--delayed-producer-config", action="append", default=[], metavar="KEY=VALUE",
+                          help="a librdkafka property of the delayed records' producers (idempotent, "
+                               "acks=all, linger.ms=5 unless given); repeatable")
+    lateness.add_argument("--profile", action="store_true",
+                          help="py-spy on the broker during the first delayed run")
+    memory = parser.add_argument_group("memory part")
+    memory.add_argument("--pending", type=int, default=1_000_000, help="pending records (default 1,000,000)")
+    memory.add_argument("--pending-partitions", type=int, default=1)
+    memory.add_argument("--pending-delay-s", type=float, default=86_400.0, help="their delay (default a day)")
+    throughput = parser.add_argument_group("throughput part")
+    throughput.add_argument("--message-size", type=int, default=1024)
+    throughput.add_argument("--duration", type=float, default=3.0, help="seconds per produce run (default 3)")
 
 
 def _cluster_options(parser: argparse.ArgumentParser) -> None:
@@ -441,6 +479,19 @@ def bench_share(session: Session, args: argparse.Namespace) -> dict[str, Any]:
         server.close()  # an idle broker would share the machine with later benchmarks
 
 
+def bench_delayed(session: Session, args: argparse.Namespace) -> dict[str, Any]:
+    """kbroker alone (neither Kafka nor the mock cluster delays records): docs/delayed-and-retry.md's
+    acceptance points, each part on brokers of its own."""
+    if args.bootstrap:
+        session.notes.append("delayed skipped: it starts, restarts and kills brokers of its own")
+        return {}
+    session.skipped.setdefault("kafka", "delayed delivery is measured on kbroker alone: Kafka has none")
+    env = Env([], session.ui, args.runs, args.out, args.work_dir, session.notes)
+    return {"delayed": delayed_bench.run(env, lambda: session.kbroker(args.server_config), args,
+                                         _pairs(args.consumer_config, "--consumer-config"),
+                                         _pairs(args.delayed_producer_config, "--delayed-producer-config"))}
+
+
 def bench_all(session: Session, args: argparse.Namespace) -> dict[str, Any]:
     smoke = args.smoke
     sizes = [1024, 4096] if smoke else [100, 1024, 10_240]
@@ -527,7 +578,8 @@ def _cluster_cases(session: Session, args: argparse.Namespace, base: dict[str, A
 BENCHMARKS: dict[str, Callable[[Session, argparse.Namespace], dict[str, Any]]] = {
     "produce": bench_produce, "consume": bench_consume, "latency": bench_latency,
     "partitions": bench_partitions, "memory": bench_memory, "profiles": bench_profiles,
-    "encryption": bench_encryption, "tls": bench_tls, "share": bench_share, "all": bench_all,
+    "encryption": bench_encryption, "tls": bench_tls, "share": bench_share, "delayed": bench_delayed,
+    "all": bench_all,
 }
 
 

@@ -1,4 +1,5 @@
-"""Results: the JSON file, the targets of issue 7 with their measured ratios, plots, a summary."""
+"""Results: the JSON file, the targets of issue 7 (and of delayed delivery, delayed_report.py) with their
+measured values, plots, a summary."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import platform
 import sys
 from pathlib import Path
 from typing import Any
+
+from kbroker.bench import delayed_report
 
 RESULTS_FILE = "results.json"
 SCHEMA = "kbroker-bench/1"
@@ -82,6 +85,8 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
             found.append(_target(f"{mode} consumption of {case['params']['message_size']} B records",
                                  "≥ 0.5× classic", measured, "× classic", measured is not None and measured >= 0.5,
                                  case["name"]))
+
+    found += delayed_report.targets(results.get("delayed"))
 
     memory = results.get("memory")
     if memory and "kbroker" in memory:
@@ -295,6 +300,7 @@ def summary_lines(results: dict[str, Any]) -> list[str]:
     for p in results.get("profiles", []):
         lines.append(f"- profile {p['name']}: produce {p['produce']['servers']['kbroker']['median']['mb_per_s']:.1f}"
                      f" MB/s, latency p99 {p['latency']['servers']['kbroker']['median']['p99_ms']} ms")
+    lines += delayed_report.summary_lines(results.get("delayed"))
     if results.get("targets"):
         lines += ["## targets", "", "| target | goal | measured | met |", "|---|---|---|---|"]
         for t in results["targets"]:

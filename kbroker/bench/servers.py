@@ -137,11 +137,12 @@ class AdminTopics:
         return self._admin
 
     def create(self, bootstrap: str, topics: dict[str, int], timeout_s: float = 300, replication_factor: int = 1,
-               min_insync_replicas: int = 1) -> None:
+               min_insync_replicas: int = 1, topic_configs: dict[str, str] | None = None) -> None:
         from confluent_kafka.admin import NewTopic
 
         admin = self._admin_client(bootstrap)
         configs = {"min.insync.replicas": str(min_insync_replicas)} if replication_factor > 1 else {}
+        configs.update(topic_configs or {})
         futures = admin.create_topics(
             [NewTopic(name, partitions, replication_factor, config=configs) for name, partitions in topics.items()],
             operation_timeout=timeout_s, request_timeout=timeout_s,
@@ -260,6 +261,11 @@ class KbrokerServer(Server):
             raise ServerError(str(e)) from None
         return time.monotonic() - started
 
+    def kill(self) -> None:
+        """kill -9: no flush, no checkpoints (what a crash leaves for the next start)."""
+        self._topics.reset()  # as in stop(): a connected admin client would log the broker's going away
+        self.process.kill()
+
     def restart(self, drop_page_cache: bool = False) -> float:
         self.stop()
         if drop_page_cache:
@@ -269,8 +275,9 @@ class KbrokerServer(Server):
     def create_topic(self, topic: str, partitions: int) -> None:
         self._topics.create(self.bootstrap, {topic: partitions})
 
-    def create_topics(self, topics: dict[str, int]) -> None:
-        self._topics.create(self.bootstrap, topics)
+    def create_topics(self, topics: dict[str, int], configs: dict[str, str] | None = None) -> None:
+        """Create `topics` (name -> partitions), each with the topic configs `configs`."""
+        self._topics.create(self.bootstrap, topics, topic_configs=configs)
 
     def delete_topic(self, topic: str) -> None:
         self._topics.delete(self.bootstrap, topic)

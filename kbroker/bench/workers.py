@@ -10,6 +10,7 @@ of the machine, which is what lets a consumer process compare a producer process
 
 from __future__ import annotations
 
+import importlib
 import multiprocessing
 import queue
 import random
@@ -338,10 +339,19 @@ WORKERS: dict[str, Callable[..., dict[str, Any]]] = {
 }
 
 
+def _worker(name: str) -> Callable[..., dict[str, Any]]:
+    """One of WORKERS, or "package.module:function": a benchmark keeps its own workers in its
+    module (kbroker/bench/delayed_workers.py), imported by the spawned process."""
+    if name in WORKERS:
+        return WORKERS[name]
+    module, _, function = name.partition(":")
+    return getattr(importlib.import_module(module), function)
+
+
 def _worker_main(name: str, kwargs: dict[str, Any], index: int, messages: Any, start: Any,
                  shared_count: Any) -> None:
     try:
-        result = WORKERS[name](Channel(index, messages, start, shared_count), **kwargs)
+        result = _worker(name)(Channel(index, messages, start, shared_count), **kwargs)
         messages.put(("result", index, result))
     except BaseException:  # the parent must hear about any failure, or it waits for nothing
         messages.put(("error", index, traceback.format_exc()))

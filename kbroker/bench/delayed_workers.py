@@ -1,0 +1,220 @@
+"""Load generators of `kbroker bench delayed` (kbroker/bench/delayed.py), each run in its own
+process by `workers.run_workers` as "kbroker.bench.delayed_workers:NAME".
+
+Every record a worker sends starts with `RECORD_HEAD`: its kind, a unique id, the CreateTime
+the producer set explicitly, its delay and the partition it was sent to. The consumer reads
+the due time (CreateTime + delay, the broker's own rule) and the sent-to partition from the
+value, so it needs nothing from the producers but the number of ids to wait for. Times are
+wall-clock milliseconds (`time.time`): the broker decides what is due by the same clock, and
+everything runs on one machine.
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+from array import array
+from typing import Any
+
+from kbroker.bench.workers import BENCH_GROUP, Channel, WorkerError, payload
+
+DELAY_MS_HEADER = "kbroker.delay.ms"
+DELAYED_FROM_HEADER = "kbroker.delayed.from"
+# kind (int8) | id (int64) | CreateTime ms (int64) | delay ms (int64) | partition sent to (int16)
+RECORD_HEAD = struct.Struct(">bqqqh")
+DELAYED, PLAIN = 1, 0
+NO_TIME = -1
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _paced(count: int, spread_s: float) -> Any:
+    """Yield 0..count-1, spread evenly over `spread_s` seconds (0: as fast as the caller goes).
+
+    It sleeps until the next index is due rather than busy-waiting, which would take a core
+    from the broker on a two-core machine.
+    """
+    interval = spread_s / count if count and spread_s > 0 else 0.0
+    start = time.monotonic()
+    for index in range(count):
+        if interval:
+            while (wait := start + index * interval - time.monotonic()) > 0:
+                time.sleep(wait)
+        yield index
+
+
+def delayed_produce(ch: Channel, bootstrap: str, topic: str, partitions: int, first_id: int, count: int,
+                    min_delay_ms: int, max_delay_ms: int, spread_s: float, value_size: int,
+                    config: dict[str, Any], seed: int = 1) -> dict[str, Any]:
+    """Send ids first_id..first_id+count-1 with `kbroker.delay.ms` uniform in [min, max], over
+    `spread_s` seconds, to partition id % partitions.
+
+    Returns, per id, when its acknowledgement arrived (an upper bound of when the broker appended
+    it: a record due before that may have been due on arrival, so not held at all) and the ids
+    that failed.
+    """
+    import random
+
+    from confluent_kafka import Producer
+
+    acked_ms = array("q", [NO_TIME]) * count
+    failed = array("q")
+
+    def on_delivery(err: Any, message: Any) -> None:
+        record_id = RECORD_HEAD.unpack_from(message.value())[1]
+        if err is None:
+            acked_ms[record_id - first_id] = _now_ms()
+        else:
+            failed.append(record_id)
+
+    producer = Producer({"bootstrap.servers": bootstrap, **config, "on_delivery": on_delivery})
+    producer.list_topics(topic, timeout=30)
+    rng = random.Random(seed)
+    padding = payload(max(0, value_size - RECORD_HEAD.size), seed)
+    ch.ready_and_wait()
+
+    start = time.monotonic()
+    for index in _paced(count, spread_s):
+        record_id = first_id + index
+        partition = record_id % partitions
+        delay = rng.randint(min_delay_ms, max_delay_ms)
+        created = _now_ms()
+        value = RECORD_HEAD.pack(DELAYED, record_id, created, delay, partition) + padding
+        _send(producer, topic, value, partition, created, [(DELAY_MS_HEADER, b"%d" % delay)])
+        producer.poll(0)  # serves acknowledgements as they come: their times bound the append times
+        ch.progress(index)
+    unsent = producer.flush(120)
+    return {"first_id": first_id, "count": count, "sent": count, "unsent": unsent, "failed": failed.tobytes(),
+            "acked_ms": acked_ms.tobytes(), "elapsed_s": time.monotonic() - start}
+
+
+def _send(producer: Any, topic: str, value: bytes, partition: int, created_ms: int,
+          headers: list[tuple[str, bytes]] | None = None) -> None:
+    while True:
+        try:
+            producer.produce(topic, value, partition=partition, timestamp=created_ms, headers=headers)
+            return
+        except BufferError:
+            producer.poll(0.0005)  # the client's queue is full: let it drain
+
+
+def plain_produce(ch: Channel, bootstrap: str, topic: str, partitions: int, rate: float, duration_s: float,
+                  value_size: int, config: dict[str, Any]) -> dict[str, Any]:
+    """Records without delay at a fixed rate for `duration_s`, round robin over the partitions;
+    each one's send time (its CreateTime) and produce latency (produce() to acknowledgement)."""
+    from confluent_kafka import Producer
+
+    sent_ms = array("q")
+    latency_us = array("q")
+    errors: list[str] = []
+
+    def on_delivery(err: Any, message: Any) -> None:
+        if err is not None:
+            errors.append(str(err))
+            return
+        sent_ms.append(message.timestamp()[1])
+        latency_us.append(int(message.latency() * 1e6))
+
+    producer = Producer({"bootstrap.servers": bootstrap, **config, "on_delivery": on_delivery})
+    producer.list_topics(topic, timeout=30)
+    padding = payload(max(0, value_size - RECORD_HEAD.size))
+    ch.ready_and_wait()
+
+    start_ms = _now_ms()
+    start = time.monotonic()
+    total = max(1, int(rate * duration_s))
+    for index in _paced(total, duration_s):
+        created = _now_ms()
+        partition = index % partitions
+        value = RECORD_HEAD.pack(PLAIN, index, created, 0, partition) + padding
+        _send(producer, topic, value, partition, created)
+        producer.poll(0)
+        ch.progress(index)
+    unsent = producer.flush(60)
+    elapsed = time.monotonic() - start
+    return {"sent": total, "acked": len(latency_us), "errors": len(errors) + unsent,
+            "first_error": errors[0] if errors else None, "start_ms": start_ms, "elapsed_s": elapsed,
+            "sent_ms": sent_ms.tobytes(), "latency_us": latency_us.tobytes()}
+
+
+class _Arrivals:
+    """The delayed records a consumer received, as columns (a million tuples would not fit a
+    small process as well)."""
+
+    COLUMNS = ("ids", "sent_partition", "partition", "due_ms", "received_us", "pending_offset", "offset")
+
+    def __init__(self) -> None:
+        for name in self.COLUMNS:
+            setattr(self, name, array("q"))
+
+    def add(self, message: Any, received_us: int) -> int:
+        _kind, record_id, created, delay, sent_to = RECORD_HEAD.unpack_from(message.value())
+        pending = -1
+        for name, value in message.headers() or ():
+            if name == DELAYED_FROM_HEADER:
+                pending = int(value.rpartition(b"@")[2])
+        for column, value in zip(self.COLUMNS, (record_id, sent_to, message.partition(), created + delay,
+                                                received_us, pending, message.offset()), strict=True):
+            getattr(self, column).append(value)
+        return record_id
+
+    def as_bytes(self) -> dict[str, bytes]:
+        return {name: getattr(self, name).tobytes() for name in self.COLUMNS}
+
+
+def delayed_consume(ch: Channel, bootstrap: str, topic: str, partitions: int, expected: int, min_run_s: float,
+                    deadline_s: float, settle_s: float, config: dict[str, Any]) -> dict[str, Any]:
+    """Read the topic from its start; for each delayed record, what `_Arrivals` keeps.
+
+    Done once `expected` distinct ids came, `min_run_s` passed, `settle_s` more passed (a
+    duplicate delivered right after would still be seen) and the partitions are read up to the
+    high watermarks of that moment; or at `deadline_s`, whatever is missing then.
+    """
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": BENCH_GROUP, "enable.auto.commit": False,
+                         "enable.partition.eof": False, **config})
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+    consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=30)  # connected before the start
+    arrivals = _Arrivals()
+    seen = bytearray(expected)
+    distinct = 0
+    plain_latency_us = array("q")
+    ch.ready_and_wait()
+
+    start = time.monotonic()
+    complete_at: float | None = None
+    positions = [-1] * partitions
+    ends: list[int] | None = None
+    while True:
+        message = consumer.poll(0.1)
+        now = time.monotonic()
+        if message is not None:
+            if message.error():
+                raise WorkerError(str(message.error()))
+            positions[message.partition()] = message.offset()
+            received_us = time.time_ns() // 1000
+            if message.value()[0] == DELAYED:
+                record_id = arrivals.add(message, received_us)
+                if 0 <= record_id < expected and not seen[record_id]:
+                    seen[record_id] = 1
+                    distinct += 1
+                ch.progress(distinct)
+            else:
+                # The plain records' end-to-end latency: what this consumer on this machine adds
+                # anyway, against which the delayed records' lateness can be read.
+                plain_latency_us.append(received_us - RECORD_HEAD.unpack_from(message.value())[2] * 1000)
+        if complete_at is None and distinct >= expected and now - start >= min_run_s:
+            complete_at = now
+        if complete_at is not None and ends is None and now - complete_at >= settle_s:
+            ends = [consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1]
+                    for p in range(partitions)]
+        if ends is not None and all(at + 1 >= end for at, end in zip(positions, ends, strict=True)):
+            break
+        if now - start >= deadline_s:
+            break
+    consumer.close()
+    return {"distinct": distinct, "timed_out": ends is None, "plain_latency_us": plain_latency_us.tobytes(),
+            **arrivals.as_bytes()}
