@@ -52,7 +52,7 @@ from kbroker.delay.pending_batches import (
     DELAYED_CONTROL_TYPE,
     control_type,
     parse_delayed_from,
-    pending_due_ms,
+    pending_entries,
 )
 from kbroker.delay.timing_wheel import DEFAULT_TICK_MS, DEFAULT_WHEEL_SIZE, TimingWheel
 from protocol.record_batch import ControlType, decode_payload
@@ -349,17 +349,15 @@ class DelayIndex:
         held = header.is_transactional
         state = EntryState.HELD if held else EntryState.SCHEDULED
         added = array("q")
-        for record in decode_payload(batch, header):
-            value = record.value or b""
-            due_ms = pending_due_ms(value)
-            s.offsets.append(record.offset)
+        for offset, due_ms, size in pending_entries(batch, header):
+            s.offsets.append(offset)
             s.dues.append(due_ms)
-            s.sizes.append(len(value))
+            s.sizes.append(size)
             s.states.append(state)
-            self._pending_bytes += len(value)
-            added.append(record.offset)
+            self._pending_bytes += size
+            added.append(offset)
             if not held:
-                self._wheel.add(due_ms, record.offset)
+                self._wheel.add(due_ms, offset)
         self._pending_count += len(added)
         if held:
             s.open_txns.setdefault(header.producer_id, array("q")).extend(added)

@@ -27,7 +27,7 @@ from kbroker.delay.delay_snapshot import (
     write_snapshot,
 )
 from kbroker.delay.forward_batches import ForwardRecord, decode_forward_batch, is_forward_batch
-from kbroker.delay.pending_batches import PendingRecord, decode_pending_batch
+from kbroker.delay.pending_batches import PendingRecord, decode_pending_records
 from kbroker.storage.delayed_appends import BatchPlan, pending_batch
 from kbroker.storage.dir_names import FUTURE_DIR_SUFFIX, parse_future_dir_name, parse_log_dir_name
 from kbroker.storage.encryption import BatchCipher, Keyring
@@ -212,9 +212,8 @@ class Log:
             batch, header = segment.read_batch(*located)
             if not header.is_control:
                 continue
-            for record in decode_pending_batch(batch, header):
-                if record.offset in wanted:
-                    found[record.offset] = record
+            for record in decode_pending_records(batch, header, wanted):
+                found[record.offset] = record
         return [found[o] for o in offsets if o in found]
 
     def forward_batch(self, offset: int) -> list[ForwardRecord]:

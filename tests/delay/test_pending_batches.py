@@ -11,12 +11,14 @@ from kbroker.delay.pending_batches import (
     PendingRecord,
     control_type,
     decode_pending_batch,
+    decode_pending_records,
     decode_pending_value,
     delayed_from,
     encode_delivery_batch,
     encode_pending_batch,
     is_pending_batch,
     parse_delayed_from,
+    pending_entries,
 )
 from protocol.record_batch import (
     GZIP,
@@ -28,6 +30,7 @@ from protocol.record_batch import (
     CorruptRecordError,
     Record,
     decode_batch,
+    decode_payload,
     encode_batch,
     encode_end_txn_batch,
 )
@@ -135,3 +138,22 @@ def test_kafka_python_reads_a_pending_batch_as_a_control_batch_it_skips() -> Non
     (record,) = list(delivery)
     assert (record.offset, record.key, record.value) == (14, b"key", b"value")
     assert record.headers[-1] == (DELAYED_FROM_HEADER, b"t-0@10")
+
+
+@pytest.mark.parametrize("codec", [NONE, ZSTD])
+def test_wanted_records_and_index_entries_read_without_decoding_the_batch(codec: int) -> None:
+    records = [Record(i, 1000 + i, b"k%d" % i if i % 3 else None, b"v" * (i * 37 % 300),
+                      [("h", b"x")] if i % 2 else []) for i in range(40)]
+    dues = [5000 + (i * 7919) % 1000 for i in range(40)]
+    batch = bytearray(encode_pending_batch(records, dues, compression=codec))
+    batch[:8] = (700).to_bytes(8, "big")  # stored at offset 700
+    header = read_header(bytes(batch))
+    everything = decode_pending_batch(bytes(batch), header)
+    wanted = {700, 713, 739, 9999}
+    picked = decode_pending_records(bytes(batch), header, wanted)
+    assert picked == [r for r in everything if r.offset in wanted]
+    assert [r.offset for r in picked] == [700, 713, 739]
+    entries = list(pending_entries(bytes(batch), header))
+    assert [(o, due) for o, due, _ in entries] == [(700 + i, dues[i]) for i in range(40)]
+    values = {r.offset: r for r in decode_payload(bytes(batch), header)}
+    assert all(size == len(values[o].value or b"") for o, _, size in entries)
