@@ -1,10 +1,10 @@
 """The produce side of delayed delivery (docs/delayed-and-retry.md): a producer's batch that holds
 delayed records becomes a pending batch before the log assigns its offsets.
 
-`plan_batch` runs inside the record validation walk, on the records it already has uncompressed,
-so a compressed batch is decompressed once. A batch pays one C-level search for `kbroker.d`
-(the start of every delay header's name) unless its topic delays every record; only a batch
-that may hold one is decoded record by record.
+`plan_batch` runs after the record validation walk, on the records it already has uncompressed,
+so a compressed batch is decompressed once. The walk tells it whether any record has a header
+starting with `kbroker.d` (the start of every delay header's name); only such a batch, or one of
+a topic that delays every record, is decoded again.
 
 `pending_batch` then encodes the replacement with the client batch's producer fields (id,
 epoch, base sequence, transactional bit) and codec, so idempotence and transactions treat it
@@ -21,7 +21,6 @@ from kbroker.delay.delay_headers import (
     DelayHeaderError,
     DelaySettings,
     batch_due_times,
-    may_hold_delay_headers,
 )
 from kbroker.delay.pending_batches import encode_pending_batch, parse_delayed_from
 from kbroker.delay.retries import RetrySettings, retry_due_times
@@ -42,14 +41,16 @@ class BatchPlan:
 
 
 def plan_batch(uncompressed: bytes | bytearray | memoryview, header: BatchHeader, config: LogConfig,
-               partition: str, now_ms: int) -> BatchPlan | None:
+               partition: str, now_ms: int, *, names_delay_headers: bool) -> BatchPlan | None:
     """The plan for a client batch (header plus uncompressed records), None when it has nothing
-    to do with delays. Raises DelayHeaderError (with the record's index) for a refused delay."""
+    to do with delays. `names_delay_headers`: whether some record has a header starting with
+    `kbroker.d` (the validator's walk found out). Raises DelayHeaderError (with the record's
+    index) for a refused delay."""
     if not config.delayed_delivery_enable:
         return None
-    records_region = memoryview(uncompressed)[HEADER_SIZE:]
-    if config.delivery_delay_ms <= 0 and not config.is_retry_topic and not may_hold_delay_headers(records_region):
+    if config.delivery_delay_ms <= 0 and not config.is_retry_topic and not names_delay_headers:
         return None
+    records_region = memoryview(uncompressed)[HEADER_SIZE:]
     # LogAppendTime topics stamp records with the append time: delays count from it.
     records = decode_records(bytes(records_region), header.record_count, base_timestamp=header.base_timestamp,
                              log_append_time=now_ms if config.log_append_time else None)

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from aiokafka.errors import CorruptRecordException, UnsupportedCodecError
 from aiokafka.record.default_records import DefaultRecordBatch
 
+from kbroker.delay.delay_headers import names_delay_header
 from kbroker.storage.batch_scan import MIN_BATCH_LENGTH
 from kbroker.storage.delayed_appends import BatchPlan, DelayHeaderError, plan_batch
 from kbroker.storage.log_config import LONG_MAX, LogConfig
@@ -179,12 +180,15 @@ def _check_records(
     errors: list[tuple[int, int, str]] = []
     index = -1
     plan = None
+    delay_headers = False
     try:
         uncompressed = _uncompressed(batch, header)
         for index, record in enumerate(DefaultRecordBatch(uncompressed)):
             if record.offset != index:
                 raise CorruptRecordError(f"record {index} has offset delta {record.offset}; deltas must count "
                                          "the records from 0")
+            if not delay_headers and record.headers:
+                delay_headers = names_delay_header(record.headers)
             if compact and record.key is None:
                 errors.append((ErrorCode.INVALID_RECORD, index,
                                f"Compacted topic cannot accept message without key in topic partition {name}"))
@@ -199,7 +203,7 @@ def _check_records(
                                f"Invalid timestamp type in message {_describe(record)}. Producer should not set "
                                "timestamp type to LogAppendTime."))
         if not errors:
-            plan = plan_batch(uncompressed, header, config, name, now_ms)
+            plan = plan_batch(uncompressed, header, config, name, now_ms, names_delay_headers=delay_headers)
     except DelayHeaderError as e:
         errors.append((ErrorCode.INVALID_RECORD, max(e.record_index, 0), e.message or "bad delay header"))
     except (CorruptRecordException, CorruptRecordError, UnsupportedCodecError, UnsupportedCompressionError,

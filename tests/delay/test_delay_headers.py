@@ -12,10 +12,10 @@ from kbroker.delay.delay_headers import (
     DelaySettings,
     batch_due_times,
     due_time,
-    may_hold_delay_headers,
+    names_delay_header,
 )
 from protocol.errors import ErrorCode
-from protocol.record_batch import GZIP, Record, compress, decompress, encode_records
+from protocol.record_batch import Record
 
 NOW = 1_700_000_000_000
 TS = NOW - 20  # a CreateTime a little before the broker's now
@@ -103,15 +103,9 @@ def test_batch_due_times_is_none_for_a_batch_without_delays() -> None:
     assert batch_due_times(records, NOW) == [None, None, TS + 100]
 
 
-def test_the_pre_check_finds_delay_headers_and_misses_plain_batches() -> None:
-    plain = encode_records([Record(i, TS, b"k", b"kbroker.x" * 10, [("h", b"v")]) for i in range(50)], TS)
-    delayed = encode_records([Record(0, TS, b"k", b"v", [(DELAY_MS_HEADER, b"5")])], TS)
-    at = encode_records([Record(0, TS, b"k", b"v", [(DELIVER_AT_HEADER, b"5")])], TS)
-    assert not may_hold_delay_headers(plain)
-    assert may_hold_delay_headers(delayed)
-    assert may_hold_delay_headers(at)
-    assert may_hold_delay_headers(bytearray(delayed))
-    assert may_hold_delay_headers(memoryview(delayed))
-    assert not may_hold_delay_headers(memoryview(plain))
-    # On a compressed batch the check is made on the decompressed records.
-    assert may_hold_delay_headers(decompress(GZIP, compress(GZIP, delayed)))
+def test_the_pre_check_finds_delay_headers_and_misses_other_records() -> None:
+    assert not names_delay_header([])
+    assert not names_delay_header([("h", b"kbroker.delay.ms"), ("kbroker.x", b"1"), ("kbroker.attempt", b"1")])
+    assert names_delay_header([("h", b"v"), (DELAY_MS_HEADER, b"5")])
+    assert names_delay_header([(DELIVER_AT_HEADER, b"5")])
+    assert names_delay_header([("kbroker.delayed.from", b"t-0@1")])
