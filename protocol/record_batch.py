@@ -408,12 +408,14 @@ def encode_batch(
     max_timestamp: int | None = None,
     last_offset_delta: int | None = None,
     delete_horizon: bool = False,
+    extra_attributes: int = 0,
 ) -> bytes:
     """A v2 batch holding `records` (by their offset deltas and absolute timestamps).
 
     Defaults follow Kafka's producer: the base timestamp is the first record's, the max
     timestamp the largest, the last offset delta the last record's. An empty batch (as
-    compaction can leave) must say its `last_offset_delta`.
+    compaction can leave) must say its `last_offset_delta`. `extra_attributes` are attribute
+    bits Kafka does not use (a broker's own marks), or-ed in.
     """
     if not records and last_offset_delta is None:
         raise ValueError("an empty batch needs last_offset_delta")
@@ -423,7 +425,7 @@ def encode_batch(
         max_timestamp = max((r.timestamp for r in records), default=NO_TIMESTAMP)
     if last_offset_delta is None:
         last_offset_delta = records[-1].offset_delta
-    attributes = _attributes(compression, timestamp_type, transactional, control, delete_horizon)
+    attributes = _attributes(compression, timestamp_type, transactional, control, delete_horizon) | extra_attributes
     payload = compress(compression, encode_records(records, base_timestamp))
     batch = bytearray(HEADER_SIZE + len(payload))
     _HEADER.pack_into(

@@ -22,11 +22,10 @@ What it keeps, per pending record (compact columns sorted by offset, ~21 bytes a
   can put them back;
 - GONE: done below the high watermark: dropped from the columns at the next compaction.
 
-Deliveries are recognised only in batches a broker writes them in (not control, not
-compressed, no producer id) and only while the index holds entries, so partitions that never
-delay pay nothing, others one C-level search of each such batch for the header name. A
-delivery names its partition; a record copied from another partition (MirrorMaker, a retry
-topic) is not taken for one of ours.
+Deliveries are recognised only in batches marked as deliveries (`DELIVERY_ATTRIBUTE`, an
+attribute bit only the broker writes) and only while the index holds entries: every other
+batch costs one test of its header, never a look inside. A delivery names its partition; a
+record copied from another partition (MirrorMaker, a retry topic) is not taken for one of ours.
 
 Not thread-safe: the partition's owner calls it, as it appends.
 """
@@ -34,7 +33,6 @@ Not thread-safe: the partition's owner calls it, as it appends.
 from __future__ import annotations
 
 import itertools
-import re
 from array import array
 from bisect import bisect_left
 from dataclasses import dataclass, field
@@ -51,14 +49,13 @@ from kbroker.delay.forward_batches import (
 from kbroker.delay.pending_batches import (
     DELAYED_CONTROL_TYPE,
     control_type,
+    is_delivery_batch,
     parse_delayed_from,
     pending_entries,
 )
 from kbroker.delay.timing_wheel import DEFAULT_TICK_MS, DEFAULT_WHEEL_SIZE, TimingWheel
 from protocol.record_batch import ControlType, decode_payload
 from protocol.records import BatchHeader, read_header
-
-_DELAYED_FROM_RE = re.compile(re.escape(DELAYED_FROM_HEADER.encode()))
 
 
 class EntryState(IntEnum):
@@ -175,9 +172,7 @@ class DelayIndex:
         return None if i is None else EntryState(self._s.states[i])
 
     def is_pending(self, offset: int) -> bool:
-        """Whether `offset` holds a record still waiting for its delivery. The produce path asks
-        this of a client record naming this partition in `kbroker.delayed.from`: such a forgery
-        must not reach the log, where it would count as the delivery."""
+        """Whether `offset` holds a record still waiting for its delivery."""
         return self.state_of(offset) in _LIVE
 
     def due_time(self, offset: int) -> int | None:
@@ -228,16 +223,15 @@ class DelayIndex:
                              f"below {self._s.end_offset}; truncate first")
         if header.is_control:
             self._on_control_batch(header, batch)
-        elif self._s.offsets and _may_be_delivery(header, batch):
+        elif self._s.offsets and is_delivery_batch(header):
             self._on_delivery_batch(header, batch)
         self._s.end_offset = end
 
     def needs_batch(self, header: BatchHeader) -> bool:
         """Whether `on_batch` would look inside a batch of this header. When not, the log calls
-        `skip_to` instead and never reads the batch: the common case, batches of ordinary
-        records on a partition without pending records, costs one header test."""
-        return header.is_control or (bool(self._s.offsets) and header.producer_id < 0 and header.compression == 0
-                                     and not header.is_transactional)
+        `skip_to` instead and never reads the batch: every batch but control batches and
+        deliveries (on a partition with pending records) costs one header test."""
+        return header.is_control or (bool(self._s.offsets) and is_delivery_batch(header))
 
     def skip_to(self, end_offset: int) -> None:
         """Batches below `end_offset` were appended that change nothing here (see `needs_batch`)."""
@@ -515,9 +509,3 @@ class DelayIndex:
         scheduled = s.states.translate(_SCHEDULED_MASK)
         for due_ms, offset in itertools.compress(zip(s.dues, s.offsets, strict=True), scheduled):
             add(due_ms, offset)
-
-
-def _may_be_delivery(header: BatchHeader, batch: bytes | bytearray | memoryview) -> bool:
-    """Deliveries are written uncompressed, without producer id: look inside only those."""
-    return (header.producer_id < 0 and header.compression == 0 and not header.is_transactional
-            and _DELAYED_FROM_RE.search(batch) is not None)

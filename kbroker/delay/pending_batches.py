@@ -21,7 +21,10 @@ Each pending record:
 
 At its due time the record is appended again as a *delivery*: an ordinary batch (not control,
 not compressed, producer id -1, CreateTime) with the original key, value, headers and
-timestamp, plus the header `kbroker.delayed.from: <topic>-<partition>@<pending offset>`.
+timestamp, plus the header `kbroker.delayed.from: <topic>-<partition>@<pending offset>`. Its
+attributes carry `DELIVERY_ATTRIBUTE` (bit 14, one Kafka does not use; clients read only the
+bits they know, and the produce path refuses it from clients), so the delay index tells a
+delivery from any other batch by one bit of its header, without looking inside.
 A record's pending id is the offset of its pending record.
 """
 
@@ -48,6 +51,7 @@ from protocol.record_batch import (
 from protocol.records import HEADER_SIZE, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, BatchHeader
 
 DELAYED_CONTROL_TYPE = 0x4B42
+DELIVERY_ATTRIBUTE = 0x4000  # attribute bit 14: a delivery batch, written by the broker only
 PENDING_VALUE_VERSION = 0
 DELAYED_CONTROL_KEY = encode_control_key(DELAYED_CONTROL_TYPE)
 _PENDING_PREFIX = struct.Struct(">bqq")  # version, due ms, original timestamp
@@ -237,4 +241,9 @@ def encode_delivery_batch(
     for delta, pending in enumerate(due):
         source = (DELAYED_FROM_HEADER, delayed_from(topic, partition, pending.offset))
         records.append(Record(delta, pending.timestamp, pending.key, pending.value, [*pending.headers, source]))
-    return encode_batch(records, base_offset=base_offset, partition_leader_epoch=partition_leader_epoch)
+    return encode_batch(records, base_offset=base_offset, partition_leader_epoch=partition_leader_epoch,
+                        extra_attributes=DELIVERY_ATTRIBUTE)
+
+
+def is_delivery_batch(header: BatchHeader) -> bool:
+    return bool(header.attributes & DELIVERY_ATTRIBUTE)

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kbroker.delay.delay_headers import DELAYED_FROM_HEADER
-from kbroker.delay.pending_batches import parse_delayed_from
+from kbroker.delay.pending_batches import is_delivery_batch, parse_delayed_from
 from kbroker.storage.batch_records import Record, rebuild_batch, records_of
 from kbroker.storage.index import segment_file_name
 from kbroker.storage.log import Log
@@ -43,7 +43,6 @@ from kbroker.storage.txn_index import AbortedTxn
 from protocol.records import DELETE_HORIZON_BIT, BatchHeader
 
 log = logging.getLogger("kbroker.storage")
-_DELAYED_FROM = DELAYED_FROM_HEADER.encode()
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,9 +199,7 @@ class DeliveryGuard:
         self._log_start_offset = log_start_offset
 
     def may_hold_deliveries(self, batch: bytes, header: BatchHeader) -> bool:
-        # Deliveries are written uncompressed, without producer id (as the delay index reads them).
-        return (header.producer_id < 0 and header.compression == 0 and not header.is_transactional
-                and _DELAYED_FROM in batch)
+        return is_delivery_batch(header)
 
     def keeps(self, record: Record) -> bool:
         for name, value in record.headers:

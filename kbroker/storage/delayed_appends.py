@@ -13,16 +13,14 @@ as the batch it stands for.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from kbroker.delay.delay_headers import (
-    DELAYED_FROM_HEADER,
     DelayHeaderError,
     DelaySettings,
     batch_due_times,
 )
-from kbroker.delay.pending_batches import encode_pending_batch, parse_delayed_from
+from kbroker.delay.pending_batches import encode_pending_batch
 from kbroker.delay.retries import RetrySettings, retry_due_times
 from kbroker.storage.log_config import LogConfig
 from protocol.record_batch import Record, decode_records
@@ -34,10 +32,8 @@ class BatchPlan:
     """What the produce path must do with one client batch beyond appending it."""
 
     records: list[Record]
-    # Each record's due time (None: not delayed); None when no record of the batch is delayed.
-    due_times: list[int | None] | None
-    # (record index, pending offset) of records claiming to be a delivery from this partition.
-    claimed_deliveries: list[tuple[int, int]] = field(default_factory=list)
+    # Each record's due time (None: not delayed).
+    due_times: list[int | None]
 
 
 def plan_batch(uncompressed: bytes | bytearray | memoryview, header: BatchHeader, config: LogConfig,
@@ -59,26 +55,12 @@ def plan_batch(uncompressed: bytes | bytearray | memoryview, header: BatchHeader
         settings = RetrySettings(config.retry_backoff_ms, bool(config.retry_dead_letter_topic))
         return BatchPlan(records, list(retry_due_times(records, now_ms, settings)))
     due_times = batch_due_times(records, now_ms, DelaySettings(config.delivery_delay_ms, config.delay_max_ms))
-    claims = _claimed_deliveries(records, partition)
-    if due_times is None and not claims:
-        return None
-    return BatchPlan(records, due_times, claims)
-
-
-def _claimed_deliveries(records: Sequence[Record], partition: str) -> list[tuple[int, int]]:
-    claims = []
-    for index, record in enumerate(records):
-        for name, value in record.headers:
-            if name == DELAYED_FROM_HEADER and (parsed := parse_delayed_from(value)) is not None \
-                    and parsed[0] == partition:
-                claims.append((index, parsed[1]))
-    return claims
+    return None if due_times is None else BatchPlan(records, due_times)
 
 
 def pending_batch(plan: BatchPlan, header: BatchHeader, now_ms: int) -> bytes:
     """The pending batch replacing a client batch; records that asked for no delay are due now,
     so the batch is delivered whole and in order."""
-    assert plan.due_times is not None
     due_times = [now_ms if due is None else due for due in plan.due_times]
     return encode_pending_batch(
         plan.records, due_times, producer_id=header.producer_id, producer_epoch=header.producer_epoch,

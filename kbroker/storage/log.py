@@ -38,7 +38,6 @@ from kbroker.storage.log_dir_health import LogDirHealth
 from kbroker.storage.log_loader import LogLoader, rebuild_producer_state
 from kbroker.storage.log_segments import LogSegments, open_segment
 from kbroker.storage.log_validator import (
-    RecordValidationError,
     assign_offsets,
     check_follower_offsets,
     validate_batches,
@@ -404,22 +403,14 @@ class Log:
     def _hold_delayed(self, buf: bytearray, headers: Sequence[BatchHeader], plans: Sequence[BatchPlan | None],
                       now_ms: int) -> tuple[bytearray, list[BatchHeader]]:
         """Replace each batch holding delayed records by its pending batch (before offsets are
-        assigned); refuse a record forging the delivery of a record still pending here."""
+        assigned)."""
         view = memoryview(buf)
         pieces: list[bytes | memoryview] = []
         position = 0
         for header, plan in zip(headers, plans, strict=True):
             batch = view[position : position + header.size]
             position += header.size
-            if plan is None:
-                pieces.append(batch)
-                continue
-            forged = [(index, f"{pending} of {self.name} is a pending delayed record: only its delivery "
-                              "may name it in kbroker.delayed.from")
-                      for index, pending in plan.claimed_deliveries if self.delay_index.is_pending(pending)]
-            if forged:
-                raise RecordValidationError(ErrorCode.INVALID_RECORD, forged[0][1], forged)
-            pieces.append(batch if plan.due_times is None else pending_batch(plan, header, now_ms))
+            pieces.append(batch if plan is None else pending_batch(plan, header, now_ms))
         new_buf = bytearray(b"".join(pieces))
         new_headers = []
         position = 0

@@ -24,6 +24,7 @@ from aiokafka.errors import CorruptRecordException, UnsupportedCodecError
 from aiokafka.record.default_records import DefaultRecordBatch
 
 from kbroker.delay.delay_headers import names_delay_header
+from kbroker.delay.pending_batches import DELIVERY_ATTRIBUTE
 from kbroker.storage.batch_scan import MIN_BATCH_LENGTH
 from kbroker.storage.delayed_appends import BatchPlan, DelayHeaderError, plan_batch
 from kbroker.storage.log_config import LONG_MAX, LogConfig
@@ -134,6 +135,9 @@ def check_client_batch(header: BatchHeader, coordinator: bool) -> None:
         )
     if header.is_control and not coordinator:
         raise KafkaError(ErrorCode.INVALID_RECORD, "clients may not write control batches")
+    if header.attributes & DELIVERY_ATTRIBUTE and not coordinator:
+        # The broker marks its deliveries of delayed records with it (docs/delayed-and-retry.md).
+        raise KafkaError(ErrorCode.INVALID_RECORD, f"attribute bit {DELIVERY_ATTRIBUTE:#06x} is the broker's own")
     if header.producer_id >= 0 and header.base_sequence < 0 and not coordinator:
         raise KafkaError(ErrorCode.INVALID_RECORD,
                          f"invalid sequence number {header.base_sequence} in a batch of producer {header.producer_id}")

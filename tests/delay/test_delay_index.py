@@ -9,6 +9,7 @@ import pytest
 from kbroker.delay.delay_index import DelayIndex, EntryState, TruncatedBelowHighWatermark
 from kbroker.delay.delay_snapshot import decode_snapshot, encode_snapshot
 from protocol.record_batch import ZSTD, Record, encode_batch
+from protocol.records import read_header
 from tests.delay.delay_log import PARTITION, TOPIC, MemoryLog, view
 
 T = 1_700_000_000_000
@@ -353,3 +354,16 @@ def test_a_snapshot_and_the_log_after_it_rebuild_the_index(seed: int) -> None:
     assert restored.lowest_pending_offset() == leader.lowest_pending_offset()
     assert restored.pending_count == leader.pending_count
     assert restored.collect_due(T + 10**9) == leader.collect_due(T + 10**9)
+
+
+def test_an_unmarked_batch_naming_a_pending_record_is_not_its_delivery() -> None:
+    log, index = attached()
+    (offset,) = log.pending([T + 10])
+    pending = log.record_at(offset)
+    headers = [("kbroker.delayed.from", f"{TOPIC}-{PARTITION}@{offset}".encode())]
+    # The shape of a delivery in every way but the broker's mark.
+    log.append(encode_batch([Record(0, 0, pending.key, pending.value, headers)]))
+    assert index.is_pending(offset)
+    assert not index.needs_batch(read_header(encode_batch([Record(0, 0, None, b"v", headers)])))
+    log.deliver([offset])
+    assert not index.is_pending(offset)

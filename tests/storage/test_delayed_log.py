@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from kbroker.delay.delay_index import EntryState
-from kbroker.delay.pending_batches import encode_delivery_batch, is_pending_batch
+from kbroker.delay.pending_batches import DELIVERY_ATTRIBUTE, encode_delivery_batch, is_pending_batch
 from kbroker.storage.log import Log
 from kbroker.storage.log_config import LogConfig
 from kbroker.storage.log_validator import RecordValidationError
@@ -105,15 +105,18 @@ def test_producer_state_rebuilt_from_the_log_counts_pending_batches(open_log: Op
     assert reopened.append_as_leader(batch, 0, T0).duplicate
 
 
-def test_a_record_forging_the_delivery_of_a_pending_record_is_refused(open_log: OpenLog) -> None:
+def test_only_a_batch_marked_as_a_delivery_delivers(open_log: OpenLog) -> None:
     log = open_log()
     log.append_as_leader(_batch((b"x", [(DELAY, b"1000")])), 0, T0)
-    with pytest.raises(RecordValidationError) as caught:
-        log.append_as_leader(_batch((b"forged", [("kbroker.delayed.from", b"topic-0@0")])), 0, T0)
-    assert caught.value.code == ErrorCode.INVALID_RECORD and "pending delayed record" in (caught.value.message or "")
-    # Naming another partition, or an offset that is not pending, is only a header.
-    log.append_as_leader(_batch((b"copy", [("kbroker.delayed.from", b"other-0@0")])), 0, T0)
-    log.append_as_leader(_batch((b"copy", [("kbroker.delayed.from", b"topic-0@1")])), 0, T0)
+    # A client's record naming the pending record is only a header: it delivers nothing.
+    log.append_as_leader(_batch((b"forged", [("kbroker.delayed.from", b"topic-0@0")])), 0, T0)
+    assert log.delay_index.is_pending(0)
+    # Nor may a client mark its batch as a delivery.
+    marked = encode_batch([Record(0, T0, b"k", b"forged", [("kbroker.delayed.from", b"topic-0@0")])],
+                          extra_attributes=DELIVERY_ATTRIBUTE)
+    with pytest.raises(KafkaError) as caught:
+        log.append_as_leader(marked, 0, T0)
+    assert caught.value.code == ErrorCode.INVALID_RECORD and "the broker's own" in (caught.value.message or "")
     assert log.delay_index.is_pending(0)
 
 
