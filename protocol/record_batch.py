@@ -22,6 +22,7 @@ import cramjam
 
 from protocol.errors import ErrorCode, KafkaError
 from protocol.records import (
+    ATTRIBUTES_OFFSET,
     COMPRESSION_MASK,
     CONTROL_BIT,
     CRC_OFFSET,
@@ -290,6 +291,18 @@ def decompress(codec: int, data: bytes | memoryview) -> bytes:
     if codec == NONE:
         return bytes(data)
     return bytes(decompress_buffer(codec, data))
+
+
+def uncompressed_batch(batch: bytes | bytearray | memoryview, header: BatchHeader) -> bytes | bytearray | memoryview:
+    """The batch as a record iterator reads it: itself when uncompressed, else its header marked
+    uncompressed followed by the decompressed records (the one copy of them)."""
+    if header.compression == NONE:
+        return batch
+    view = memoryview(batch)
+    payload = decompress_buffer(header.compression, view[HEADER_SIZE : header.size])
+    plain_header = bytearray(view[:HEADER_SIZE])
+    struct.pack_into(">h", plain_header, ATTRIBUTES_OFFSET, header.attributes & ~COMPRESSION_MASK)
+    return b"".join((plain_header, payload))
 
 
 def decompress_buffer(codec: int, data: bytes | memoryview) -> Any:

@@ -34,21 +34,31 @@ import struct
 from collections.abc import Container, Iterator, Sequence
 from dataclasses import dataclass, field
 
+from aiokafka.errors import CorruptRecordException
+from aiokafka.record.default_records import DefaultRecordBatch
+
 from kbroker.delay.delay_headers import DELAYED_FROM_HEADER
 from protocol.record_batch import (
     NONE,
     CorruptRecordError,
     Header,
     Record,
-    decode_payload,
     decode_records,
     decompress,
     encode_batch,
     encode_control_key,
     encode_records,
     read_varint,
+    uncompressed_batch,
 )
-from protocol.records import HEADER_SIZE, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, BatchHeader
+from protocol.records import (
+    HEADER_SIZE,
+    NO_PRODUCER_EPOCH,
+    NO_PRODUCER_ID,
+    NO_SEQUENCE,
+    BatchHeader,
+    read_header,
+)
 
 DELAYED_CONTROL_TYPE = 0x4B42
 DELIVERY_ATTRIBUTE = 0x4000  # attribute bit 14: a delivery batch, written by the broker only
@@ -154,55 +164,39 @@ def is_pending_batch(batch: bytes | memoryview, header: BatchHeader) -> bool:
 
 def decode_pending_batch(batch: bytes | memoryview, header: BatchHeader) -> list[PendingRecord]:
     """The delayed records of a pending batch (whose CRC was checked when it was stored)."""
-    return [decode_pending_value(r.value, r.offset) for r in decode_payload(batch, header)]
+    return [decode_pending_value(value, offset) for offset, value in _pending_values(batch, header)]
 
 
 def decode_pending_records(batch: bytes | memoryview, header: BatchHeader, wanted: Container[int]
                            ) -> list[PendingRecord]:
     """The delayed records of a pending batch at the offsets in `wanted`, in batch order. The
-    others are stepped over by their lengths, so delivering a few records of a batch whose
-    records fall due at different times does not cost a decode of the whole batch each time."""
-    found = []
-    payload = decompress(header.compression, memoryview(batch)[HEADER_SIZE : header.size])
-    for offset, start, end in _record_spans(payload, header):
-        if offset in wanted:
-            (record,) = decode_records(payload[start:end], 1, base_offset=header.base_offset,
-                                       base_timestamp=header.base_timestamp)
-            found.append(decode_pending_value(record.value, offset))
-    return found
+    others are stepped over (aiokafka's record iterator, in C), so delivering a few records of a
+    batch whose records fall due at different times does not cost a decode of the whole batch
+    each time."""
+    return [decode_pending_value(value, offset) for offset, value in _pending_values(batch, header)
+            if offset in wanted]
 
 
 def pending_entries(batch: bytes | memoryview, header: BatchHeader) -> Iterator[tuple[int, int, int]]:
-    """(offset, due ms, value size) of each pending record of a pending batch, read from the
-    records' framing and the first bytes of their values: what the delay index keeps, without
-    decoding (or copying) the delayed records themselves."""
-    payload = decompress(header.compression, memoryview(batch)[HEADER_SIZE : header.size])
-    for offset, start, end in _record_spans(payload, header):
-        pos = _skip_varint(payload, _skip_varint(payload, start, end) + 1, end)  # length, attributes, timestamp
-        _, pos = read_varint(payload, pos, end)  # offset delta
-        key_length, pos = read_varint(payload, pos, end)
-        value_length, pos = read_varint(payload, pos + max(key_length, 0), end)
-        if value_length < _PENDING_PREFIX.size or pos + value_length > end:
-            raise CorruptRecordError(f"pending record at offset {offset} has a value of {value_length} bytes")
-        yield offset, _PENDING_PREFIX.unpack_from(payload, pos)[1], value_length
+    """(offset, due ms, value size) of each pending record of a pending batch, from the first
+    bytes of its value: what the delay index keeps, without decoding the delayed records."""
+    for offset, value in _pending_values(batch, header):
+        if value is None or len(value) < _PENDING_PREFIX.size:
+            raise CorruptRecordError(f"pending record at offset {offset} has a value of "
+                                     f"{'null' if value is None else len(value)} bytes")
+        yield offset, _PENDING_PREFIX.unpack_from(value)[1], len(value)
 
 
-def _record_spans(payload: bytes, header: BatchHeader) -> Iterator[tuple[int, int, int]]:
-    """(offset, start, end) of each record of an uncompressed record section."""
-    pos = 0
-    for _ in range(header.record_count):
-        length, body = read_varint(payload, pos)
-        end = body + length
-        if length < 1 or end > len(payload):
-            raise CorruptRecordError(f"record length {length} does not fit the batch")
-        _, after_timestamp = read_varint(payload, body + 1, end)
-        offset_delta, _ = read_varint(payload, after_timestamp, end)
-        yield header.base_offset + offset_delta, pos, end
-        pos = end
-
-
-def _skip_varint(buf: bytes, pos: int, end: int) -> int:
-    return read_varint(buf, pos, end)[1]
+def _pending_values(batch: bytes | memoryview, header: BatchHeader) -> Iterator[tuple[int, bytes | None]]:
+    """(offset, value) of each record of a batch, walked in C by aiokafka's record iterator."""
+    plain = bytes(uncompressed_batch(memoryview(batch)[: header.size], header))
+    # The batch's bytes may say another base offset than the log's (a batch not yet assigned one).
+    shift = header.base_offset - read_header(plain).base_offset
+    try:
+        for record in DefaultRecordBatch(plain):
+            yield record.offset + shift, record.value
+    except CorruptRecordException as e:
+        raise CorruptRecordError(f"unreadable pending batch at offset {header.base_offset}: {e}") from None
 
 
 # -- deliveries -----------------------------------------------------------------------------------

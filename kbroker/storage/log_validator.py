@@ -29,12 +29,9 @@ from kbroker.storage.batch_scan import MIN_BATCH_LENGTH
 from kbroker.storage.delayed_appends import BatchPlan, DelayHeaderError, plan_batch
 from kbroker.storage.log_config import LONG_MAX, LogConfig
 from protocol.errors import ErrorCode, KafkaError
-from protocol.record_batch import CorruptRecordError, UnsupportedCompressionError, decompress_buffer
+from protocol.record_batch import CorruptRecordError, UnsupportedCompressionError, uncompressed_batch
 from protocol.records import (
-    ATTRIBUTES_OFFSET,
-    COMPRESSION_MASK,
     CURRENT_MAGIC,
-    HEADER_SIZE,
     LOG_OVERHEAD,
     MAGIC_OFFSET,
     NO_TIMESTAMP,
@@ -219,17 +216,9 @@ def _check_records(
 
 
 def _uncompressed(batch: memoryview, header: BatchHeader) -> bytes | bytearray | memoryview:
-    """The batch as the iterator reads it: itself when uncompressed, else its header marked
-    uncompressed followed by the decompressed records."""
-    codec = header.compression
-    if codec == 0:
-        return batch
-    if codec not in KNOWN_CODECS:
-        raise UnsupportedCompressionError(codec)
-    payload = decompress_buffer(codec, batch[HEADER_SIZE:])
-    plain_header = bytearray(batch[:HEADER_SIZE])
-    _INT16.pack_into(plain_header, ATTRIBUTES_OFFSET, header.attributes & ~COMPRESSION_MASK)
-    return b"".join((plain_header, payload))  # the one copy of the records
+    if header.compression not in KNOWN_CODECS:
+        raise UnsupportedCompressionError(header.compression)
+    return uncompressed_batch(batch, header)
 
 
 def _record_validation_error(errors: list[tuple[int, int, str]]) -> RecordValidationError:
