@@ -31,7 +31,7 @@ A record's pending id is the offset of its pending record.
 from __future__ import annotations
 
 import struct
-from collections.abc import Container, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 from aiokafka.errors import CorruptRecordException
@@ -164,31 +164,22 @@ def is_pending_batch(batch: bytes | memoryview, header: BatchHeader) -> bool:
 
 def decode_pending_batch(batch: bytes | memoryview, header: BatchHeader) -> list[PendingRecord]:
     """The delayed records of a pending batch (whose CRC was checked when it was stored)."""
-    return [decode_pending_value(value, offset) for offset, value in _pending_values(batch, header)]
-
-
-def decode_pending_records(batch: bytes | memoryview, header: BatchHeader, wanted: Container[int]
-                           ) -> list[PendingRecord]:
-    """The delayed records of a pending batch at the offsets in `wanted`, in batch order. The
-    others are stepped over (aiokafka's record iterator, in C), so delivering a few records of a
-    batch whose records fall due at different times does not cost a decode of the whole batch
-    each time."""
-    return [decode_pending_value(value, offset) for offset, value in _pending_values(batch, header)
-            if offset in wanted]
+    return [decode_pending_value(value, offset) for offset, value in pending_values(batch, header)]
 
 
 def pending_entries(batch: bytes | memoryview, header: BatchHeader) -> Iterator[tuple[int, int, int]]:
     """(offset, due ms, value size) of each pending record of a pending batch, from the first
     bytes of its value: what the delay index keeps, without decoding the delayed records."""
-    for offset, value in _pending_values(batch, header):
+    for offset, value in pending_values(batch, header):
         if value is None or len(value) < _PENDING_PREFIX.size:
             raise CorruptRecordError(f"pending record at offset {offset} has a value of "
                                      f"{'null' if value is None else len(value)} bytes")
         yield offset, _PENDING_PREFIX.unpack_from(value)[1], len(value)
 
 
-def _pending_values(batch: bytes | memoryview, header: BatchHeader) -> Iterator[tuple[int, bytes | None]]:
-    """(offset, value) of each record of a batch, walked in C by aiokafka's record iterator."""
+def pending_values(batch: bytes | memoryview, header: BatchHeader) -> Iterator[tuple[int, bytes | None]]:
+    """(offset, value) of each record of a (pending) batch, walked in C by aiokafka's record
+    iterator."""
     plain = bytes(uncompressed_batch(memoryview(batch)[: header.size], header))
     # The batch's bytes may say another base offset than the log's (a batch not yet assigned one).
     shift = header.base_offset - read_header(plain).base_offset

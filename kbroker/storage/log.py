@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kbroker.clock import WallClock, wall_clock_ms
-from kbroker.delay.delay_index import DelayIndex, IndexState, TruncatedBelowHighWatermark
+from kbroker.delay.delay_index import DelayIndex, EntryState, IndexState, TruncatedBelowHighWatermark
 from kbroker.delay.delay_snapshot import (
     delete_snapshots_above,
     load_index,
@@ -27,7 +27,8 @@ from kbroker.delay.delay_snapshot import (
     write_snapshot,
 )
 from kbroker.delay.forward_batches import ForwardRecord, decode_forward_batch, is_forward_batch
-from kbroker.delay.pending_batches import PendingRecord, decode_pending_records
+from kbroker.delay.pending_batches import PendingRecord, decode_pending_value, pending_values
+from kbroker.delay.pending_cache import SHARED, PendingValueCache, new_owner
 from kbroker.storage.delayed_appends import BatchPlan, pending_batch
 from kbroker.storage.dir_names import FUTURE_DIR_SUFFIX, parse_future_dir_name, parse_log_dir_name
 from kbroker.storage.encryption import BatchCipher, Keyring
@@ -84,6 +85,7 @@ class Log:
         clock: WallClock = wall_clock_ms,
         health: LogDirHealth | None = None,
         keyring: Keyring | None = None,
+        pending_cache: PendingValueCache = SHARED,
     ) -> None:
         parsed = parse_log_dir_name(directory.name) or parse_future_dir_name(directory.name)
         if parsed is None:
@@ -112,6 +114,8 @@ class Log:
         self.epochs = LeaderEpochCache(directory)
         self.producer_state = ProducerStateManager(directory, self.name)
         self._load(had_clean_shutdown)
+        self._pending_cache = pending_cache
+        self._cache_owner = new_owner()
         self.delay_index = self._load_delay_index()
         self._roll_if_key_changed()
         self.high_watermark = high_watermark
@@ -187,6 +191,7 @@ class Log:
 
     def _truncate_delay_index(self, offset: int) -> None:
         delete_snapshots_above(self.directory, offset)
+        self._pending_cache.drop(self._cache_owner, offset)
         try:
             self.delay_index.truncate(offset)
         except TruncatedBelowHighWatermark as e:
@@ -196,10 +201,16 @@ class Log:
 
     def pending_records(self, offsets: Sequence[int]) -> list[PendingRecord]:
         """The delayed records held by the pending records at `offsets` (ascending or not), read
-        from the log; an offset no longer in the log (or not a pending record) is left out."""
+        from the log; an offset no longer in the log (or not a pending record) is left out.
+
+        A batch read for some of its records leaves the values of its other pending records in
+        the broker's `PendingValueCache`, for the next passes (see pending_cache.py)."""
         wanted = set(offsets)
         found: dict[int, PendingRecord] = {}
-        for offset in sorted(wanted):
+        for offset in wanted:
+            if (value := self._pending_cache.take(self._cache_owner, offset)) is not None:
+                found[offset] = decode_pending_value(value, offset)
+        for offset in sorted(wanted - found.keys()):
             if offset in found or offset < self.log_start_offset or offset >= self._log_end_offset:
                 continue
             located = None
@@ -209,11 +220,20 @@ class Log:
             if located is None:
                 continue
             batch, header = segment.read_batch(*located)
-            if not header.is_control:
-                continue
-            for record in decode_pending_records(batch, header, wanted):
-                found[record.offset] = record
+            if header.is_control:
+                self._read_pending_batch(batch, header, wanted, found)
         return [found[o] for o in offsets if o in found]
+
+    def _read_pending_batch(self, batch: bytes, header: BatchHeader, wanted: set[int],
+                            found: dict[int, PendingRecord]) -> None:
+        kept = []
+        index = self.delay_index
+        for offset, value in pending_values(batch, header):
+            if offset in wanted:
+                found[offset] = decode_pending_value(value, offset)
+            elif value is not None and index.state_of(offset) == EntryState.SCHEDULED:
+                kept.append((offset, value))
+        self._pending_cache.put_all(self._cache_owner, kept)
 
     def forward_batch(self, offset: int) -> list[ForwardRecord]:
         """The forward records of the forward batch at `offset` (a retry topic's), read from the
@@ -664,6 +684,7 @@ class Log:
         self.producer_state.reset(offset)
         self.producer_state.delete_snapshots(above=-1)
         delete_snapshots_above(self.directory, -1)
+        self._pending_cache.drop(self._cache_owner)
         self.delay_index = self._empty_delay_index(offset)
 
     def _after_truncation(self) -> None:
@@ -760,6 +781,7 @@ class Log:
 
     def release(self) -> None:
         """Close every file without writing anything (the directory may already be gone)."""
+        self._pending_cache.drop(self._cache_owner)
         self._segments.release()
 
     def delete(self) -> None:

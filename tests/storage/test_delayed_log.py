@@ -7,6 +7,7 @@ import pytest
 
 from kbroker.delay.delay_index import EntryState
 from kbroker.delay.pending_batches import DELIVERY_ATTRIBUTE, encode_delivery_batch, is_pending_batch
+from kbroker.delay.pending_cache import PendingValueCache
 from kbroker.storage.log import Log
 from kbroker.storage.log_config import LogConfig
 from kbroker.storage.log_validator import RecordValidationError
@@ -211,3 +212,23 @@ def test_compaction_keeps_a_delivery_while_its_pending_record_is_in_the_log(open
     rebuilt = open_log(config)  # the index from the compacted log alone
     assert rebuilt.delay_index.pending_count == 0, "the delivery was compacted away: it would be delivered again"
     assert rebuilt.delay_index.collect_due(T0 + 10_000) == []
+
+
+def test_a_batch_read_for_one_record_keeps_the_others_until_a_truncation(open_log: OpenLog) -> None:
+    cache = PendingValueCache()
+    log = open_log(pending_cache=cache)
+    log.append_as_leader(_batch((b"a", [(DELAY, b"1000")])), 0, T0)
+    log.append_as_leader(_batch((b"b", [(DELAY, b"2000")]), (b"c", [(DELAY, b"3000")]),
+                                (b"d", [(DELAY, b"4000")])), 0, T0)
+    log.high_watermark = 1
+    [second] = log.pending_records([1])
+    assert second.value == b"b" and len(cache) == 2  # c and d kept for later passes
+    [third] = log.pending_records([2])
+    assert third.value == b"c" and len(cache) == 1
+    # Truncated (a follower's divergent tail) and written again with other records: the value
+    # kept for offset 3 must not come back.
+    log.truncate_to(1)
+    assert len(cache) == 0
+    log.append_as_leader(_batch((b"x", [(DELAY, b"500")]), (b"y", [(DELAY, b"500")]),
+                                (b"z", [(DELAY, b"500")])), 0, T0)
+    assert [r.value for r in log.pending_records([3])] == [b"z"]
