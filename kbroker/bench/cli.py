@@ -159,7 +159,7 @@ def _delayed_options(parser: argparse.ArgumentParser) -> None:
                           help="delays are uniform over 0..this many seconds (default 120)")
     lateness.add_argument("--partitions", type=int, default=4)
     lateness.add_argument("--spread-s", type=float, default=30.0,
-                          help="seconds over which the delayed records are sent (default 10; 0: at once)")
+                          help="seconds over which the delayed records are sent (default 30; 0: at once)")
     lateness.add_argument("--delayed-size", type=int, default=100, help="bytes of a delayed record's value "
                           "(also of the memory part's records)")
     lateness.add_argument("--plain-rate", type=float, default=1000.0,
