@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from kbroker.bench import profiling
+from kbroker.bench.ceiling import WriteCeiling
 from kbroker.bench.references import MockServer
 from kbroker.bench.servers import KbrokerServer, Server, new_data_dir
 from kbroker.bench.ui import UI, Step
@@ -72,15 +73,18 @@ def topic_name(kind: str) -> str:
 
 
 def alternate(env: Env, label: str, run_once: Callable[[Server, Step], dict[str, Any]], metrics: list[str],
-              seconds: float | None, describe: Callable[[dict[str, Any]], str]) -> dict[str, Any]:
+              seconds: float | None, describe: Callable[[dict[str, Any]], str],
+              servers: list[Server] | None = None) -> dict[str, Any]:
     """Run kbroker, reference, kbroker, reference, ... `env.runs` times; medians and ratios per metric.
 
     Interleaving spreads the machine's drifts (other tenants, thermal, page cache) over both
-    brokers instead of letting one of them take a quiet or a noisy minute.
+    brokers instead of letting one of them take a quiet or a noisy minute. `servers`: the
+    environment's and any stand-ins (the write ceiling).
     """
-    runs: dict[str, list[dict[str, Any]]] = {server.name: [] for server in env.servers}
+    servers = servers or env.servers
+    runs: dict[str, list[dict[str, Any]]] = {server.name: [] for server in servers}
     for index in range(env.runs):
-        for server in env.servers:
+        for server in servers:
             description = f"{label} · {server.name} · run {index + 1}/{env.runs}"
             with env.ui.step(description, seconds) as step:
                 result = run_once(server, step)
@@ -143,6 +147,8 @@ def _throughput(server: Server, results: list[dict[str, Any]], cpu_before: float
 
 
 def _describe_throughput(result: dict[str, Any]) -> str:
+    if result.get("client_cpu") is None and result.get("server_cpu") is None:
+        return f"{result['mb_per_s']:.1f} MB/s"  # the write ceiling
     cpu = f", broker CPU {result['server_cpu']:.0%}" if result.get("server_cpu") is not None else ""
     if result.get("leader_cpu") is not None:
         cpu += f" (leader {result['leader_cpu']:.0%}, followers {result['followers_cpu']:.0%})"
@@ -170,6 +176,8 @@ def produce_case(env: Env, message_size: int, config: dict[str, Any], partitions
         server.create_topic(topics[server.name], partitions)
 
     def run_once(server: Server, step: Step) -> dict[str, Any]:
+        if isinstance(server, WriteCeiling):
+            return server.run(duration_s, message_size)
         spec = {"bootstrap": server.client_bootstrap, "topic": topics[server.name], "message_size": message_size,
                 "duration_s": duration_s, "config": {**config, **server.client_settings}, "keyed": keyed}
         cpu_before, parts_before = server.cpu_seconds(), server.cpu_parts()
@@ -177,7 +185,7 @@ def produce_case(env: Env, message_size: int, config: dict[str, Any], partitions
         return _throughput(server, results, cpu_before, message_size, parts_before)
 
     summary = alternate(env, label, run_once, ["mb_per_s", "msgs_per_s", *env.cpu_metrics(), "client_cpu"],
-                        duration_s, _describe_throughput)
+                        duration_s, _describe_throughput, [*env.servers, *_ceiling(env, config)])
     case: dict[str, Any] = {
         "name": label,
         "params": {"message_size": message_size, "partitions": partitions, "producers": producers,
@@ -189,6 +197,15 @@ def produce_case(env: Env, message_size: int, config: dict[str, Any], partitions
     for server in env.servers:
         server.delete_topic(topics[server.name])
     return case
+
+
+def _ceiling(env: Env, config: dict[str, Any]) -> list[Server]:
+    """The write ceiling of a single kbroker's log directory, in chunks of the producer's batch
+    size (none for a cluster or a broker measured over --bootstrap: no local log directory)."""
+    directory = getattr(env.kbroker, "log_dir", None)
+    if env.kbroker.brokers != 1 or directory is None:
+        return []
+    return [WriteCeiling(Path(directory), int(config.get("batch.size", 1_000_000)))]
 
 
 def profile_run(env: Env, label: str, run: Callable[[Step], dict[str, Any]], seconds: float) -> dict[str, Any]:

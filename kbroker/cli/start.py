@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import signal
 import sys
 
@@ -29,6 +30,10 @@ def run(args: argparse.Namespace) -> int:
     except (ConfigError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
+    if os.environ.get("KBROKER_EVENT_LOOP") == "uvloop":  # for measuring it (docs/performance.md)
+        import uvloop
+
+        return uvloop.run(_serve(config))
     return asyncio.run(_serve(config))
 
 

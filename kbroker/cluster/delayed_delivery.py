@@ -27,7 +27,7 @@ from kbroker.clock import WallClock, wall_clock_ms
 from kbroker.cluster.partition import Partition
 from kbroker.cluster.replica_manager import ReplicaManager
 from kbroker.cluster.retry_forwarding import RetryForwarder
-from kbroker.delay.pending_batches import PendingRecord, encode_delivery_batch
+from kbroker.delay.pending_batches import batches_fitting, encode_delivery_batch
 from kbroker.storage.producer_state import AppendOrigin
 from protocol.errors import KafkaError
 
@@ -212,7 +212,7 @@ class DelayedDeliveries:
                       partition.name, lost[:10])
         appended = 0
         try:
-            for chunk in _chunks(records, partition.log.config.max_message_bytes):
+            for chunk in batches_fitting(records, partition.log.config.max_message_bytes, _RECORD_OVERHEAD):
                 batch = encode_delivery_batch(partition.topic, partition.index, chunk)
                 partition.append_as_leader(batch, now_ms, origin=AppendOrigin.COORDINATOR, required_acks=-1)
                 appended += len(chunk)
@@ -222,22 +222,6 @@ class DelayedDeliveries:
             index.release_in_flight([r.offset for r in records[appended:]])
             return False
         return True
-
-
-def _chunks(records: Sequence[PendingRecord], max_bytes: int) -> Iterator[list[PendingRecord]]:
-    """Runs of records whose delivery batch fits `max.message.bytes` (a larger record goes alone)."""
-    chunk: list[PendingRecord] = []
-    size = 61  # the batch header
-    for record in records:
-        record_size = _RECORD_OVERHEAD + len(record.key or b"") + len(record.value or b"") + sum(
-            len(name) + len(value or b"") + 8 for name, value in record.headers)
-        if chunk and size + record_size > max_bytes:
-            yield chunk
-            chunk, size = [], 61
-        chunk.append(record)
-        size += record_size
-    if chunk:
-        yield chunk
 
 
 def _earlier(a: int | None, b: int | None) -> int | None:

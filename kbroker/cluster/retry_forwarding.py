@@ -31,7 +31,7 @@ import contextlib
 import enum
 import logging
 from collections import defaultdict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from kbroker.clock import WallClock, wall_clock_ms
@@ -41,7 +41,7 @@ from kbroker.cluster.partition import Partition
 from kbroker.cluster.partition_writer import PartitionWriter
 from kbroker.cluster.replica_manager import ReplicaManager
 from kbroker.delay.forward_batches import ForwardRecord, encode_forward_batch, encode_forward_done_batch
-from kbroker.delay.pending_batches import PendingRecord
+from kbroker.delay.pending_batches import PendingRecord, batches_fitting
 from kbroker.delay.retries import Route, attempts_made, forwarded_record, route_of, target_partition
 from kbroker.storage.log_config import LogConfig
 from kbroker.storage.producer_state import AppendOrigin
@@ -221,7 +221,7 @@ class RetryForwarder:
         producer = self._producer(partition, epoch)
         forwards = []
         for (route, topic, target), members in groups.items():
-            for chunk in _chunks(members, self._max_batch_bytes(topic)):
+            for chunk in batches_fitting(members, self._max_batch_bytes(topic), _RECORD_OVERHEAD):
                 if producer.sequences.get((topic, target), 0) + len(chunk) > INT32_MAX:
                     producer = self._producer(partition, epoch, fresh=True)
                 sequence = producer.sequences.get((topic, target), 0)
@@ -432,19 +432,3 @@ def _retriable(code: int) -> bool:
                     ErrorCode.LEADER_NOT_AVAILABLE, ErrorCode.NOT_ENOUGH_REPLICAS,
                     ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND, ErrorCode.REQUEST_TIMED_OUT,
                     ErrorCode.KAFKA_STORAGE_ERROR, ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.UNKNOWN_LEADER_EPOCH)
-
-
-def _chunks(records: Sequence[PendingRecord], max_bytes: int) -> Iterator[list[PendingRecord]]:
-    """Runs of records whose target batch fits `max_bytes` (a larger record goes alone)."""
-    chunk: list[PendingRecord] = []
-    size = 61  # the batch header
-    for record in records:
-        record_size = _RECORD_OVERHEAD + len(record.key or b"") + len(record.value or b"") + sum(
-            len(name) + len(value or b"") + 8 for name, value in record.headers)
-        if chunk and size + record_size > max_bytes:
-            yield chunk
-            chunk, size = [], 61
-        chunk.append(record)
-        size += record_size
-    if chunk:
-        yield chunk

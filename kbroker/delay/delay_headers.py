@@ -74,8 +74,8 @@ def due_time(headers: Sequence[Header], timestamp_ms: int, now_ms: int,
              settings: DelaySettings = DelaySettings()) -> int | None:
     """When the record is due, or None when it is not delayed. Raises DelayHeaderError."""
     base_ms = now_ms if timestamp_ms == NO_TIMESTAMP else timestamp_ms
-    delay_ms = _header_value(headers, DELAY_MS_HEADER)
-    deliver_at = _header_value(headers, DELIVER_AT_HEADER)
+    delay_ms = header_value(headers, DELAY_MS_HEADER)
+    deliver_at = header_value(headers, DELIVER_AT_HEADER)
     if delay_ms is not None and delay_ms > settings.max_delay_ms:
         raise DelayHeaderError(
             f"{DELAY_MS_HEADER} {delay_ms} is beyond the topic's delay.max.ms {settings.max_delay_ms}")
@@ -116,20 +116,20 @@ def batch_due_times(records: Sequence[Record], now_ms: int,
     return dues if any(due is not None for due in dues) else None
 
 
-def _header_value(headers: Sequence[Header], name: str) -> int | None:
+def header_value(headers: Sequence[Header], name: str) -> int | None:
     """The value of header `name` as a non-negative int64, None if absent; refuses a malformed one."""
     found: int | None = None
     for key, raw in headers:
         if key != name:
             continue
-        value = parse_decimal(name, raw)
+        value = _parse_decimal(name, raw)
         if found is not None and value != found:
             raise DelayHeaderError(f"{name} is given twice with different values, {found} and {value}")
         found = value
     return found
 
 
-def parse_decimal(name: str, raw: bytes | None) -> int:
+def _parse_decimal(name: str, raw: bytes | None) -> int:
     if raw is None:
         raise DelayHeaderError(f"{name} has a null value; it must be a decimal number of milliseconds")
     shown = raw[:40].decode("ascii", "backslashreplace")

@@ -203,6 +203,24 @@ def pending_values(batch: bytes | memoryview, header: BatchHeader) -> Iterator[t
 # -- deliveries -----------------------------------------------------------------------------------
 
 
+def batches_fitting(records: Sequence[PendingRecord], max_bytes: int, overhead: int) -> Iterator[list[PendingRecord]]:
+    """Runs of `records`, in order, whose re-encoded batch fits `max_bytes` (a larger record goes
+    alone), counting each record's key, value and headers plus `overhead` bytes (its framing
+    and the headers the broker adds, generously)."""
+    chunk: list[PendingRecord] = []
+    size = HEADER_SIZE
+    for record in records:
+        record_size = overhead + len(record.key or b"") + len(record.value or b"") + sum(
+            len(name) + len(value or b"") + 8 for name, value in record.headers)
+        if chunk and size + record_size > max_bytes:
+            yield chunk
+            chunk, size = [], HEADER_SIZE
+        chunk.append(record)
+        size += record_size
+    if chunk:
+        yield chunk
+
+
 def delayed_from(topic: str, partition: int, offset: int) -> bytes:
     """The `kbroker.delayed.from` value naming pending record `offset` of a partition."""
     return f"{topic}-{partition}@{offset}".encode()

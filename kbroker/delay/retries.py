@@ -28,7 +28,7 @@ from kbroker.delay.delay_headers import (
     DELAYED_FROM_HEADER,
     DELIVER_AT_HEADER,
     DelayHeaderError,
-    parse_decimal,
+    header_value,
 )
 from kbroker.delay.pending_batches import PendingRecord
 from kbroker.partitioner import partition_for_key
@@ -69,15 +69,7 @@ class RetrySettings:
 def attempts_made(headers: Sequence[Header]) -> int:
     """The attempts a record has had, from its `kbroker.attempt` header (absent: 0).
     Raises DelayHeaderError for a value that is not a decimal number, or two that differ."""
-    found: int | None = None
-    for name, raw in headers:
-        if name != ATTEMPT_HEADER:
-            continue
-        value = parse_decimal(ATTEMPT_HEADER, raw)
-        if found is not None and value != found:
-            raise DelayHeaderError(f"{ATTEMPT_HEADER} is given twice with different values, {found} and {value}")
-        found = value
-    return found or 0
+    return header_value(headers, ATTEMPT_HEADER) or 0
 
 
 def route_of(headers: Sequence[Header], backoffs: int) -> tuple[Route, int]:

@@ -21,11 +21,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import struct
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from kbroker.handlers import HandlerResult, RequestContext, dispatch, failed, handlers
 from kbroker.log_limiter import RateLimitedLog
@@ -55,6 +56,9 @@ DECODE_INLINE_LIMIT = 256 * 1024
 # Answers with more entries than this are encoded off the event loop.
 ENCODE_INLINE_ENTRIES = 2000
 _SIZE = struct.Struct(">i")
+# asyncio's own loop sends files with sendfile(2); an alternative event loop (uvloop, measured
+# in docs/performance.md) may not: then a file part is read and written like any other.
+_NATIVE_SENDFILE = os.environ.get("KBROKER_EVENT_LOOP", "asyncio") == "asyncio"
 SASL_HANDSHAKE_KEY = 17
 
 
@@ -123,8 +127,8 @@ class ServedConnection(asyncio.BufferedProtocol):
     # -- transport callbacks --------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # A stream transport (asyncio's, or uvloop's, which does not subclass asyncio.Transport).
+        self.transport = cast(asyncio.Transport, transport)
         peer = transport.get_extra_info("peername")
         if peer:
             self.peer = f"{peer[0]}:{peer[1]}"
@@ -595,7 +599,7 @@ class ServedConnection(asyncio.BufferedProtocol):
         for part in parts:
             if isinstance(part, bytes | bytearray | memoryview):
                 transport.write(part)
-            elif part.size >= SENDFILE_THRESHOLD and hasattr(part, "file") and not self.tls:
+            elif part.size >= SENDFILE_THRESHOLD and hasattr(part, "file") and not self.tls and _NATIVE_SENDFILE:
                 await self._drain()
                 await loop.sendfile(transport, part.file, part.position, part.size)
             else:

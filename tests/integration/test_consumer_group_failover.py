@@ -19,7 +19,7 @@ from kbroker.client import Client
 from kbroker.coordinator.offsets_topic import TOPIC as OFFSETS_TOPIC
 from kbroker.coordinator.offsets_topic import partition_for
 from protocol.errors import ErrorCode
-from tests.brokers import BrokerProcess
+from tests.brokers import BrokerProcess, running_cluster
 from tests.conftest import create_topic
 from tests.integration.test_consumer_groups import partitions_of, produce, stop_all
 from tests.members import MemberProcess, exclusive_cover
@@ -134,12 +134,8 @@ CLUSTER = {"replica.lag.time.max.ms": "3000", "replica.fetch.wait.max.ms": "100"
 
 @pytest.fixture
 def cluster(tmp_path: Path, zk_connect: str) -> Iterator[list[BrokerProcess]]:
-    started = [BrokerProcess(tmp_path / f"b{i}", overrides={"broker.id": str(i), "zookeeper.connect": zk_connect,
-                                                            **CLUSTER}).start()
-               for i in range(3)]
-    yield started
-    for broker in started:
-        broker.kill()
+    with running_cluster(tmp_path, zk_connect, 3, CLUSTER) as started:
+        yield started
 
 
 def coordinator(brokers: list[BrokerProcess], group: str) -> int:

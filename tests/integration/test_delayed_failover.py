@@ -14,7 +14,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from kbroker.client import Client
-from tests.brokers import BrokerProcess
+from tests.brokers import BrokerProcess, bootstrap_of, running_cluster
 from tests.integration.test_delayed_delivery import DELAY, DELIVER_AT, FROM, Reader, _now_ms, _produce
 from tests.waiting import wait_until
 
@@ -28,38 +28,30 @@ COUNT = 20
 
 @pytest.fixture
 def brokers(tmp_path: Path, zk_connect: str) -> Iterator[list[BrokerProcess]]:
-    started = [BrokerProcess(tmp_path / f"b{i}", overrides={"broker.id": str(i), "zookeeper.connect": zk_connect,
-                                                            **SETTINGS}).start()
-               for i in range(3)]
-    yield started
-    for broker in started:
-        broker.kill()
-
-
-def _bootstrap(brokers: list[BrokerProcess]) -> str:
-    return ",".join(b.bootstrap for b in brokers if b.alive)
+    with running_cluster(tmp_path, zk_connect, 3, SETTINGS) as started:
+        yield started
 
 
 def _leader(brokers: list[BrokerProcess]) -> int:
-    with Client(_bootstrap(brokers)) as client:
+    with Client(bootstrap_of(brokers)) as client:
         return client.metadata([TOPIC], refresh=True).topic(TOPIC).partitions[0].leader
 
 
 def _isr(brokers: list[BrokerProcess]) -> set[int]:
-    with Client(_bootstrap(brokers)) as client:
+    with Client(bootstrap_of(brokers)) as client:
         return set(client.metadata([TOPIC], refresh=True).topic(TOPIC).partitions[0].isr)
 
 
 def test_killing_the_leader_delivers_each_record_exactly_once(brokers: list[BrokerProcess]) -> None:
-    admin = AdminClient({"bootstrap.servers": _bootstrap(brokers)})
+    admin = AdminClient({"bootstrap.servers": bootstrap_of(brokers)})
     admin.create_topics([NewTopic(TOPIC, 1, 3, config={"min.insync.replicas": "2"})])[TOPIC].result(30)
-    producer = Producer({"bootstrap.servers": _bootstrap(brokers), "acks": "all", "enable.idempotence": True})
+    producer = Producer({"bootstrap.servers": bootstrap_of(brokers), "acks": "all", "enable.idempotence": True})
     sent = _now_ms()
     due = {b"f%02d" % i: sent + 1500 + 200 * i for i in range(COUNT)}
     for value, due_ms in due.items():
         _produce(producer, TOPIC, value, [(DELAY, b"%d" % (due_ms - sent))], timestamp=sent)
     assert producer.flush(30) == 0
-    reader = Reader(_bootstrap(brokers), TOPIC)
+    reader = Reader(bootstrap_of(brokers), TOPIC)
     reader.until(lambda got: len(got) >= 3, what="the first deliveries")
     assert len(reader.arrivals) < COUNT
 
@@ -68,7 +60,7 @@ def test_killing_the_leader_delivers_each_record_exactly_once(brokers: list[Brok
     wait_until(lambda: _leader(brokers) not in (killed, -1), 60, "a new leader")
     # Due after every other record: once it is here, a duplicate from the new leader would be too.
     due[b"sentinel"] = max(sent + 1500 + 200 * COUNT, _now_ms()) + 3000
-    after = Producer({"bootstrap.servers": _bootstrap(brokers), "acks": "all"})
+    after = Producer({"bootstrap.servers": bootstrap_of(brokers), "acks": "all"})
     _produce(after, TOPIC, b"sentinel", [(DELIVER_AT, b"%d" % due[b"sentinel"])])
     assert after.flush(60) == 0
     assert _now_ms() < due[b"sentinel"], "the sentinel took too long to produce to be delayed"
@@ -76,7 +68,7 @@ def test_killing_the_leader_delivers_each_record_exactly_once(brokers: list[Brok
 
     brokers[killed].start()
     wait_until(lambda: _isr(brokers) == {0, 1, 2}, 60, "the returned broker back in the ISR")
-    with Client(_bootstrap(brokers)) as client:
+    with Client(bootstrap_of(brokers)) as client:
         client.elect_leaders(False, [(TOPIC, 0)])
     wait_until(lambda: _leader(brokers) == killed, 30, "the returned broker leading again")
     # Records it delivers itself now: a stale index on the returned broker would deliver an

@@ -12,7 +12,7 @@ import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from kbroker.client import Client
-from tests.brokers import BrokerProcess
+from tests.brokers import BrokerProcess, bootstrap_of, running_cluster
 from tests.integration.test_retry_topics import (
     ATTEMPT,
     BROKER_LATE_MS,
@@ -34,32 +34,24 @@ SETTLE_MS = 3000
 
 @pytest.fixture
 def brokers(tmp_path: Path, zk_connect: str) -> Iterator[list[BrokerProcess]]:
-    started = [BrokerProcess(tmp_path / f"b{i}", overrides={"broker.id": str(i), "zookeeper.connect": zk_connect,
-                                                            **SETTINGS}).start()
-               for i in range(3)]
-    yield started
-    for broker in started:
-        broker.kill()
-
-
-def _bootstrap(brokers: list[BrokerProcess]) -> str:
-    return ",".join(b.bootstrap for b in brokers if b.alive)
+    with running_cluster(tmp_path, zk_connect, 3, SETTINGS) as started:
+        yield started
 
 
 def _leader(brokers: list[BrokerProcess], topic: str) -> int:
-    with Client(_bootstrap(brokers)) as client:
+    with Client(bootstrap_of(brokers)) as client:
         return client.metadata([topic], refresh=True).topic(topic).partitions[0].leader
 
 
 def test_killing_the_retry_partitions_leader_forwards_each_record_once_per_attempt(
         brokers: list[BrokerProcess]) -> None:
-    admin = AdminClient({"bootstrap.servers": _bootstrap(brokers)})
+    admin = AdminClient({"bootstrap.servers": bootstrap_of(brokers)})
     replicated = {"min.insync.replicas": "2"}
     for name, configs in (("orders", replicated), ("orders.dead", replicated),
                           ("orders.retry", {**replicated, **_retry_configs("orders", "orders.dead")})):
         admin.create_topics([NewTopic(name, 1, 3, config=configs)])[name].result(30)
-    _produce_orders(_bootstrap(brokers), "orders", KEYS)
-    consumer = FailingConsumer(_bootstrap(brokers), "orders", "orders.retry", "orders.dead", 1)
+    _produce_orders(bootstrap_of(brokers), "orders", KEYS)
+    consumer = FailingConsumer(bootstrap_of(brokers), "orders", "orders.retry", "orders.dead", 1)
     # Killed once some records came back: others wait in the retry partition, or are on their way.
     consumer.run_until(lambda c: sum(s.headers.get(ATTEMPT) == b"1" for s in c.seen) >= len(KEYS) // 3,
                        what="the first retries")

@@ -18,7 +18,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kbroker.client import Client
 from kbroker.coordinator.offsets_topic import partition_for
 from kbroker.coordinator.share_state_records import coordinator_key
-from tests.brokers import BrokerProcess
+from tests.brokers import BrokerProcess, running_cluster
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(300)
@@ -32,12 +32,8 @@ JOBS = 1500
 
 @pytest.fixture
 def brokers(tmp_path: Path, zk_connect: str) -> Iterator[list[BrokerProcess]]:
-    started = [BrokerProcess(tmp_path / f"b{i}", overrides={"broker.id": str(i), "zookeeper.connect": zk_connect,
-                                                            **SETTINGS}).start()
-               for i in range(3)]
-    yield started
-    for broker in started:
-        broker.kill()
+    with running_cluster(tmp_path, zk_connect, 3, SETTINGS) as started:
+        yield started
 
 
 def bootstrap(brokers: list[BrokerProcess]) -> str:

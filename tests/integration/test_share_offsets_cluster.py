@@ -15,7 +15,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from kbroker.client import Client
 from kbroker.client.share_offsets import SharePartitionOffset
-from tests.brokers import BrokerProcess
+from tests.brokers import BrokerProcess, running_cluster
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(300)
@@ -28,12 +28,8 @@ GROUP, TOPIC = "remote-workers", "remote-jobs"
 
 @pytest.fixture
 def brokers(tmp_path: Path, zk_connect: str) -> Iterator[list[BrokerProcess]]:
-    started = [BrokerProcess(tmp_path / f"b{i}", overrides={"broker.id": str(i), "zookeeper.connect": zk_connect,
-                                                            **SETTINGS}).start()
-               for i in range(2)]
-    yield started
-    for broker in started:
-        broker.kill()
+    with running_cluster(tmp_path, zk_connect, 2, SETTINGS) as started:
+        yield started
 
 
 def _consume_all(bootstrap: str, expected: int) -> list[bytes]:
