@@ -64,11 +64,14 @@ def bench(tmp_path: Path, name: str, *args: str, broker: BrokerProcess | None = 
 
 
 def check_case(case: dict[str, Any], metrics: list[str], references: tuple[str, ...] = ("mock",)) -> None:
-    assert set(case["servers"]) == {"kbroker", *references}
-    for server in case["servers"].values():
+    """One run of kbroker and each reference, every metric measured. A produce case against a
+    broker the benchmark started also has the write ceiling (checked where it is the point)."""
+    assert set(case["servers"]) - {"ceiling"} == {"kbroker", *references} - {"ceiling"}
+    for name, server in case["servers"].items():
         assert len(server["runs"]) == 1
         for metric in metrics:
-            assert server["median"][metric] > 0, (metric, server)
+            if name != "ceiling" or metric in ("mb_per_s", "msgs_per_s"):
+                assert server["median"][metric] > 0, (metric, server)
     for reference in references:
         for metric in metrics:
             assert case["ratios"][reference][metric] > 0, (reference, metric)
@@ -208,7 +211,7 @@ def test_encryption_at_rest_against_plaintext(tmp_path: Path) -> None:
                     "--mib-per-partition", "0.2", "--passes", "1")
     produce, consume = results["encryption"]
     for case in (produce, consume):
-        assert set(case["servers"]) == {"kbroker", "plaintext"}
+        assert set(case["servers"]) - {"ceiling"} == {"kbroker", "plaintext"}
         assert case["ratios"]["plaintext"]["mb_per_s"] > 0
     assert "log.encryption.key.file" in results["servers"]["kbroker"]
     assert "encryption at rest: produce" in (tmp_path / "encryption" / "summary.md").read_text()
@@ -221,7 +224,7 @@ def test_tls_against_plaintext(tmp_path: Path) -> None:
                     "--mib-per-partition", "0.2", "--passes", "1")
     produce, consume = results["tls"]
     for case in (produce, consume):
-        assert set(case["servers"]) == {"kbroker", "plaintext"}
+        assert set(case["servers"]) - {"ceiling"} == {"kbroker", "plaintext"}
         assert case["ratios"]["plaintext"]["mb_per_s"] > 0
         assert all(run.get("errors", 0) == 0 for run in case["servers"]["kbroker"]["runs"])
     assert "SSL listener" in results["servers"]["kbroker"]
