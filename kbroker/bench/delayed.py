@@ -69,6 +69,8 @@ DELAYED_CONFIG = {"acks": "all", "enable.idempotence": True, "linger.ms": 5}
 # The plain producer: linger.ms=1 as in `kbroker bench latency` (its produce latency is measured).
 PLAIN_CONFIG = {"acks": "1", "linger.ms": 1}
 FILL_CONFIG = {"acks": "1", "linger.ms": 50, "batch.size": 1_000_000}
+# How the consumer knew it had read everything (delayed_workers._Ending), and its client's errors.
+END_CHECK = ("nothing_pending_ms", "sentinels", "client_errors", "first_client_errors")
 TAIL_S = 2.0  # the plain producer goes on this long after the last due time
 GRACE_S = 60.0  # how long past that the consumer waits for records still missing
 SETTLE_S = 2.0  # before reading a broker's RSS: let the last requests' buffers go
@@ -145,7 +147,7 @@ def _lateness_run(env: Env, server: Server, args: argparse.Namespace, clients: d
     server.create_topic(topic, args.partitions)
     common = {"bootstrap": server.bootstrap, "topic": topic, "partitions": args.partitions}
     consumer = {**common, "expected": args.records if delayed else 0, "min_run_s": 0 if delayed else length,
-                "deadline_s": length + GRACE_S, "settle_s": 1.0, "config": clients["consumer"]}
+                "deadline_s": length + GRACE_S, "config": clients["consumer"]}
     plain = {**common, "rate": args.plain_rate, "duration_s": length, "value_size": args.plain_size,
              "config": PLAIN_CONFIG}
     specs = [(WORKER + "delayed_consume", consumer), (WORKER + "plain_produce", plain)]
@@ -160,6 +162,7 @@ def _lateness_run(env: Env, server: Server, args: argparse.Namespace, clients: d
               "load_average": round(os.getloadavg()[0], 2), "plain": plain_stats(results[1], args.spread_s)}
     if delayed:
         result.update(delivery_stats(results[0], results[2:], args.partitions))
+        result["end_check"] = {key: results[0][key] for key in END_CHECK}
     if profiled:
         result["profile"] = profiled
     server.delete_topic(topic)
