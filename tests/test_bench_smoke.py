@@ -382,6 +382,8 @@ def test_outage_window_split() -> None:
     producers = [{"first_id": 0, "count": 5, "acked_ms": q(100, 100, 100, 10_500, 100), "failed": q()}]
     stats = outage_stats(consumed, producers, {0: (10_000, 13_000), 1: (10_000, 40_000)})
     assert (stats["inside"], stats["caught_by_kill"], stats["outside"]) == (3, 1, 2)
+    assert (stats["before_kill"], stats["after_window"]) == (1, 1)
+    assert stats["lateness_before_kill_ms"]["max"] == 1.0 and stats["lateness_after_window_ms"]["max"] == 2.0
     assert stats["lateness_outside_ms"]["max"] == 2.0 and stats["lateness_inside_ms"]["max"] == 2200.0
     assert stats["acked_after_kill"] == 1
     assert stats["window_after_kill_s"] == {0: 3.0, 1: 30.0}

@@ -357,12 +357,12 @@ def outage_stats(consumed: dict[str, Any], producers: list[dict[str, Any]],
                  windows: dict[int, tuple[int, int]]) -> dict[str, Any]:
     """Lateness of each record's first delivery in and out of its partition's outage window
     (delayed_kill's definition: in when received after the kill and due before the window's end),
-    and how many acknowledgements came after the kill (0: every record was stored before it)."""
+    the records out of it split into those received before the kill and those due after the
+    window; and how many acknowledgements came after the kill (0: all were stored before it)."""
     c = _columns(consumed)
     kill_ms = min(start for start, _end in windows.values())
     seen: set[int] = set()
-    inside: list[float] = []
-    outside: list[float] = []
+    lateness: dict[str, list[float]] = {"before_kill": [], "inside": [], "after_window": []}
     by_second: dict[int, list[float]] = {}
     caught = 0
     for i, record_id in enumerate(c["ids"]):
@@ -373,15 +373,19 @@ def outage_stats(consumed: dict[str, Any], producers: list[dict[str, Any]],
         start, end = windows[c["partition"][i]]
         late = received_ms - due
         by_second.setdefault(int((due - kill_ms) // 1000), []).append(late)
-        if received_ms >= start and due <= end:
-            inside.append(late)
-            caught += due < start
-        else:
-            outside.append(late)
+        where = "before_kill" if received_ms < start else "inside" if due <= end else "after_window"
+        lateness[where].append(late)
+        caught += where == "inside" and due < start
+    outside = lateness["before_kill"] + lateness["after_window"]
     acked, _failed = _acknowledged(producers)
-    return {"inside": len(inside), "caught_by_kill": caught, "lateness_inside_ms": _percentiles(inside),
+    return {"inside": len(lateness["inside"]), "caught_by_kill": caught,
+            "lateness_inside_ms": _percentiles(lateness["inside"]),
             "outside": len(outside), "lateness_outside_ms": _percentiles(outside),
             "outside_over_target": sum(1 for late in outside if late > LATENESS_P99_TARGET_MS),
+            "before_kill": len(lateness["before_kill"]),
+            "lateness_before_kill_ms": _percentiles(lateness["before_kill"]),
+            "after_window": len(lateness["after_window"]),
+            "lateness_after_window_ms": _percentiles(lateness["after_window"]),
             "acked_after_kill": sum(1 for at in acked if at >= kill_ms),
             "window_after_kill_s": {p: round((end - start) / 1000, 3) for p, (start, end) in windows.items()},
             "lateness_by_due_second": _by_second(by_second)}

@@ -100,8 +100,11 @@ def _outage_targets(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def _window_note(outage: dict[str, Any]) -> str:
     serving = outage["serving_after_kill_s"].values()
-    return (f"{outage['outside']:,} records outside, {outage['inside']:,} in; partitions serving again "
-            f"{min(serving):g}–{max(serving):g} s after the kill, the windows {outage['margin_s']:g} s later")
+    before, after = outage["lateness_before_kill_ms"]["p99"], outage["lateness_after_window_ms"]["p99"]
+    return (f"{outage['outside']:,} records outside (p99 {before} ms of those received before the kill, "
+            f"{after} ms of those due after the window), {outage['inside']:,} in; partitions serving "
+            f"again {min(serving):g}–{max(serving):g} s after the kill, the windows "
+            f"{outage['margin_s']:g} s later")
 
 
 def _worst_value(values: list[float | None]) -> float | None:
@@ -193,24 +196,25 @@ def _lateness_lines(params: dict[str, Any], lateness: dict[str, Any]) -> list[st
 
 
 def _outage_lines(runs: list[dict[str, Any]]) -> list[str]:
-    """With --kill: what died when, when its partitions served again, lateness in and out of the windows."""
+    """With --kill: what died when, when its partitions served again, lateness (records: p50 / p99 /
+    max ms) of the records received before the kill, due in the window, and due after it."""
     if not any("outage" in run for run in runs):
         return []
     lines = ["", "| run | killed | at s | leading | serving again after s | window ends after s "
-             "| acks after the kill | outside: records, lateness p50 / p99 / max ms "
-             "| in the window: records, lateness p50 / p99 / max ms | load min–max |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "| acks after the kill | received before the kill | due in the window | due after the window "
+             "| load min–max |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for index, run in enumerate(runs):
         o = run.get("outage")
         if o is None:
             continue
         serving = o["serving_after_kill_s"].values()
-        windows = list(o["window_after_kill_s"].values())
         load = o.get("load_average", {})
         lines.append(f"| {index + 1} | broker {o['victim']} | {o['kill_at_s']:g} | {o['led']} | "
-                     f"{min(serving):g}–{max(serving):g} | {_fmt(max(windows, default=None), 1)} | "
-                     f"{o['acked_after_kill']:,} | {o['outside']:,}: {_spread(o['lateness_outside_ms'])} | "
+                     f"{min(serving):g}–{max(serving):g} | {max(o['window_after_kill_s'].values()):g} | "
+                     f"{o['acked_after_kill']:,} | "
+                     f"{o['before_kill']:,}: {_spread(o['lateness_before_kill_ms'])} | "
                      f"{o['inside']:,}: {_spread(o['lateness_inside_ms'])} | "
+                     f"{o['after_window']:,}: {_spread(o['lateness_after_window_ms'])} | "
                      f"{load.get('min', '–')}–{load.get('max', '–')} |")
     return lines
 
