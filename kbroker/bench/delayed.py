@@ -10,7 +10,9 @@ the next part), each runnable alone with `--part`:
   partition it was sent to, its CreateTime and delay (delayed_workers.RECORD_HEAD), so the run
   counts what came, twice, never, on another partition, before its due time, how late, and out
   of due order. The plain producer's throughput and produce latency are compared with a run of
-  the same length without delayed records (same broker, alternated).
+  the same length without delayed records (same broker, alternated). With `--kill broker` (one
+  broker) or `--kill leader --brokers 3` (a cluster, rf=3), a broker is killed -9 in the middle
+  of the deliveries (delayed_kill.py) and lateness is split by its outage window; no control run.
 - **memory**: M records due in a day on a fresh broker against the same M records on another
   fresh broker whose topic has `delayed.delivery.enable=false`: RSS growth per record, raw and
   the difference. Then restarts with them pending (kill -9, then a clean stop), each timed to
@@ -129,7 +131,8 @@ def _check(args: argparse.Namespace) -> None:
 
 def _check_kill(args: argparse.Namespace) -> None:
     """--kill and --brokers: which broker dies follows from the broker count; a cluster serves only
-    the lateness part (the others restart and measure one broker process)."""
+    the lateness part (the others restart and measure one broker process). Fills in the default
+    --kill-at-s, which depends on --max-delay-s."""
     if args.kill_at_s is None:
         args.kill_at_s = round(KILL_AT_FRACTION * args.max_delay_s, 3)
     if args.brokers > 1 and args.part != "lateness":
