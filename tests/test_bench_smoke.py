@@ -277,6 +277,7 @@ def test_delayed_delivery(tmp_path: Path) -> None:
     assert run["missing"] == run["duplicates"] == run["wrong_partition"] == 0, run
     assert run["early"] == 0 and run["order_violations"] == 0, run
     assert run["order_checked"] > 1000  # the order was checked on the deliveries, not on nothing
+    assert not run["consumer_timed_out"] and len(run["end_check"]["sentinels"]) == 4  # read to its end
     late = run["lateness_ms"]
     assert 0 <= late["p50"] <= late["p99"] <= late["max"]
     (control,) = delayed["lateness"]["runs"]["control"]
@@ -328,3 +329,77 @@ def test_delayed_checks_find_what_went_wrong() -> None:
     assert (stats["produced"], stats["delivered"], stats["missing"]) == (4, 3, 1)
     assert (stats["duplicates"], stats["duplicate_deliveries"]) == (1, 1)
     assert (stats["wrong_partition"], stats["early"]) == (1, 1)
+
+
+def check_through_a_kill(results: dict[str, Any], how: str, records: int) -> dict[str, Any]:
+    """A lateness run with a kill: every record acknowledged and delivered once, on its partition,
+    never early, in due order; the kill came while records were still being produced."""
+    lateness = results["delayed"]["lateness"]
+    assert lateness["runs"]["control"] == []  # no control run with a kill
+    (run,) = lateness["runs"]["delayed"]
+    assert run["produced"] == records and run["failed_to_produce"] == 0, run
+    assert run["delivered"] == run["produced"] and not run["consumer_timed_out"], run
+    assert run["missing"] == run["duplicates"] == run["wrong_partition"] == 0, run
+    assert run["early"] == 0 and run["order_violations"] == 0, run
+    assert len(run["end_check"]["sentinels"]) == 4  # read to the sentinels, not to a guess
+    outage = run["outage"]
+    assert outage["how"] == how and outage["kill_ms"] > outage["released_ms"]
+    assert outage["acked_after_kill"] > 0, outage  # the producers went on through the kill
+    assert set(outage["serving_after_kill_s"]) == {"0", "1", "2", "3"}
+    assert outage["inside"] > 0 and outage["outside"] > 0 and outage["inside"] + outage["outside"] == records
+    met = {t["name"]: t["met"] for t in results["targets"]}
+    assert met["delayed records delivered exactly once"]
+    assert met["delayed records acknowledged through the kill"]
+    assert "lateness p99 of records due in the outage window" in met
+    return outage
+
+
+def test_delayed_delivery_through_a_broker_kill(tmp_path: Path) -> None:
+    """kill -9 of the broker 2.4 s in (40 % of the 6 s max delay), while the producers still send
+    (over 4 s) and deliveries are under way; it is started again on its data at once."""
+    results = bench(tmp_path, "delayed-kill", "delayed", "--part", "lateness", "--kill", "broker",
+                    "--records", "2000", "--max-delay-s", "6", "--spread-s", "4")
+    outage = check_through_a_kill(results, "broker", 2000)
+    assert outage["led"] == [0, 1, 2, 3] and outage["ready_s"] > 0
+
+
+def test_delayed_delivery_through_a_leader_kill(tmp_path: Path) -> None:
+    """Three brokers, rf=3: kill -9 of the broker leading most of the topic's partitions while the
+    producers still send; new leaders take over (a 6 s ZooKeeper session instead of 18 s keeps the
+    election short) and the killed broker comes back into every ISR."""
+    require_zookeeper()
+    results = bench(tmp_path, "delayed-kill-leader", "delayed", "--part", "lateness", "--kill", "leader",
+                    "--brokers", "3", "--records", "2000", "--max-delay-s", "12", "--spread-s", "6",
+                    "--override", "zookeeper.session.timeout.ms=6000")
+    outage = check_through_a_kill(results, "leader", 2000)
+    assert outage["victim"] in (1, 2, 3) and len(outage["led"]) >= 2  # most of the 4 partitions
+    assert outage["rejoined_after_kill_s"] > min(outage["serving_after_kill_s"].values())
+
+
+def test_outage_window_split() -> None:
+    """In a partition's window: received after the kill and due before the window's end (a record
+    due before the kill but not received by then included); everything else is outside."""
+    from array import array
+
+    from kbroker.bench.delayed import outage_stats
+
+    def q(*values: int) -> bytes:
+        return array("q", values).tobytes()
+
+    # Kill at 10,000 ms; partition 0 serves again at 12,000 (window end 13,000 with a 1 s margin),
+    # partition 1 at 39,000. Ids: 0 received before the kill; 1 due before it, received after
+    # (caught); 2 due in the window; 3 due after it; 4 on partition 1, due in its longer window;
+    # 2 again, a duplicate (only the first delivery counts).
+    consumed = {"ids": q(0, 1, 2, 3, 4, 2), "partition": q(0, 0, 0, 0, 1, 0),
+                "sent_partition": q(0, 0, 0, 0, 1, 0),
+                "due_ms": q(9_000, 9_900, 11_000, 14_000, 30_000, 11_000),
+                "received_us": q(9_001_000, 12_100_000, 12_200_000, 14_002_000, 30_001_000, 12_300_000),
+                "pending_offset": q(0, 1, 2, 3, 0, 2), "offset": q(5, 6, 7, 8, 9, 10)}
+    producers = [{"first_id": 0, "count": 5, "acked_ms": q(100, 100, 100, 10_500, 100), "failed": q()}]
+    stats = outage_stats(consumed, producers, {0: (10_000, 13_000), 1: (10_000, 40_000)})
+    assert (stats["inside"], stats["caught_by_kill"], stats["outside"]) == (3, 1, 2)
+    assert (stats["before_kill"], stats["after_window"]) == (1, 1)
+    assert stats["lateness_before_kill_ms"]["max"] == 1.0 and stats["lateness_after_window_ms"]["max"] == 2.0
+    assert stats["lateness_outside_ms"]["max"] == 2.0 and stats["lateness_inside_ms"]["max"] == 2200.0
+    assert stats["acked_after_kill"] == 1
+    assert stats["window_after_kill_s"] == {0: 3.0, 1: 30.0}

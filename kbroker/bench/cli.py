@@ -17,6 +17,7 @@ from kbroker.bench import delayed as delayed_bench
 from kbroker.bench import share as share_bench
 from kbroker.bench.benchmarks import MIB, BenchError, Env
 from kbroker.bench.certificates import create_local_tls
+from kbroker.bench.delayed_kill import KILLS
 from kbroker.bench.references import KafkaServer, MockServer, kafka_reference_status
 from kbroker.bench.servers import (
     ExternalServer,
@@ -173,6 +174,18 @@ def _delayed_options(parser: argparse.ArgumentParser) -> None:
                                "acks=all, linger.ms=5 unless given); repeatable")
     lateness.add_argument("--profile", action="store_true",
                           help="py-spy on the broker during the first delayed run")
+    lateness.add_argument("--brokers", type=int, choices=(1, 3), default=1,
+                          help="3: a kbroker cluster on ZooKeeper, the topic with rf=3 and "
+                               "min.insync.replicas=2 (lateness part only; default 1)")
+    lateness.add_argument("--kill", choices=KILLS, default="none",
+                          help="kill -9 during the delayed run: the broker (then started again on its "
+                               "data), or on --brokers 3 the broker leading most of the topic's partitions "
+                               "(started again once new leaders serve); no control run then (default none)")
+    lateness.add_argument("--kill-at-s", type=float, default=None,
+                          help="seconds after the producers' release to kill (default 40%% of --max-delay-s)")
+    lateness.add_argument("--outage-margin-s", type=float, default=5.0,
+                          help="with --kill: a partition's outage window ends this long after it serves "
+                               "again (default 5)")
     memory = parser.add_argument_group("memory part")
     memory.add_argument("--pending", type=int, default=1_000_000, help="pending records (default 1,000,000)")
     memory.add_argument("--pending-partitions", type=int, default=1)
@@ -487,9 +500,13 @@ def bench_delayed(session: Session, args: argparse.Namespace) -> dict[str, Any]:
         return {}
     session.skipped.setdefault("kafka", "delayed delivery is measured on kbroker alone: Kafka has none")
     env = Env([], session.ui, args.runs, args.out, args.work_dir, session.notes)
-    return {"delayed": delayed_bench.run(env, lambda: session.kbroker(args.server_config), args,
-                                         _pairs(args.consumer_config, "--consumer-config"),
-                                         _pairs(args.delayed_producer_config, "--delayed-producer-config"))}
+
+    def start_broker() -> Server:  # --brokers 3: a cluster whose topics have rf=3, min.insync.replicas=2
+        return session.kbroker(args.server_config, brokers=args.brokers)
+
+    clients = (_pairs(args.consumer_config, "--consumer-config"),
+               _pairs(args.delayed_producer_config, "--delayed-producer-config"))
+    return {"delayed": delayed_bench.run(env, start_broker, args, *clients)}
 
 
 def bench_all(session: Session, args: argparse.Namespace) -> dict[str, Any]:

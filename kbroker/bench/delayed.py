@@ -10,7 +10,9 @@ the next part), each runnable alone with `--part`:
   partition it was sent to, its CreateTime and delay (delayed_workers.RECORD_HEAD), so the run
   counts what came, twice, never, on another partition, before its due time, how late, and out
   of due order. The plain producer's throughput and produce latency are compared with a run of
-  the same length without delayed records (same broker, alternated).
+  the same length without delayed records (same broker, alternated). With `--kill broker` (one
+  broker) or `--kill leader --brokers 3` (a cluster, rf=3), a broker is killed -9 in the middle
+  of the deliveries (delayed_kill.py) and lateness is split by its outage window; no control run.
 - **memory**: M records due in a day on a fresh broker against the same M records on another
   fresh broker whose topic has `delayed.delivery.enable=false`: RSS growth per record, raw and
   the difference. Then restarts with them pending (kill -9, then a clean stop), each timed to
@@ -47,6 +49,7 @@ from kbroker.bench.benchmarks import (
     summarize_runs,
     topic_name,
 )
+from kbroker.bench.delayed_kill import Killer, killing
 from kbroker.bench.delayed_report import LATENESS_P99_TARGET_MS
 from kbroker.bench.delayed_workers import DELAY_MS_HEADER, DELAYED, RECORD_HEAD
 from kbroker.bench.servers import KbrokerServer, Server
@@ -69,6 +72,17 @@ DELAYED_CONFIG = {"acks": "all", "enable.idempotence": True, "linger.ms": 5}
 # The plain producer: linger.ms=1 as in `kbroker bench latency` (its produce latency is measured).
 PLAIN_CONFIG = {"acks": "1", "linger.ms": 1}
 FILL_CONFIG = {"acks": "1", "linger.ms": 50, "batch.size": 1_000_000}
+# With --kill: librdkafka's reconnect backoff grows to 10 s by default, which would show as the
+# broker's lateness; and each client would print every failed reconnection (the consumer counts
+# them through its error_cb instead). An idempotent producer retries a lost request with its
+# sequence (retries are unlimited with idempotence) until message.timeout.ms, set here to what
+# the default is, 5 min, far above a restart or an election, so that no produce fails.
+KILL_CLIENT_CONFIG = {"reconnect.backoff.max.ms": 1000, "log_level": 2}
+KILL_PRODUCER_CONFIG = {**KILL_CLIENT_CONFIG, "message.timeout.ms": 300_000}
+KILL_GRACE_S = 120.0  # the consumer's extra wait with --kill: a restart, an election
+KILL_AT_FRACTION = 0.4  # the default kill time, of --max-delay-s after the release
+# How the consumer knew it had read everything (delayed_workers._Ending), and its client's errors.
+END_CHECK = ("nothing_pending_ms", "sentinels", "client_errors", "first_client_errors")
 TAIL_S = 2.0  # the plain producer goes on this long after the last due time
 GRACE_S = 60.0  # how long past that the consumer waits for records still missing
 SETTLE_S = 2.0  # before reading a broker's RSS: let the last requests' buffers go
@@ -89,7 +103,7 @@ def run(env: Env, start_broker: StartBroker, args: argparse.Namespace, consumer_
     parts = PARTS if args.part == "all" else (args.part,)
     result: dict[str, Any] = {"params": _params(args)}
     if "lateness" in parts:
-        clients = {"consumer": consumer_config, "delayed_producer": {**DELAYED_CONFIG, **producer_config}}
+        clients = _lateness_clients(args.kill != "none", consumer_config, producer_config)
         result["lateness"] = lateness_part(env, start_broker, args, clients)
     if "throughput" in parts:
         result["throughput"] = throughput_part(env, start_broker, args)
@@ -98,18 +112,46 @@ def run(env: Env, start_broker: StartBroker, args: argparse.Namespace, consumer_
     return result
 
 
+def _lateness_clients(kill: bool, consumer_config: dict[str, str],
+                      producer_config: dict[str, str]) -> dict[str, dict[str, Any]]:
+    """The lateness part's client configs: ours, the kill's (KILL_CLIENT_CONFIG), then the user's."""
+    client, producer = (KILL_CLIENT_CONFIG, KILL_PRODUCER_CONFIG) if kill else ({}, {})
+    return {"consumer": {**client, **consumer_config}, "plain_producer": {**PLAIN_CONFIG, **client},
+            "delayed_producer": {**DELAYED_CONFIG, **producer, **producer_config}}
+
+
 def _check(args: argparse.Namespace) -> None:
     for name in ("records", "producers", "partitions", "pending", "pending_partitions", "lateness_runs"):
         if getattr(args, name) < 1:
             raise BenchError(f"--{name.replace('_', '-')} must be at least 1")
     if args.max_delay_s <= 0 or args.spread_s < 0 or args.plain_rate <= 0:
         raise BenchError("--max-delay-s and --plain-rate must be positive, --spread-s not negative")
+    _check_kill(args)
+
+
+def _check_kill(args: argparse.Namespace) -> None:
+    """--kill and --brokers: which broker dies follows from the broker count; a cluster serves only
+    the lateness part (the others restart and measure one broker process). Fills in the default
+    --kill-at-s, which depends on --max-delay-s."""
+    if args.kill_at_s is None:
+        args.kill_at_s = round(KILL_AT_FRACTION * args.max_delay_s, 3)
+    if args.brokers > 1 and args.part != "lateness":
+        raise BenchError("--brokers 3 is for --part lateness")
+    if args.kill == "broker" and args.brokers != 1:
+        raise BenchError("--kill broker kills the single broker: --brokers 1 (--kill leader on a cluster)")
+    if args.kill == "leader" and args.brokers < 3:
+        raise BenchError("--kill leader needs --brokers 3")
+    if args.kill != "none" and not 0 < args.kill_at_s < args.spread_s + args.max_delay_s:
+        raise BenchError("--kill-at-s must fall while records are still due (after the release, before "
+                         "--spread-s + --max-delay-s)")
+    if args.kill != "none" and args.profile:
+        raise BenchError("--profile samples one broker process: not with --kill")
 
 
 def _params(args: argparse.Namespace) -> dict[str, Any]:
     names = ("records", "producers", "max_delay_s", "partitions", "spread_s", "delayed_size", "plain_rate",
              "plain_size", "lateness_runs", "pending", "pending_partitions", "pending_delay_s",
-             "message_size", "duration")
+             "message_size", "duration", "brokers", "kill", "kill_at_s", "outage_margin_s")
     return {name: getattr(args, name) for name in names}
 
 
@@ -118,14 +160,16 @@ def _params(args: argparse.Namespace) -> dict[str, Any]:
 
 def lateness_part(env: Env, start_broker: StartBroker, args: argparse.Namespace,
                   clients: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """`lateness_runs` rounds of a delayed run and a control run (plain producer only), alternated."""
+    """`lateness_runs` rounds of a delayed run and a control run (plain producer only), alternated.
+    With --kill, delayed runs only: the plain producer's numbers through a crash say nothing of
+    what delayed records cost it."""
     server = start_broker()
     length = args.spread_s + args.max_delay_s + TAIL_S
     runs: dict[str, list[dict[str, Any]]] = {"delayed": [], "control": []}
     try:
         for index in range(args.lateness_runs):
             # Which goes first alternates too, so neither always follows the other's disk writes.
-            for mode in ("delayed", "control") if index % 2 == 0 else ("control", "delayed"):
+            for mode in _modes(index, args.kill != "none"):
                 label = f"delayed · lateness · {mode} · run {index + 1}/{args.lateness_runs}"
                 with env.ui.step(label, length) as step:
                     profile = args.profile and mode == "delayed" and index == 0
@@ -134,8 +178,14 @@ def lateness_part(env: Env, start_broker: StartBroker, args: argparse.Namespace,
                 env.ui.log(f"  {label}: {_describe_lateness(result)}")
     finally:
         server.close()
-    return {"length_s": length, "client_configs": {**clients, "plain_producer": PLAIN_CONFIG}, "runs": runs,
+    return {"length_s": length, "client_configs": clients, "runs": runs,
             "plain_vs_control": _plain_ratios(runs)}
+
+
+def _modes(index: int, kill: bool) -> tuple[str, ...]:
+    if kill:
+        return ("delayed",)
+    return ("delayed", "control") if index % 2 == 0 else ("control", "delayed")
 
 
 def _lateness_run(env: Env, server: Server, args: argparse.Namespace, clients: dict[str, dict[str, Any]],
@@ -143,23 +193,32 @@ def _lateness_run(env: Env, server: Server, args: argparse.Namespace, clients: d
     length = args.spread_s + args.max_delay_s + TAIL_S
     topic = topic_name("delayed" if delayed else "control")
     server.create_topic(topic, args.partitions)
+    kill = delayed and args.kill != "none"
     common = {"bootstrap": server.bootstrap, "topic": topic, "partitions": args.partitions}
     consumer = {**common, "expected": args.records if delayed else 0, "min_run_s": 0 if delayed else length,
-                "deadline_s": length + GRACE_S, "settle_s": 1.0, "config": clients["consumer"]}
+                "deadline_s": length + GRACE_S + (KILL_GRACE_S if kill else 0), "config": clients["consumer"]}
     plain = {**common, "rate": args.plain_rate, "duration_s": length, "value_size": args.plain_size,
-             "config": PLAIN_CONFIG}
+             "config": clients["plain_producer"]}
     specs = [(WORKER + "delayed_consume", consumer), (WORKER + "plain_produce", plain)]
     if delayed:
         specs += [(WORKER + "delayed_produce", {**common, **spec})
                   for spec in _producer_specs(args, clients["delayed_producer"])]
     cpu_before = server.cpu_seconds()
-    with _maybe_profile(env, server, profile, length) as profiled:
-        results = run_workers(specs, step.update, timeout_s=length + GRACE_S + 300)
+    killer = Killer(server, args.kill, topic, args.kill_at_s, args.outage_margin_s) if kill else None
+    with _maybe_profile(env, server, profile, length) as profiled, killing(killer):
+        results = run_workers(specs, step.update, timeout_s=length + GRACE_S + KILL_GRACE_S + 300,
+                              before_start=killer.release if killer else None)
     # The machine's 1-minute load at the end: other work on its two cores shows in the latencies.
-    result = {"topic": topic, "server_cpu": _cpu_share(server, cpu_before, length),
+    # A killed broker's CPU time went with it: no CPU share then.
+    result = {"topic": topic, "server_cpu": None if kill else _cpu_share(server, cpu_before, length),
               "load_average": round(os.getloadavg()[0], 2), "plain": plain_stats(results[1], args.spread_s)}
     if delayed:
         result.update(delivery_stats(results[0], results[2:], args.partitions))
+        result["end_check"] = {key: results[0][key] for key in END_CHECK}
+    if killer is not None:
+        outage = killer.finish()
+        result["outage"] = {**outage, **outage_stats(results[0], results[2:], killer.windows())}
+        env.ui.log(f"  {_describe_outage(result['outage'])}")
     if profiled:
         result["profile"] = profiled
     server.delete_topic(topic)
@@ -210,6 +269,17 @@ def _describe_lateness(result: dict[str, Any]) -> str:
             f"{result['duplicates']} duplicates, {result['early']} early, "
             f"{result['order_violations']} out of order, lateness p50 {late['p50']} p99 {late['p99']} "
             f"max {late['max']} ms; {text}")
+
+
+def _describe_outage(outage: dict[str, Any]) -> str:
+    serving = outage["serving_after_kill_s"].values()
+    inside, outside = outage["lateness_inside_ms"], outage["lateness_outside_ms"]
+    return (f"killed broker {outage['victim']} (leading partitions {outage['led']}) "
+            f"{outage['kill_at_s']:g} s after the release; partitions serving again "
+            f"{min(serving):g}–{max(serving):g} s after; {outage['acked_after_kill']:,} acknowledgements "
+            f"after it; in the windows {outage['inside']:,} records, lateness p50 {inside['p50']} "
+            f"p99 {inside['p99']} max {inside['max']} ms; outside {outage['outside']:,}, "
+            f"p50 {outside['p50']} p99 {outside['p99']} max {outside['max']} ms")
 
 
 # -- what a delayed run received ---------------------------------------------------------------------------
@@ -284,6 +354,54 @@ def delivery_stats(consumed: dict[str, Any], producers: list[dict[str, Any]],
         "order_violations_by_partition": violations,
         "consumer_timed_out": consumed["timed_out"],
     }
+
+
+def outage_stats(consumed: dict[str, Any], producers: list[dict[str, Any]],
+                 windows: dict[int, tuple[int, int]]) -> dict[str, Any]:
+    """Lateness of each record's first delivery in and out of its partition's outage window
+    (delayed_kill's definition: in when received after the kill and due before the window's end),
+    the records out of it split into those received before the kill and those due after the
+    window; and how many acknowledgements came after the kill (0: all were stored before it)."""
+    c = _columns(consumed)
+    kill_ms = min(start for start, _end in windows.values())
+    seen: set[int] = set()
+    lateness: dict[str, list[float]] = {"before_kill": [], "inside": [], "after_window": []}
+    by_second: dict[int, list[float]] = {}
+    caught = 0
+    for i, record_id in enumerate(c["ids"]):
+        if record_id in seen:
+            continue
+        seen.add(record_id)
+        due, received_ms = c["due_ms"][i], c["received_us"][i] / 1000
+        start, end = windows[c["partition"][i]]
+        late = received_ms - due
+        by_second.setdefault(int((due - kill_ms) // 1000), []).append(late)
+        where = "before_kill" if received_ms < start else "inside" if due <= end else "after_window"
+        lateness[where].append(late)
+        caught += where == "inside" and due < start
+    outside = lateness["before_kill"] + lateness["after_window"]
+    acked, _failed = _acknowledged(producers)
+    return {"inside": len(lateness["inside"]), "caught_by_kill": caught,
+            "lateness_inside_ms": _percentiles(lateness["inside"]),
+            "outside": len(outside), "lateness_outside_ms": _percentiles(outside),
+            "outside_over_target": sum(1 for late in outside if late > LATENESS_P99_TARGET_MS),
+            "before_kill": len(lateness["before_kill"]),
+            "lateness_before_kill_ms": _percentiles(lateness["before_kill"]),
+            "after_window": len(lateness["after_window"]),
+            "lateness_after_window_ms": _percentiles(lateness["after_window"]),
+            "acked_after_kill": sum(1 for at in acked if at >= kill_ms),
+            "window_after_kill_s": {p: round((end - start) / 1000, 3) for p, (start, end) in windows.items()},
+            "lateness_by_due_second": _by_second(by_second)}
+
+
+def _by_second(by_second: dict[int, list[float]]) -> list[list[float | None]]:
+    """[second of the due time after the kill, records, lateness p50, p99, max] for each second: how
+    lateness comes back to normal after the window."""
+    rows: list[list[float | None]] = []
+    for second, lateness in sorted(by_second.items()):
+        p = _percentiles(lateness)
+        rows.append([second, len(lateness), p["p50"], p["p99"], p["max"]])
+    return rows
 
 
 def order_violations(deliveries: list[tuple[int, int, int]]) -> int:

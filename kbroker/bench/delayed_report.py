@@ -63,6 +63,9 @@ def _lateness_targets(lateness: dict[str, Any]) -> list[dict[str, Any]]:
                 _worst(runs, "order_violations"), "records", _worst(runs, "order_violations") == 0,
                 f"{sum(r['order_checked'] for r in runs):,} deliveries checked"),
     ]
+    found += _outage_targets(runs)
+    if not lateness["runs"]["control"]:
+        return found  # --kill: no control run to compare the plain producer with
     ratios = lateness["plain_vs_control"]["ratios"]
     throughput = ratios.get("msgs_per_s")
     found.append(_target("plain producer on the same topic: throughput during the delayed load",
@@ -72,6 +75,36 @@ def _lateness_targets(lateness: dict[str, Any]) -> list[dict[str, Any]]:
                          "report (no goal)", ratios.get("p99_ms"), "× without", None,
                          f"p50 {_fmt(ratios.get('p50_ms'))}× without"))
     return found
+
+
+def _outage_targets(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """With --kill: every record acknowledged, and lateness out of the outage windows against the
+    target (in them: reported, no goal)."""
+    outages = [r["outage"] for r in runs if "outage" in r]
+    if not outages:
+        return []
+    failed = sum(r["failed_to_produce"] for r in runs)
+    outside = _worst_value([o["lateness_outside_ms"]["p99"] for o in outages])
+    inside = _worst_value([o["lateness_inside_ms"]["p99"] for o in outages])
+    return [
+        _target("delayed records acknowledged through the kill", "0 failed", failed, "records", failed == 0,
+                "acknowledgements after the kill: "
+                + ", ".join(f"{o['acked_after_kill']:,}" for o in outages)),
+        _target("lateness p99 of records due outside the outage window", f"≤ {LATENESS_P99_TARGET_MS:g} ms",
+                outside, "ms", outside is not None and outside <= LATENESS_P99_TARGET_MS,
+                "worst run; " + "; ".join(_window_note(o) for o in outages)),
+        _target("lateness p99 of records due in the outage window", "report (no goal)", inside, "ms", None,
+                "worst run; max " + ", ".join(str(o["lateness_inside_ms"]["max"]) for o in outages) + " ms"),
+    ]
+
+
+def _window_note(outage: dict[str, Any]) -> str:
+    serving = outage["serving_after_kill_s"].values()
+    before, after = outage["lateness_before_kill_ms"]["p99"], outage["lateness_after_window_ms"]["p99"]
+    return (f"{outage['outside']:,} records outside (p99 {before} ms of those received before the kill, "
+            f"{after} ms of those due after the window), {outage['inside']:,} in; partitions serving "
+            f"again {min(serving):g}–{max(serving):g} s after the kill, the windows "
+            f"{outage['margin_s']:g} s later")
 
 
 def _worst_value(values: list[float | None]) -> float | None:
@@ -146,6 +179,9 @@ def _lateness_lines(params: dict[str, Any], lateness: dict[str, Any]) -> list[st
                      f"{run['order_violations']} | {_spread(run['lateness_ms'])} | "
                      f"{_spread(run['lateness_held_ms'])} | {_spread(run['plain_end_to_end_ms'])} | "
                      f"{_pct(run['server_cpu'])} | {run['load_average']} |")
+    lines += _outage_lines(lateness["runs"]["delayed"])
+    if not lateness["runs"]["control"]:
+        return [*lines, ""]
     medians = lateness["plain_vs_control"]["medians"]
     ratios = lateness["plain_vs_control"]["ratios"]
     lines += ["", "| plain producer | msg/s | produce p50 ms | p99 ms | max ms |", "|---|---|---|---|---|"]
@@ -157,6 +193,30 @@ def _lateness_lines(params: dict[str, Any], lateness: dict[str, Any]) -> list[st
     lines.append(f"| ratio | {_fmt(ratios['msgs_per_s'])} | {_fmt(ratios['p50_ms'])} | "
                  f"{_fmt(ratios['p99_ms'])} | {_fmt(ratios['max_ms'])} |")
     return [*lines, ""]
+
+
+def _outage_lines(runs: list[dict[str, Any]]) -> list[str]:
+    """With --kill: what died when, when its partitions served again, lateness (records: p50 / p99 /
+    max ms) of the records received before the kill, due in the window, and due after it."""
+    if not any("outage" in run for run in runs):
+        return []
+    lines = ["", "| run | killed | at s | leading | serving again after s | window ends after s "
+             "| acks after the kill | received before the kill | due in the window | due after the window "
+             "| load min–max |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for index, run in enumerate(runs):
+        o = run.get("outage")
+        if o is None:
+            continue
+        serving = o["serving_after_kill_s"].values()
+        load = o.get("load_average", {})
+        lines.append(f"| {index + 1} | broker {o['victim']} | {o['kill_at_s']:g} | {o['led']} | "
+                     f"{min(serving):g}–{max(serving):g} | {max(o['window_after_kill_s'].values()):g} | "
+                     f"{o['acked_after_kill']:,} | "
+                     f"{o['before_kill']:,}: {_spread(o['lateness_before_kill_ms'])} | "
+                     f"{o['inside']:,}: {_spread(o['lateness_inside_ms'])} | "
+                     f"{o['after_window']:,}: {_spread(o['lateness_after_window_ms'])} | "
+                     f"{load.get('min', '–')}–{load.get('max', '–')} |")
+    return lines
 
 
 def _memory_lines(memory: dict[str, Any]) -> list[str]:

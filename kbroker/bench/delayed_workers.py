@@ -17,13 +17,15 @@ from array import array
 from typing import Any
 
 from kbroker.bench.workers import BENCH_GROUP, Channel, WorkerError, payload
+from protocol.errors import KafkaError
 
 DELAY_MS_HEADER = "kbroker.delay.ms"
 DELAYED_FROM_HEADER = "kbroker.delayed.from"
 # kind (int8) | id (int64) | CreateTime ms (int64) | delay ms (int64) | partition sent to (int16)
 RECORD_HEAD = struct.Struct(">bqqqh")
-DELAYED, PLAIN = 1, 0
+DELAYED, PLAIN, SENTINEL = 1, 0, 2
 NO_TIME = -1
+PENDING_POLL_S = 0.2  # DescribeDelayed while waiting for the leaders to hold nothing pending
 
 
 def _now_ms() -> int:
@@ -164,57 +166,121 @@ class _Arrivals:
         return {name: getattr(self, name).tobytes() for name in self.COLUMNS}
 
 
+class _Ending:
+    """When the consumer has seen every delivery there will be, with no pause taken on trust.
+
+    Once the last record is due and came: wait until the leaders hold nothing pending
+    (DescribeDelayed), so nothing more is to be delivered; then append a sentinel to each
+    partition with acks=all. Its acknowledgement means every offset below it is committed,
+    deliveries included, so the consumer has read everything once it has read the sentinels.
+    """
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int) -> None:
+        self.bootstrap = bootstrap
+        self.topic = topic
+        self.partitions = partitions
+        self.sentinels: list[int] | None = None
+        self.nothing_pending_ms: int | None = None
+        self._next_ask = 0.0
+
+    def reached(self, positions: list[int]) -> bool:
+        """Whether `positions` (the last offset read per partition) are past the sentinels; sends
+        them once nothing is pending (asked at most every PENDING_POLL_S)."""
+        if self.sentinels is None:
+            if time.monotonic() < self._next_ask:
+                return False
+            self._next_ask = time.monotonic() + PENDING_POLL_S
+            if not self._nothing_pending():
+                return False
+            self.nothing_pending_ms = _now_ms()
+            self.sentinels = self._send_sentinels()
+        return all(at >= sentinel for at, sentinel in zip(positions, self.sentinels, strict=True))
+
+    def _nothing_pending(self) -> bool:
+        from kbroker.client import Client
+
+        try:
+            with Client(self.bootstrap, client_id="kbroker-bench-end", timeout=10) as client:
+                found = client.describe_delayed([self.topic])
+        except (KafkaError, OSError):
+            return False  # a leader moving or coming back: ask again
+        return len(found) == self.partitions and not any(p.pending_count for p in found)
+
+    def _send_sentinels(self) -> list[int]:
+        from confluent_kafka import Producer
+
+        offsets = [-1] * self.partitions
+        errors: list[str] = []
+
+        def on_delivery(err: Any, message: Any) -> None:
+            if err is not None:
+                errors.append(str(err))
+            else:
+                offsets[message.partition()] = message.offset()
+
+        producer = Producer({"bootstrap.servers": self.bootstrap, "acks": "all", "enable.idempotence": True,
+                             "on_delivery": on_delivery})
+        now = _now_ms()
+        for partition in range(self.partitions):
+            producer.produce(self.topic, RECORD_HEAD.pack(SENTINEL, partition, now, 0, partition),
+                             partition=partition, timestamp=now)
+        unsent = producer.flush(120)
+        if errors or unsent or min(offsets) < 0:
+            raise WorkerError(f"the sentinels failed: {errors[:3] or f'{unsent} unsent'}")
+        return offsets
+
+
 def delayed_consume(ch: Channel, bootstrap: str, topic: str, partitions: int, expected: int, min_run_s: float,
-                    deadline_s: float, settle_s: float, config: dict[str, Any]) -> dict[str, Any]:
+                    deadline_s: float, config: dict[str, Any]) -> dict[str, Any]:
     """Read the topic from its start; for each delayed record, what `_Arrivals` keeps.
 
-    Done once `expected` distinct ids came, `min_run_s` passed, `settle_s` more passed (a
-    duplicate delivered right after would still be seen) and the partitions are read up to the
-    high watermarks of that moment; or at `deadline_s`, whatever is missing then.
+    Done once `expected` distinct ids came, `min_run_s` passed, the last due time passed and
+    `_Ending` says everything delivered was read; or at `deadline_s`, whatever is missing then.
+    The client's transient errors (a broker killed by the run) are counted, not fatal.
     """
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
+    errors: list[str] = []
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": BENCH_GROUP, "enable.auto.commit": False,
-                         "enable.partition.eof": False, **config})
+                         "enable.partition.eof": False, "error_cb": lambda e: errors.append(str(e)),
+                         **config})
     consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
     consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=30)  # connected before the start
     arrivals = _Arrivals()
     seen = bytearray(expected)
     distinct = 0
+    last_due_ms = 0
     plain_latency_us = array("q")
+    ending = _Ending(bootstrap, topic, partitions)
     ch.ready_and_wait()
 
     start = time.monotonic()
-    complete_at: float | None = None
     positions = [-1] * partitions
-    ends: list[int] | None = None
-    while True:
+    done = False
+    while not done and time.monotonic() - start < deadline_s:
         message = consumer.poll(0.1)
-        now = time.monotonic()
-        if message is not None:
-            if message.error():
+        if message is not None and message.error():
+            if message.error().fatal():
                 raise WorkerError(str(message.error()))
+            errors.append(str(message.error()))
+        elif message is not None:
             positions[message.partition()] = message.offset()
             received_us = time.time_ns() // 1000
-            if message.value()[0] == DELAYED:
+            kind = message.value()[0]
+            if kind == DELAYED:
                 record_id = arrivals.add(message, received_us)
+                last_due_ms = max(last_due_ms, arrivals.due_ms[-1])
                 if 0 <= record_id < expected and not seen[record_id]:
                     seen[record_id] = 1
                     distinct += 1
                 ch.progress(distinct)
-            else:
+            elif kind == PLAIN:
                 # The plain records' end-to-end latency: what this consumer on this machine adds
                 # anyway, against which the delayed records' lateness can be read.
                 plain_latency_us.append(received_us - RECORD_HEAD.unpack_from(message.value())[2] * 1000)
-        if complete_at is None and distinct >= expected and now - start >= min_run_s:
-            complete_at = now
-        if complete_at is not None and ends is None and now - complete_at >= settle_s:
-            ends = [consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1]
-                    for p in range(partitions)]
-        if ends is not None and all(at + 1 >= end for at, end in zip(positions, ends, strict=True)):
-            break
-        if now - start >= deadline_s:
-            break
+        done = (distinct >= expected and time.monotonic() - start >= min_run_s and _now_ms() >= last_due_ms
+                and ending.reached(positions))
     consumer.close()
-    return {"distinct": distinct, "timed_out": ends is None, "plain_latency_us": plain_latency_us.tobytes(),
-            **arrivals.as_bytes()}
+    return {"distinct": distinct, "timed_out": not done, "plain_latency_us": plain_latency_us.tobytes(),
+            "nothing_pending_ms": ending.nothing_pending_ms, "sentinels": ending.sentinels,
+            "client_errors": len(errors), "first_client_errors": errors[:5], **arrivals.as_bytes()}

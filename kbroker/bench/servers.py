@@ -369,6 +369,24 @@ class KbrokerClusterServer(Server):
     def delete_topic(self, topic: str) -> None:
         self._topics.delete(self.bootstrap, topic)
 
+    def kill_broker(self, broker_id: int) -> None:
+        """kill -9 one broker (its ZooKeeper session lives on until it times out, as after a crash)."""
+        self._topics.reset()  # its connection may be to that broker
+        self.cluster.nodes[broker_id].kill()
+
+    def start_broker(self, broker_id: int) -> float:
+        """Start a stopped broker again on its data; the seconds to its ready line (registered)."""
+        node = self.cluster.nodes[broker_id]
+        try:
+            node.spawn()
+            return node.wait_ready()
+        except LaunchError as e:
+            raise ServerError(str(e)) from None
+
+    def live_addresses(self) -> dict[int, str]:
+        """broker id -> address of the brokers whose process runs."""
+        return {broker_id: node.bootstrap for broker_id, node in self.cluster.nodes.items() if node.alive}
+
     def _cpu_by_broker(self) -> dict[int, float | None]:
         return {broker_id: proc_cpu_seconds(node.pid) if node.pid is not None and node.alive else None
                 for broker_id, node in self.cluster.nodes.items()}
