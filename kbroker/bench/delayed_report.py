@@ -147,7 +147,8 @@ def _throughput_target(name: str, case: dict[str, Any]) -> dict[str, Any]:
                    ratio is not None and ratio >= THROUGHPUT_TARGET,
                    f"{medians['kbroker']['median']['mb_per_s']:.1f} vs "
                    f"{medians['disabled']['median']['mb_per_s']:.1f} MB/s, medians of "
-                   f"{len(medians['kbroker']['runs'])} alternated runs")
+                   f"{len(medians['kbroker']['runs'])} alternated runs; broker CPU per MB "
+                   f"{_fmt(case['ratios']['disabled'].get('cpu_ms_per_mb'))}×")
 
 
 # -- summary.md ----------------------------------------------------------------------------------
@@ -243,12 +244,14 @@ def _memory_lines(memory: dict[str, Any]) -> list[str]:
 
 def _throughput_lines(case: dict[str, Any]) -> list[str]:
     servers = case["servers"]
-    lines = [f"## {case['name']}", "", "| topic | MB/s | msg/s | broker CPU |", "|---|---|---|---|"]
+    lines = [f"## {case['name']}", "", "| topic | MB/s | msg/s | broker CPU | broker CPU ms per MB |",
+             "|---|---|---|---|---|"]
     for name in ("kbroker", "disabled"):
         m = servers[name]["median"]
         lines.append(f"| {case['topics'][name]} | {m['mb_per_s']:.1f} | {m['msgs_per_s']:,.0f} | "
-                     f"{_pct(m['server_cpu'])} |")
-    lines.append(f"| ratio | {_fmt(case['ratios']['disabled']['mb_per_s'])} | | |")
+                     f"{_pct(m['server_cpu'])} | {_fmt(m.get('cpu_ms_per_mb'))} |")
+    ratios = case["ratios"]["disabled"]
+    lines.append(f"| ratio | {_fmt(ratios['mb_per_s'])} | | | {_fmt(ratios.get('cpu_ms_per_mb'))} |")
     return [*lines, ""]
 
 
