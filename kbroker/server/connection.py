@@ -49,6 +49,8 @@ SCRATCH_SIZE = 16 * 1024
 # Decoded requests waiting for their turn; when full, reading pauses (TCP backpressure) so a
 # client pipelining without limit cannot make the broker buffer without limit.
 MAX_QUEUED_REQUESTS = 64
+# How long a connection closed after an error answer waits for the client to hang up first.
+ANSWER_LINGER_S = 0.5
 # Answers not yet sent behind a deferred one (producers keep at most 5 requests in flight).
 MAX_DEFERRED = 16
 # Frames larger than this are decoded off the event loop, and their answers encoded off it.
@@ -167,6 +169,9 @@ class ServedConnection(asyncio.BufferedProtocol):
 
     def buffer_updated(self, nbytes: int) -> None:
         self.last_activity = time.monotonic()
+        if self._closing:  # awaiting the client's hang-up: what it still sends is dropped
+            self._big, self._scratch_len = None, 0
+            return
         if self._big is not None:
             self._big_filled += nbytes
             if self._big_filled == len(self._big):
@@ -488,7 +493,28 @@ class ServedConnection(asyncio.BufferedProtocol):
         if not self._closing and self.transport is not None:
             self._closing = True
             log.debug("closing %s: %s", self.peer, reason)
+            await self._await_hang_up()
             self.transport.close()  # unlike abort(), sends what is buffered first
+
+    async def _await_hang_up(self) -> None:
+        """Give the client a moment to read the error answer and hang up first: a client that
+        reads the answer and the connection's end in one go may drop the answer (kafka-python 3
+        then reports "socket disconnected", not the failed authentication). Whatever the client
+        still sends is dropped; the wait is bounded, so a client that never hangs up costs a
+        connection for ANSWER_LINGER_S only."""
+        transport = self.transport
+        if transport is None or self._eof:
+            return
+        self._release_reading_memory()
+        self._scratch_len = 0
+        if self._paused:
+            self._paused = False
+            transport.resume_reading()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(ANSWER_LINGER_S):
+                while not self._eof:
+                    self._wakeup.clear()
+                    await self._wakeup.wait()
 
     async def _handle(self, request: Request, large: bool = False) -> bool:
         """Answer one request; False when the connection must close."""
