@@ -21,6 +21,7 @@ from protocol.messages import BY_KEY, request_header, response_header
 from protocol.primitives import (
     ProtocolError,
     SegmentedWriter,
+    TooManyEntries,
     UnknownFieldError,
     build_into,
     parse_all,
@@ -81,6 +82,10 @@ class MalformedRequest(ProtocolError):
     def __init__(self, message: str, header: RequestHeader | None = None) -> None:
         super().__init__(message)
         self.header = header
+
+
+class TooManyEntriesRequest(MalformedRequest):
+    """A request whose arrays hold more entries than the decoding allowed."""
 
 
 class _FrameReader:
@@ -214,12 +219,15 @@ def parse_all_stream(con, stream: io.BytesIO | _ViewStream, max_entries: int | N
 
 def decode_request(frame: memoryview, max_entries: int | None = None) -> Request:
     """The request in `frame`; with `max_entries`, a request whose arrays hold more entries in
-    all is refused (MalformedRequest) before it is built."""
+    all is refused (TooManyEntriesRequest, a MalformedRequest) as soon as an array's length
+    says so, before its entries are built."""
     header, api, stream = _read_header(frame)
     if api is None or header.api_version not in api.REQUEST:
         return Request(header, api, None, len(frame))
     try:
         body = parse_all_stream(api.REQUEST[header.api_version], stream, max_entries)
+    except TooManyEntries as e:
+        raise TooManyEntriesRequest(f"bad {api.NAME} v{header.api_version} request: {e}", header) from None
     except ConstructError as e:
         raise MalformedRequest(f"bad {api.NAME} v{header.api_version} request: {e}", header) from None
     return Request(header, api, body, len(frame))

@@ -13,6 +13,8 @@ from protocol.connection import (
     FrameTooLarge,
     MalformedRequest,
     ServerProtocol,
+    TooManyEntriesRequest,
+    decode_request,
     request_header_version,
     response_header_version,
 )
@@ -432,3 +434,21 @@ def test_client_server_round_trip(api_key: int, version: int, request_body: dict
     assert response is not None and response[0] == correlation_id
     assert isinstance(response[1], Container)
     assert normalise(response[1]) == expected_parse(api.RESPONSE[version], response_body)
+
+
+def test_an_entry_budget_stops_a_request_at_an_arrays_length_not_at_its_bytes() -> None:
+    """The server decodes a large frame on its loop when it holds few entries: a megabyte of
+    records in one partition fits a small budget; a few hundred partitions do not, and are
+    refused from the array's length, before any of them is built."""
+    def produce(partitions: int, record_bytes: int) -> memoryview:
+        body = {"transactional_id": None, "acks": 1, "timeout_ms": 1000, "topic_data": [
+            {"name": "t", "partition_data": [{"index": i, "records": b"r" * record_bytes} for i in range(partitions)]}]}
+        _, data = ClientProtocol().encode_request(PRODUCE, 9, body)
+        return memoryview(data)[4:]
+
+    big = decode_request(produce(1, 1 << 20), max_entries=256)
+    assert len(big.body.topic_data[0].partition_data[0].records) == 1 << 20
+    with pytest.raises(TooManyEntriesRequest) as info:
+        decode_request(produce(300, 1), max_entries=256)
+    assert isinstance(info.value, MalformedRequest) and info.value.header.api_key == PRODUCE
+    assert len(decode_request(produce(300, 1), max_entries=100_000).body.topic_data[0].partition_data) == 300
