@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import importlib.util
 import os
 import shutil
 import sys
@@ -53,6 +54,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "KBROKER_KAFKA_HOME, else ../shared/kafka-3.9.0 beside the project)")
     common.add_argument("--no-kafka", action="store_true", help="do not measure Apache Kafka")
     common.add_argument("--quiet", action="store_true", help="no progress output")
+    common.add_argument("--compare-uvloop", action="store_true",
+                        help="also measure a second kbroker on uvloop's event loop (KBROKER_EVENT_LOOP=uvloop; "
+                        "uvloop must be installed), alternated with the others")
 
     sub = parser.add_subparsers(dest="benchmark", required=True, metavar="BENCHMARK")
 
@@ -297,6 +301,20 @@ class Session:
             server.start()
         return server
 
+    def _uvloop_kbroker(self) -> list[Server]:
+        """kbroker again, on uvloop's event loop: the same settings, measured beside the default."""
+        if importlib.util.find_spec("uvloop") is None:
+            raise BenchError("--compare-uvloop: uvloop is not installed (pip install uvloop)")
+        data_dir = new_data_dir(self.args.work_dir, "kbroker-uvloop-bench-")
+        self.data_dirs.append(data_dir)
+        server = KbrokerServer(data_dir, config_file=self.args.server_config,
+                               overrides=_pairs(self.args.override, "--override"), name="kbroker-uvloop",
+                               env={"KBROKER_EVENT_LOOP": "uvloop"})
+        self.started.append(server)
+        with self.ui.step(f"starting {server.label}"):
+            server.start()
+        return [server]
+
     def env(self, kbroker: Server | None = None) -> Env:
         """kbroker and the references; a given kbroker gets an Env of its own.
 
@@ -312,7 +330,8 @@ class Session:
             if brokers > 1 and self._kafka_home is not None:
                 self.skipped["kafka"] = "one Kafka node is no reference for a cluster: measured against the mock only"
             kafka = self.kafka() if brokers == 1 else []
-            self._env = Env([kbroker, self.mock(brokers), *kafka], self.ui, self.args.runs, self.args.out,
+            variants = self._uvloop_kbroker() if brokers == 1 and getattr(self.args, "compare_uvloop", False) else []
+            self._env = Env([kbroker, *variants, self.mock(brokers), *kafka], self.ui, self.args.runs, self.args.out,
                             self.args.work_dir, self.notes)
             return self._env
         return Env([kbroker, self.mock(kbroker.brokers)], self.ui, self.args.runs, self.args.out,

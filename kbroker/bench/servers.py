@@ -217,13 +217,16 @@ class KbrokerServer(Server):
     can_restart = True
 
     def __init__(self, data_dir: Path, port: int | None = None, config_file: str | None = None,
-                 overrides: dict[str, str] | None = None, start_timeout_s: float = 600) -> None:
+                 overrides: dict[str, str] | None = None, start_timeout_s: float = 600, name: str = "kbroker",
+                 env: dict[str, str] | None = None) -> None:
+        self.name = name
         self.process = BrokerProcess(data_dir, port=port or free_port(), config_file=config_file,
                                      overrides={**BENCH_BROKER_SETTINGS, **(overrides or {})},
-                                     start_timeout_s=start_timeout_s, name="kbroker")
+                                     start_timeout_s=start_timeout_s, name=name, env=env or {})
         self.start_seconds: list[float] = []
         self._topics = AdminTopics()
-        self.description = f"kbroker (python -m kbroker.cli.main start{' ' + config_file if config_file else ''})"
+        on = f", {' '.join(f'{k}={v}' for k, v in env.items())}" if env else ""
+        self.description = f"kbroker (python -m kbroker.cli.main start{' ' + config_file if config_file else ''}{on})"
 
     @property
     def bootstrap(self) -> str:
