@@ -10,6 +10,7 @@ written and reads return the decrypted batches.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
@@ -72,6 +73,29 @@ class AppendInfo:
     duplicate: bool = False  # a producer's retry of a batch already in the log: nothing was written
 
 
+
+@dataclass(slots=True)
+class RolledFlush:
+    """An fsync of rolled segments through descriptors of its own (`Log.start_rolled_flush`)."""
+
+    descriptors: list[int]
+    target: int  # the recovery point once they are on disk
+    truncations: int  # the log's truncation count when it started
+
+    def run(self) -> None:
+        """fsync every segment (in a thread: fsync releases the GIL), then close the descriptors."""
+        try:
+            for descriptor in self.descriptors:
+                os.fsync(descriptor)
+        finally:
+            self.close_all(self.descriptors)
+
+    @staticmethod
+    def close_all(descriptors: list[int]) -> None:
+        for descriptor in descriptors:
+            with contextlib.suppress(OSError):
+                os.close(descriptor)
+
 class Log:
     def __init__(
         self,
@@ -98,6 +122,9 @@ class Log:
         # Compaction waits while the log is copied to another log dir (Kafka's abortAndPauseCleaning):
         # a rewritten segment would no longer match the copy.
         self.cleaning_paused = False
+        # Truncations so far: a flush of rolled segments that ran across one proves nothing.
+        self._truncations = 0
+        self._rolled_flush_running = False
         self.config = config
         self.clock = clock
         # Shared by every log of the dir: a full or failed disk stops writes to all of them.
@@ -680,6 +707,7 @@ class Log:
         self._segments.add(self._segment(offset, now, fresh=True))
         self._log_end_offset = self.log_start_offset = offset
         self._high_watermark = self.recovery_point = self.cleaner_checkpoint = offset
+        self._truncations += 1
         self.epochs.clear()
         self.producer_state.reset(offset)
         self.producer_state.delete_snapshots(above=-1)
@@ -688,6 +716,7 @@ class Log:
         self.delay_index = self._empty_delay_index(offset)
 
     def _after_truncation(self) -> None:
+        self._truncations += 1
         end = self._log_end_offset
         self.log_start_offset = min(self.log_start_offset, end)
         self.recovery_point = min(self.recovery_point, end)
@@ -753,16 +782,51 @@ class Log:
 
     def flush_if_due(self, now_ms: int) -> None:
         """Periodic: honour flush.ms, and flush rolled segments."""
-        if now_ms - self.last_flush_ms >= self.config.flush_ms:
+        if self.flush_due(now_ms):
             self.flush()
             self.last_flush_ms = now_ms
         else:
             self.flush_rolled()
 
+    def flush_due(self, now_ms: int) -> bool:
+        """flush.ms has passed since the last flush of the whole log."""
+        return now_ms - self.last_flush_ms >= self.config.flush_ms
+
     def flush_rolled(self) -> None:
         """Flush the segments rolled since the last flush (Kafka does so right after a roll)."""
         if self.recovery_point < self.active_segment.base_offset:
             self.flush(self.active_segment.base_offset)
+
+    def start_rolled_flush(self) -> RolledFlush | None:
+        """The fsync of the segments rolled since the last flush, to be run off the event loop
+        (`RolledFlush.run`, then `finish_rolled_flush`); None when there is none or one runs.
+
+        As Kafka's flush of a rolled segment on its scheduler thread: an fsync of a segment of
+        up to segment.bytes takes as long as the disk needs, and the event loop must not wait."""
+        target = self.active_segment.base_offset
+        if self.recovery_point >= target or self._rolled_flush_running:
+            return None
+        # Descriptors of their own: a segment deleted or closed meanwhile is still fsynced
+        # whole, and no descriptor number can be reused under the flush.
+        descriptors = []
+        try:
+            for segment in self._segments.from_offset(self.recovery_point):
+                if segment.base_offset < target:
+                    descriptors.append(os.dup(segment.fd))
+                    if segment.txn_index.entries:  # as LogSegment.flush; its indexes are closed
+                        descriptors.append(os.open(segment.txn_index.path, os.O_RDONLY))
+        except OSError:
+            RolledFlush.close_all(descriptors)
+            raise
+        self._rolled_flush_running = True
+        return RolledFlush(descriptors, target, self._truncations)
+
+    def finish_rolled_flush(self, flush: RolledFlush, succeeded: bool) -> None:
+        """The flush has run: the recovery point passes the rolled segments if it succeeded and
+        no truncation came meanwhile (their offsets may then hold other, unflushed data)."""
+        self._rolled_flush_running = False
+        if succeeded and flush.truncations == self._truncations:
+            self.recovery_point = max(self.recovery_point, min(flush.target, self._log_end_offset))
 
     def close(self) -> None:
         """Finish the active segment's time index, snapshot the producer state, close every file.

@@ -19,11 +19,13 @@ high-watermark and cleaner-offset checkpoints (ReplicaManager's and the cleaner'
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import shutil
 import uuid
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from kbroker.clock import WallClock, wall_clock_ms
@@ -32,7 +34,7 @@ from kbroker.storage import checkpoint
 from kbroker.storage.cleaner import compact
 from kbroker.storage.dir_names import FUTURE_DIR_SUFFIX, parse_future_dir_name, parse_log_dir_name
 from kbroker.storage.encryption import Keyring
-from kbroker.storage.log import Log
+from kbroker.storage.log import Log, RolledFlush
 from kbroker.storage.log_config import LogConfig
 from kbroker.storage.log_dir_health import KafkaStorageError, LogDirHealth
 from kbroker.storage.log_mover import finish_interrupted_swaps
@@ -99,6 +101,7 @@ class LogManager:
         self._next_cleaning_ms = 0
         self._next_hw_checkpoint_ms = 0
         self._next_probe_ms = 0
+        self._flusher: ThreadPoolExecutor | None = None  # fsyncs rolled segments off the event loop
         # Called with a dir's health when it goes FULL, OFFLINE or back ONLINE (the broker moves
         # leadership in a cluster).
         self.on_dir_change: Callable[[LogDirHealth], None] | None = None
@@ -267,10 +270,7 @@ class LogManager:
             self._next_probe_ms = now_ms + PROBE_INTERVAL_MS
             for health in self.health.values():
                 health.probe()
-        if delayed_tasks_due:
-            self._for_each_log("flush", lambda each: each.flush_if_due(now_ms))
-        else:
-            self._for_each_log("flush", Log.flush_rolled)
+        self._for_each_log("flush", lambda each: self._flush(each, now_ms, delayed_tasks_due))
         if now_ms >= self._next_retention_ms:
             self._next_retention_ms = now_ms + self.retention_check_interval_ms
             # Retention frees space: it runs on a full dir too.
@@ -284,6 +284,34 @@ class LogManager:
         if now_ms >= self._next_hw_checkpoint_ms:
             self._next_hw_checkpoint_ms = now_ms + self.checkpoint_interval_ms
             self.write_checkpoints(UNDELAYED_CHECKPOINTS)
+
+    def _flush(self, each: Log, now_ms: int, delayed_tasks_due: bool) -> None:
+        """flush.ms when due (after the initial task delay); otherwise the segments rolled since
+        the last flush, in the flusher thread when an event loop runs (on it, an fsync of a whole
+        segment would stall every client for as long as the disk takes)."""
+        if delayed_tasks_due and each.flush_due(now_ms):
+            each.flush_if_due(now_ms)
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # called outside a broker (tools, tests): at once
+            each.flush_rolled()
+            return
+        job = each.start_rolled_flush()
+        if job is None:
+            return
+        if self._flusher is None:
+            self._flusher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kbroker-flush")
+        future = loop.run_in_executor(self._flusher, job.run)
+        future.add_done_callback(lambda done: self._rolled_flush_done(each, job, done))
+
+    def _rolled_flush_done(self, each: Log, job: RolledFlush, done: asyncio.Future[None]) -> None:
+        error = None if done.cancelled() else done.exception()
+        each.finish_rolled_flush(job, succeeded=not done.cancelled() and error is None)
+        if isinstance(error, OSError) and each.health.writable:
+            each.health.failed(error, f"flush of {each.name}")
+        elif error is not None:
+            log.error("flush of %s failed: %r", each.name, error)
 
     def _for_each_log(self, what: str, work: Callable[[Log], object], needs_write: bool = True) -> None:
         for each in self.logs():
@@ -333,6 +361,9 @@ class LogManager:
         A dir that is full or failed (or fails now) is closed without its marker, so its logs are
         recovered at the next start; the other dirs shut down cleanly all the same.
         """
+        if self._flusher is not None:  # a flush of rolled segments in progress ends first
+            self._flusher.shutdown(wait=True)
+            self._flusher = None
         self._for_each_log("flush", lambda each: each.flush())
         for future in self.future_logs.values():  # a move resumes at the next start
             if future.health.writable:

@@ -1,0 +1,113 @@
+"""A rolled segment is fsynced in the flusher thread, not on the event loop (Kafka flushes it on
+its scheduler thread): an fsync of a whole segment takes as long as the disk needs, and every
+client would wait for it. The recovery point passes the segment only once its fsync is done, and
+not at all when the log was truncated meanwhile."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from kbroker.storage.log import Log
+from kbroker.storage.log_config import LogConfig
+from kbroker.storage.log_manager import LogManager
+from tests.storage.batches import Rec, batch
+from tests.storage.conftest import T0, Clock
+
+ONE_BATCH = len(batch([Rec(b"k", b"r" * 100)]))
+
+
+class HeldFsyncs:
+    """os.fsync, recorded with the thread that called it and the file; the flusher thread's wait for
+    `release` (the disk is slow), the others go through at once."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.calls: list[tuple[str, str]] = []  # (thread, file name)
+        self.release = threading.Event()
+        self.entered = threading.Event()
+        real = os.fsync
+
+        def fsync(fd: int) -> None:
+            name = threading.current_thread().name
+            self.calls.append((name, os.path.basename(os.readlink(f"/proc/self/fd/{fd}"))))
+            if name.startswith("kbroker-flush"):
+                self.entered.set()
+                assert self.release.wait(10), "the test never released the flush"
+            real(fd)
+
+        monkeypatch.setattr(os, "fsync", fsync)
+
+
+@pytest.fixture
+def manager(tmp_path: Path, clock: Clock) -> Iterator[LogManager]:
+    made = LogManager([tmp_path / "logs"], lambda _topic: LogConfig(segment_bytes=ONE_BATCH * 5), clock=clock,
+                      initial_task_delay_ms=0)
+    yield made
+    made.shutdown()
+
+
+def fill(log: Log, count: int) -> None:
+    for _ in range(count):
+        log.append_as_leader(batch([Rec(b"k", b"r" * 100, T0)]), 0, T0)
+
+
+async def _flush_done(log: Log, recovery_point: int) -> None:
+    async with asyncio.timeout(10):
+        while log.recovery_point != recovery_point:
+            await asyncio.sleep(0.001)
+
+
+def test_a_rolled_segment_is_fsynced_off_the_event_loop(manager: LogManager, monkeypatch: pytest.MonkeyPatch) -> None:
+    log = manager.get_or_create_log("t", 0)
+    fill(log, 7)  # a segment of five rolled, two in the active one
+    rolled_end = log.active_segment.base_offset
+    assert rolled_end == 5 and log.recovery_point == 0
+    fsyncs = HeldFsyncs(monkeypatch)
+
+    async def scenario() -> None:
+        manager.tick(T0 + 1_000)
+        # The tick returned while the fsync is held: it is not the loop's.
+        await asyncio.to_thread(fsyncs.entered.wait, 10)
+        assert log.recovery_point == 0, "the recovery point moved before the fsync was done"
+        fill(log, 1)  # the loop serves appends meanwhile
+        fsyncs.release.set()
+        await _flush_done(log, rolled_end)
+
+    asyncio.run(scenario())
+    segments = [(thread, name) for thread, name in fsyncs.calls if name.endswith(".log")]
+    assert segments == [("kbroker-flush_0", "00000000000000000000.log")], fsyncs.calls
+    assert log.log_end_offset == 8
+
+
+def test_a_truncation_during_the_flush_keeps_the_recovery_point(manager: LogManager,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    log = manager.get_or_create_log("t", 0)
+    fill(log, 7)
+    fsyncs = HeldFsyncs(monkeypatch)
+
+    async def scenario() -> None:
+        manager.tick(T0 + 1_000)
+        await asyncio.to_thread(fsyncs.entered.wait, 10)
+        log.truncate_to(3)  # a follower's divergent tail: offsets 3 and on will hold other data
+        fill(log, 4)
+        fsyncs.release.set()
+        async with asyncio.timeout(10):
+            while log._rolled_flush_running:
+                await asyncio.sleep(0.001)
+
+    asyncio.run(scenario())
+    assert log.recovery_point == 0, "a flush that ran across a truncation moved the recovery point"
+
+
+def test_without_an_event_loop_the_tick_flushes_at_once(manager: LogManager, monkeypatch: pytest.MonkeyPatch) -> None:
+    log = manager.get_or_create_log("t", 0)
+    fill(log, 7)
+    fsyncs = HeldFsyncs(monkeypatch)
+    manager.tick(T0 + 1_000)
+    assert log.recovery_point == 5
+    assert ("MainThread", "00000000000000000000.log") in fsyncs.calls, fsyncs.calls
