@@ -815,7 +815,7 @@ class Log:
                     descriptors.append(os.dup(segment.fd))
                     if segment.txn_index.entries:  # as LogSegment.flush; its indexes are closed
                         descriptors.append(os.open(segment.txn_index.path, os.O_RDONLY))
-        except OSError:
+        except BaseException:
             RolledFlush.close_all(descriptors)
             raise
         self._rolled_flush_running = True
