@@ -264,6 +264,23 @@ class ClientProtocol:
     def receive_data(self, data: bytes) -> None:
         self._frames.receive_data(data)
 
+    def response_size(self, prefix: bytes) -> int:
+        """The size a response's 4-byte prefix announces, for a caller that reads each frame
+        itself (then `parse_response`); FrameTooLarge beyond the limit."""
+        (size,) = _SIZE.unpack(prefix)
+        if size < 4 or size > self._frames.max_frame_size:
+            raise FrameTooLarge(f"response frame of {size} bytes (limit {self._frames.max_frame_size})")
+        return size
+
+    def parse_response(self, frame: bytes | bytearray) -> tuple[int, Container]:
+        """A whole response frame (without its size prefix), parsed in place: large fields (a
+        fetch's record sets) are views into `frame`, not copies."""
+        (correlation_id,) = struct.unpack_from(">i", frame, 0)
+        api, version = self._pending.pop(correlation_id)
+        stream = _ViewStream(memoryview(frame))
+        parse_all_stream(response_header.SCHEMA[response_header_version(api, version)], stream)
+        return correlation_id, parse_all_stream(api.RESPONSE[version], stream)
+
     def next_response(self) -> tuple[int, Container] | None:
         frame = self._frames.next_frame()
         if frame is None:

@@ -452,3 +452,37 @@ def test_an_entry_budget_stops_a_request_at_an_arrays_length_not_at_its_bytes() 
         decode_request(produce(300, 1), max_entries=256)
     assert isinstance(info.value, MalformedRequest) and info.value.header.api_key == PRODUCE
     assert len(decode_request(produce(300, 1), max_entries=100_000).body.topic_data[0].partition_data) == 300
+
+
+# --- responses read a frame at a time (the inter-broker client) ------------------------------
+
+
+def _fetch_answer(records: bytes) -> tuple[ClientProtocol, bytes]:
+    """A Fetch v12 answer to a request of `client`, as the frame after its size prefix."""
+    client = ClientProtocol()
+    _, data = client.encode_request(FETCH, 12, {"replica_id": 1, "topics": []})
+    server = ServerProtocol()
+    server.receive_data(data)
+    request = server.next_request()
+    assert request is not None
+    partition = {"partition_index": 0, "high_watermark": 10, "records": records}
+    answer = joined(server.encode_response(request.header, {"responses": [{"topic": "t", "partitions": [partition]}]}))
+    assert client.response_size(answer[:4]) == len(answer) - 4
+    return client, answer[4:]
+
+
+def test_a_whole_response_frame_is_parsed_with_its_records_a_view_into_it() -> None:
+    records = bytes(range(256)) * 64  # 16 KiB: above the size parsed as a view
+    client, answer = _fetch_answer(records)
+    body = client.parse_response(answer)[1]
+    parsed = body.responses[0].partitions[0].records
+    assert isinstance(parsed, memoryview) and parsed.obj is answer, "the records were copied"
+    assert bytes(parsed) == records and body.responses[0].topic == "t"
+
+
+def test_a_response_size_beyond_the_limit_is_refused_from_its_prefix() -> None:
+    client = ClientProtocol(max_response_size=1024)
+    assert client.response_size(struct.pack(">i", 1024)) == 1024
+    for size in (1025, -1, 0):
+        with pytest.raises(FrameTooLarge):
+            client.response_size(struct.pack(">i", size))
