@@ -275,19 +275,18 @@ class ClientProtocol:
     def parse_response(self, frame: bytes | bytearray) -> tuple[int, Container]:
         """A whole response frame (without its size prefix), parsed in place: large fields (a
         fetch's record sets) are views into `frame`, not copies."""
-        (correlation_id,) = struct.unpack_from(">i", frame, 0)
-        api, version = self._pending.pop(correlation_id)
-        stream = _ViewStream(memoryview(frame))
-        parse_all_stream(response_header.SCHEMA[response_header_version(api, version)], stream)
-        return correlation_id, parse_all_stream(api.RESPONSE[version], stream)
+        return self._parse_response(frame, _ViewStream(memoryview(frame)))
 
     def next_response(self) -> tuple[int, Container] | None:
         frame = self._frames.next_frame()
         if frame is None:
             return None
+        return self._parse_response(frame, io.BytesIO(frame))
+
+    def _parse_response(self, frame: bytes | bytearray | memoryview,
+                        stream: io.BytesIO | _ViewStream) -> tuple[int, Container]:
         (correlation_id,) = struct.unpack_from(">i", frame, 0)
         api, version = self._pending.pop(correlation_id)
-        stream = io.BytesIO(frame)
         parse_all_stream(response_header.SCHEMA[response_header_version(api, version)], stream)
         return correlation_id, parse_all_stream(api.RESPONSE[version], stream)
 

@@ -86,8 +86,8 @@ def alternate(env: Env, label: str, run_once: Callable[[Server, Step], dict[str,
     servers = servers or env.servers
     runs: dict[str, list[dict[str, Any]]] = {server.name: [] for server in servers}
     for index in range(env.runs):
-        # Each run starts with the next server: measured, the broker run second in a fixed order
-        # was 0.77x of the same broker run first, so a fixed order would favour one of them.
+        # Each run starts with the next server, so no server always holds the same place (an
+        # identical second kbroker measured 0.77x of the first in a fixed order; docs/performance.md).
         shift = index % len(servers)
         for server in servers[shift:] + servers[:shift]:
             description = f"{label} · {server.name} · run {index + 1}/{env.runs}"

@@ -288,14 +288,18 @@ class Session:
         if self.args.bootstrap:
             return ExternalServer(self.args.bootstrap, self.args.broker_pid, brokers,
                                   min(min_insync_replicas, brokers) if brokers > 1 else 1)
-        data_dir = new_data_dir(self.args.work_dir, "kbroker-bench-")
-        self.data_dirs.append(data_dir)
         overrides = overrides if overrides is not None else _pairs(self.args.override, "--override")
-        server: KbrokerServer | KbrokerClusterServer
         if brokers > 1:
-            server = KbrokerClusterServer(data_dir, brokers, min_insync_replicas, config_file, overrides)
-        else:
-            server = KbrokerServer(data_dir, port=port, config_file=config_file, overrides=overrides)
+            return self._start_local("kbroker-bench-", lambda data_dir: KbrokerClusterServer(
+                data_dir, brokers, min_insync_replicas, config_file, overrides))
+        return self._start_local("kbroker-bench-", lambda data_dir: KbrokerServer(
+            data_dir, port=port, config_file=config_file, overrides=overrides))
+
+    def _start_local(self, prefix: str, make: Callable[[Path], Server]) -> Server:
+        """A server of this machine made with a fresh data directory, started; stopped with the session."""
+        data_dir = new_data_dir(self.args.work_dir, prefix)
+        self.data_dirs.append(data_dir)
+        server = make(data_dir)
         self.started.append(server)
         with self.ui.step(f"starting {server.label}"):
             server.start()
@@ -305,15 +309,9 @@ class Session:
         """kbroker again, on uvloop's event loop: the same settings, measured beside the default."""
         if importlib.util.find_spec("uvloop") is None:
             raise BenchError("--compare-uvloop: uvloop is not installed (pip install uvloop)")
-        data_dir = new_data_dir(self.args.work_dir, "kbroker-uvloop-bench-")
-        self.data_dirs.append(data_dir)
-        server = KbrokerServer(data_dir, config_file=self.args.server_config,
-                               overrides=_pairs(self.args.override, "--override"), name="kbroker-uvloop",
-                               env={"KBROKER_EVENT_LOOP": "uvloop"})
-        self.started.append(server)
-        with self.ui.step(f"starting {server.label}"):
-            server.start()
-        return [server]
+        return [self._start_local("kbroker-uvloop-bench-", lambda data_dir: KbrokerServer(
+            data_dir, config_file=self.args.server_config, overrides=_pairs(self.args.override, "--override"),
+            name="kbroker-uvloop", env={"KBROKER_EVENT_LOOP": "uvloop"}))]
 
     def env(self, kbroker: Server | None = None) -> Env:
         """kbroker and the references; a given kbroker gets an Env of its own.

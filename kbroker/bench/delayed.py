@@ -505,7 +505,6 @@ class TopicView(Server):
         return self.broker.pid
 
 
-
 def throughput_part(env: Env, start_broker: StartBroker, args: argparse.Namespace) -> dict[str, Any]:
     server = start_broker()
     try:

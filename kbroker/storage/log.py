@@ -73,7 +73,6 @@ class AppendInfo:
     duplicate: bool = False  # a producer's retry of a batch already in the log: nothing was written
 
 
-
 @dataclass(slots=True)
 class RolledFlush:
     """An fsync of rolled segments through descriptors of its own (`Log.start_rolled_flush`)."""
@@ -95,6 +94,7 @@ class RolledFlush:
         for descriptor in descriptors:
             with contextlib.suppress(OSError):
                 os.close(descriptor)
+
 
 class Log:
     def __init__(
@@ -782,15 +782,16 @@ class Log:
 
     def flush_if_due(self, now_ms: int) -> None:
         """Periodic: honour flush.ms, and flush rolled segments."""
-        if self.flush_due(now_ms):
-            self.flush()
-            self.last_flush_ms = now_ms
-        else:
+        if not self.flush_whole_if_due(now_ms):
             self.flush_rolled()
 
-    def flush_due(self, now_ms: int) -> bool:
-        """flush.ms has passed since the last flush of the whole log."""
-        return now_ms - self.last_flush_ms >= self.config.flush_ms
+    def flush_whole_if_due(self, now_ms: int) -> bool:
+        """Flush the whole log if flush.ms has passed since its last flush; True if it did."""
+        if now_ms - self.last_flush_ms < self.config.flush_ms:
+            return False
+        self.flush()
+        self.last_flush_ms = now_ms
+        return True
 
     def flush_rolled(self) -> None:
         """Flush the segments rolled since the last flush (Kafka does so right after a roll)."""

@@ -289,8 +289,7 @@ class LogManager:
         """flush.ms when due (after the initial task delay); otherwise the segments rolled since
         the last flush, in the flusher thread when an event loop runs (on it, an fsync of a whole
         segment would stall every client for as long as the disk takes)."""
-        if delayed_tasks_due and each.flush_due(now_ms):
-            each.flush_if_due(now_ms)
+        if delayed_tasks_due and each.flush_whole_if_due(now_ms):
             return
         try:
             loop = asyncio.get_running_loop()

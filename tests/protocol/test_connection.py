@@ -199,8 +199,10 @@ def test_header_versions_follow_flexible_versions() -> None:
             assert response_header_version(api, version) == (1 if flexible and key != API_VERSIONS else 0)
 
 
-def _serve(api_key: int, version: int, request_body: dict, response_body: dict) -> tuple[ServerProtocol, list]:
-    client = ClientProtocol()
+def _serve(api_key: int, version: int, request_body: dict, response_body: dict,
+           client: ClientProtocol | None = None) -> tuple[ServerProtocol, list]:
+    """A request of `client` (a new one by default) served: the server and its answer's parts."""
+    client = client or ClientProtocol()
     correlation_id, data = client.encode_request(api_key, version, request_body)
     server = ServerProtocol()
     server.receive_data(data)
@@ -460,13 +462,10 @@ def test_an_entry_budget_stops_a_request_at_an_arrays_length_not_at_its_bytes() 
 def _fetch_answer(records: bytes) -> tuple[ClientProtocol, bytes]:
     """A Fetch v12 answer to a request of `client`, as the frame after its size prefix."""
     client = ClientProtocol()
-    _, data = client.encode_request(FETCH, 12, {"replica_id": 1, "topics": []})
-    server = ServerProtocol()
-    server.receive_data(data)
-    request = server.next_request()
-    assert request is not None
     partition = {"partition_index": 0, "high_watermark": 10, "records": records}
-    answer = joined(server.encode_response(request.header, {"responses": [{"topic": "t", "partitions": [partition]}]}))
+    _, parts = _serve(FETCH, 12, {"replica_id": 1, "topics": []},
+                      {"responses": [{"topic": "t", "partitions": [partition]}]}, client)
+    answer = joined(parts)
     assert client.response_size(answer[:4]) == len(answer) - 4
     return client, answer[4:]
 
