@@ -104,6 +104,8 @@ def test_produce_beside_the_write_ceiling(tmp_path: Path) -> None:
     assert case["servers"]["ceiling"]["runs"][0]["server_cpu"] is None
     target = next(t for t in results["targets"] if "write ceiling" in t["name"])
     assert target["measured"] == case["ratios"]["ceiling"]["mb_per_s"] and target["met"] in (True, False)
+    half_mock = next(t for t in results["targets"] if t["name"] == "produce 1 KB, acks=1, one producer")
+    assert "× the write ceiling" in half_mock["note"]  # whether 0.5× mock is within the disk's reach
     assert "kbroker/ceiling" in (tmp_path / "ceiling" / "summary.md").read_text()
 
 
@@ -186,9 +188,14 @@ def test_cluster_produce_acks_all(tmp_path: Path) -> None:
     check_case(case, ["mb_per_s", "msgs_per_s", "server_cpu"])
     check_cluster_case(results, case)
     assert case["servers"]["kbroker"]["runs"][0]["errors"] == 0
-    (target,) = results["targets"]  # no acks=1 case here: only the cluster's, with no yardstick
+    # No acks=1 case here: only the cluster's, with no yardstick, and its share of the ceiling.
+    target, ceiling = results["targets"]
     assert target["name"] == "produce 1 KB, acks=all, 3 brokers, one producer"
     assert target["measured"] is None and target["met"] is None and "MB/s" in target["note"]
+    # Three loops at once, one in each broker's log directory, as a replicated byte is written.
+    assert "3 copies at once" in ceiling["name"] and ceiling["met"] is None
+    assert ceiling["measured"] == case["ratios"]["ceiling"]["mb_per_s"] > 0
+    assert case["servers"]["ceiling"]["runs"][0]["mb_per_s"] > 0
 
 
 def test_cluster_latency_acks_all(tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 from kbroker.bench import profiling
 from kbroker.bench.ceiling import WriteCeiling
 from kbroker.bench.references import MockServer
-from kbroker.bench.servers import KbrokerServer, Server, new_data_dir
+from kbroker.bench.servers import KbrokerServer, Server, evict_from_page_cache, new_data_dir
 from kbroker.bench.ui import UI, Step
 from kbroker.bench.workers import run_workers
 
@@ -75,13 +75,14 @@ def topic_name(kind: str) -> str:
 
 def alternate(env: Env, label: str, run_once: Callable[[Server, Step], dict[str, Any]], metrics: list[str],
               seconds: float | None, describe: Callable[[dict[str, Any]], str],
-              servers: list[Server] | None = None) -> dict[str, Any]:
+              servers: list[Server] | None = None, writes: bool = False) -> dict[str, Any]:
     """Run kbroker, reference, kbroker, reference, ... `env.runs` times; medians and ratios per metric.
 
     Interleaving spreads the machine's drifts (other tenants, thermal, page cache) over both
     brokers instead of letting one of them take a quiet or a noisy minute; the order rotates
     from run to run, so no broker always follows the same one. `servers`: the
-    environment's and any stand-ins (the write ceiling).
+    environment's and any stand-ins (the write ceiling). `writes`: a run writes gigabytes, so
+    each starts with the brokers' files out of the page cache (below).
     """
     servers = servers or env.servers
     runs: dict[str, list[dict[str, Any]]] = {server.name: [] for server in servers}
@@ -93,6 +94,13 @@ def alternate(env: Env, label: str, run_once: Callable[[Server, Step], dict[str,
             description = f"{label} · {server.name} · run {index + 1}/{env.runs}"
             # The previous run's writes reach the disk first: no run pays for another's writeback.
             os.sync()
+            if writes:
+                # And no run gets memory another freed: a run right after the write ceiling (which
+                # deletes its file) found gigabytes of free pages, one after a broker's run had to
+                # reclaim them from the page cache first, and measured 0.6-0.7x as fast.
+                for each in env.servers:
+                    for directory in each.log_dirs:
+                        evict_from_page_cache(directory)
             with env.ui.step(description, seconds) as step:
                 result = run_once(server, step)
             runs[server.name].append(result)
@@ -192,7 +200,7 @@ def produce_case(env: Env, message_size: int, config: dict[str, Any], partitions
         return _throughput(server, results, cpu_before, message_size, parts_before)
 
     summary = alternate(env, label, run_once, ["mb_per_s", "msgs_per_s", *env.cpu_metrics(), "client_cpu"],
-                        duration_s, _describe_throughput, [*env.servers, *_ceiling(env, config)])
+                        duration_s, _describe_throughput, [*env.servers, *_ceiling(env, config)], writes=True)
     case: dict[str, Any] = {
         "name": label,
         "params": {"message_size": message_size, "partitions": partitions, "producers": producers,
@@ -207,12 +215,13 @@ def produce_case(env: Env, message_size: int, config: dict[str, Any], partitions
 
 
 def _ceiling(env: Env, config: dict[str, Any]) -> list[Server]:
-    """The write ceiling of a single kbroker's log directory, in chunks of the producer's batch
-    size (none for a cluster or a broker measured over --bootstrap: no local log directory)."""
-    directory = getattr(env.kbroker, "log_dir", None)
-    if env.kbroker.brokers != 1 or directory is None:
+    """The write ceiling of kbroker's log directories, in chunks of the producer's batch size: one
+    loop for one broker, one per broker at once for a cluster (its topics have a copy on every
+    broker); none for a broker measured over --bootstrap (no local log directory)."""
+    directories = env.kbroker.log_dirs
+    if not directories or len(directories) != env.kbroker.replication_factor:
         return []
-    return [WriteCeiling(Path(directory), int(config.get("batch.size", 1_000_000)))]
+    return [WriteCeiling(directories, int(config.get("batch.size", 1_000_000)))]
 
 
 def profile_run(env: Env, label: str, run: Callable[[Step], dict[str, Any]], seconds: float) -> dict[str, Any]:

@@ -57,6 +57,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     common.add_argument("--compare-uvloop", action="store_true",
                         help="also measure a second kbroker on uvloop's event loop (KBROKER_EVENT_LOOP=uvloop; "
                         "uvloop must be installed), alternated with the others")
+    common.add_argument("--compare-env", action="append", default=[], metavar="KEY=VALUE",
+                        help="also measure a second kbroker (kbroker-variant) started with this environment "
+                        "variable, alternated with the others; repeatable (e.g. "
+                        "KBROKER_WRITE_BEHIND_MIN_BYTES=0 to write every append on the event loop)")
 
     sub = parser.add_subparsers(dest="benchmark", required=True, metavar="BENCHMARK")
 
@@ -313,6 +317,16 @@ class Session:
             data_dir, config_file=self.args.server_config, overrides=_pairs(self.args.override, "--override"),
             name="kbroker-uvloop", env={"KBROKER_EVENT_LOOP": "uvloop"}))]
 
+    def _variant_kbrokers(self) -> list[Server]:
+        """The second kbrokers asked for: on uvloop, and with --compare-env's environment."""
+        variants = self._uvloop_kbroker() if getattr(self.args, "compare_uvloop", False) else []
+        env = _pairs(getattr(self.args, "compare_env", []), "--compare-env")
+        if env:
+            variants.append(self._start_local("kbroker-variant-bench-", lambda data_dir: KbrokerServer(
+                data_dir, config_file=self.args.server_config, overrides=_pairs(self.args.override, "--override"),
+                name="kbroker-variant", env=env)))
+        return variants
+
     def env(self, kbroker: Server | None = None) -> Env:
         """kbroker and the references; a given kbroker gets an Env of its own.
 
@@ -328,7 +342,7 @@ class Session:
             if brokers > 1 and self._kafka_home is not None:
                 self.skipped["kafka"] = "one Kafka node is no reference for a cluster: measured against the mock only"
             kafka = self.kafka() if brokers == 1 else []
-            variants = self._uvloop_kbroker() if brokers == 1 and getattr(self.args, "compare_uvloop", False) else []
+            variants = self._variant_kbrokers() if brokers == 1 else []
             self._env = Env([kbroker, *variants, self.mock(brokers), *kafka], self.ui, self.args.runs, self.args.out,
                             self.args.work_dir, self.notes)
             return self._env

@@ -103,6 +103,10 @@ class KafkaServer(Server):
         return self.process.bootstrap
 
     @property
+    def log_dirs(self) -> list[Path]:
+        return [self.process.log_dir]
+
+    @property
     def pid(self) -> int | None:
         return self.process.pid
 

@@ -77,6 +77,12 @@ class Server:
     def replication_factor(self) -> int:
         return self.brokers
 
+    @property
+    def log_dirs(self) -> list[Path]:
+        """The log directory of each broker this process started (none for a broker elsewhere):
+        where the write ceiling writes."""
+        return []
+
     # Where the measured clients connect, and with which client settings: the broker's own
     # (PLAINTEXT) bootstrap unless a benchmark points them at another listener (TLS).
     client_address: str | None = None
@@ -237,6 +243,10 @@ class KbrokerServer(Server):
         return self.process.log_dir
 
     @property
+    def log_dirs(self) -> list[Path]:
+        return [self.log_dir]
+
+    @property
     def pid(self) -> int | None:
         return self.process.pid if self.process.alive else None
 
@@ -330,6 +340,10 @@ class KbrokerClusterServer(Server):
 
     def describe_pid(self) -> str:
         return f"leader broker {self.leader_id} (pid {self.pid})"
+
+    @property
+    def log_dirs(self) -> list[Path]:
+        return [node.log_dir for node in self.cluster.nodes.values()]
 
     def start(self) -> float:
         """ZooKeeper, then the brokers together (each ready once it has registered), then
