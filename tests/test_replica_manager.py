@@ -14,6 +14,7 @@ import pytest
 
 from kbroker.clock import wall_clock_ms
 from kbroker.cluster.replica_manager import FetchParams, PartitionFetch, ReplicaManager
+from kbroker.storage import write_behind
 from kbroker.storage.log_config import LogConfig
 from kbroker.storage.log_manager import LogManager
 from protocol.errors import ErrorCode, KafkaError
@@ -183,5 +184,32 @@ def test_fetch_checks_the_fetchers_leader_epoch(tmp_path: Path, current_epoch: i
                                            wall_clock_ms())
             assert result.error == code
             assert result.hosted and result.high_watermark == 0  # a known partition tells its offsets
+
+    asyncio.run(asyncio.wait_for(scenario(), 30))
+
+
+def test_appends_written_behind_are_answered_once_published(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the writer thread on (KBROKER_WRITE_BEHIND_MIN_BYTES), two large appends to one
+    partition in one request and two more in flight at once (acks=all) land in order, each answered
+    once published."""
+    monkeypatch.setattr(write_behind, "WRITE_BEHIND_MIN_BYTES", 1024)
+    big = [bytes([65 + i]) * 4096 for i in range(4)]
+
+    async def scenario() -> None:
+        async with replica_manager(tmp_path) as manager:
+            first = await manager.append([("t", 0, batch(big[0])), ("t", 0, batch(big[1]))], required_acks=1,
+                                         timeout_ms=1000, now_ms=wall_clock_ms())
+            assert first.replicated is not None and [r.base_offset for r in first.results] == [0, 1]
+            others = [asyncio.ensure_future(manager.append([("t", 0, batch(value))], required_acks=-1,
+                                                           timeout_ms=1000, now_ms=wall_clock_ms()))
+                      for value in big[2:]]
+            await first.replicated
+            for appended in await asyncio.gather(*others):
+                assert appended.replicated is not None
+                await appended.replicated
+            offsets = [appended.results[0].base_offset for appended in [first, *(o.result() for o in others)]]
+            assert offsets == [0, 2, 3] and all(r.error == ErrorCode.NO_ERROR for r in first.results)
+            (result,) = await manager.fetch(CONSUMER, [fetch_of(0)], wall_clock_ms())
+            assert values(result.records) == big
 
     asyncio.run(asyncio.wait_for(scenario(), 30))

@@ -211,16 +211,45 @@ class Partition:
     def append_as_leader(
         self, records: bytes, now_ms: int, origin: AppendOrigin = AppendOrigin.CLIENT, required_acks: int = 1
     ) -> AppendInfo:
+        self._check_can_append(required_acks)
+        info = self.log.append_as_leader(records, self.leader_epoch, now_ms, origin=origin)
+        self._appended()
+        return info
+
+    def start_append_as_leader(
+        self, records: bytes, now_ms: int, origin: AppendOrigin = AppendOrigin.CLIENT, required_acks: int = 1,
+        behind: bool = True,
+    ) -> tuple[AppendInfo, asyncio.Future[None] | None]:
+        """`append_as_leader`, but with `behind` a large append may be written by the log dir's
+        writer thread (Log.start_append_as_leader): then also the future of its publication,
+        after which the high watermark moves and readers wake."""
+        if not behind:
+            return self.append_as_leader(records, now_ms, origin, required_acks), None
+        self._check_can_append(required_acks)
+        info, written = self.log.start_append_as_leader(records, self.leader_epoch, now_ms, origin=origin)
+        if written is None:
+            self._appended()
+        else:
+            written.add_done_callback(self._written)
+        return info, written
+
+    def _written(self, written: asyncio.Future[None]) -> None:
+        if not written.cancelled():
+            written.exception()  # a failure is its producer's answer (ReplicaManager.append)
+        self._appended()
+
+    def _appended(self) -> None:
+        if self.is_leader:  # it may have stopped leading while the append was written
+            self.advance_high_watermark()
+            self._notify_delayed()
+        self.wake_waiters()
+
+    def _check_can_append(self, required_acks: int) -> None:
         self.require_leader()
         if required_acks == -1 and len(self.isr) < self.min_insync_replicas:
             raise KafkaError(ErrorCode.NOT_ENOUGH_REPLICAS,
                              f"the ISR of {self.name} is {self.isr}, below min.insync.replicas="
                              f"{self.min_insync_replicas}")
-        info = self.log.append_as_leader(records, self.leader_epoch, now_ms, origin=origin)
-        self.advance_high_watermark()
-        self.wake_waiters()
-        self._notify_delayed()
-        return info
 
     def _notify_delayed(self) -> None:
         index = self.log.delay_index

@@ -76,9 +76,11 @@ class AppendResult:
 
 @dataclass(slots=True)
 class Appended:
-    """What `append` did: a result per entry, in their order, and for acks=all the wait for the
-    ISR (None when nothing waits). Awaiting it turns the results of writes that could not be
-    replicated into errors (REQUEST_TIMED_OUT, NOT_ENOUGH_REPLICAS_AFTER_APPEND, ...)."""
+    """What `append` did: a result per entry, in their order, and what its answer waits for
+    (None when nothing does): appends still being written by a log dir's writer thread, then for
+    acks=all the ISR. Awaiting it turns the results of writes that failed or could not be
+    replicated into errors (KAFKA_STORAGE_ERROR, REQUEST_TIMED_OUT,
+    NOT_ENOUGH_REPLICAS_AFTER_APPEND, ...)."""
 
     results: list[AppendResult]
     replicated: Awaitable[None] | None = None
@@ -304,26 +306,35 @@ class ReplicaManager:
             return Appended([AppendResult.failed(KafkaError(ErrorCode.INVALID_REQUIRED_ACKS)) for _ in entries])
         pacer = pacer or Pacer()
         results: list[AppendResult] = []
+        writes: list[tuple[AppendResult, asyncio.Future[None]]] = []  # being written by a writer thread
         waits: list[tuple[AppendResult, Partition, int]] = []  # acks=all: result, partition, end offset
         for topic, index, records in entries:
             await pacer.tick()
             try:
                 if topic in INTERNAL_TOPICS and not internal_topics_allowed:
                     raise KafkaError(ErrorCode.INVALID_TOPIC, f"Cannot append to internal topic {topic}")
+                await self.get(topic, index).log.wait_idle()  # the previous append to it is published
                 partition = self.get(topic, index)
                 if verify_transaction is not None:
                     _verify_transaction(partition, records, transactional_id, verify_transaction)
-                info = partition.append_as_leader(records, now_ms, origin=origin, required_acks=required_acks)
+                # acks=0 has no answer to hold back: written on the loop, as it comes.
+                info, written = partition.start_append_as_leader(records, now_ms, origin=origin,
+                                                                 required_acks=required_acks,
+                                                                 behind=required_acks != 0)
             except KafkaError as e:
                 results.append(AppendResult.failed(e))
                 continue
             result = AppendResult(ErrorCode.NO_ERROR, info.first_offset, info.log_append_time, info.log_start_offset)
             results.append(result)
+            if written is not None:
+                writes.append((result, written))
             end = info.last_offset + 1
             # On one node (or when the ISR is the leader alone) the HW is already past: no waiting.
-            if required_acks == -1 and partition.high_watermark < end:
+            if required_acks == -1 and (written is not None or partition.high_watermark < end):
                 waits.append((result, partition, end))
-        return Appended(results, _when_replicated(waits, timeout_ms / 1000) if waits else None)
+        if not writes and not waits:
+            return Appended(results)
+        return Appended(results, _when_done(writes, waits, timeout_ms / 1000))
 
     # -- fetch ------------------------------------------------------------------------------------
 
@@ -494,6 +505,25 @@ def _verify_transaction(partition: Partition, records: bytes, transactional_id: 
     if partition.has_open_transaction(header.producer_id):
         return
     verify(transactional_id, header.producer_id, header.producer_epoch, partition.topic, partition.index)
+
+
+async def _when_done(writes: list[tuple[AppendResult, asyncio.Future[None]]],
+                     waits: list[tuple[AppendResult, Partition, int]], timeout_s: float) -> None:
+    """Once every append's bytes are written and published (a failed write becomes its result's
+    error), then for acks=all once replicated."""
+    if writes:
+        await asyncio.wait([written for _, written in writes])
+        failed: set[int] = set()
+        for result, written in writes:
+            error = written.exception()
+            if error is not None:
+                failed.add(id(result))
+                code = error.code if isinstance(error, KafkaError) else ErrorCode.UNKNOWN_SERVER_ERROR
+                result.error, result.message = code, str(error)
+                result.base_offset = result.log_append_time = result.log_start_offset = -1
+        waits = [wait for wait in waits if id(wait[0]) not in failed]
+    if waits:
+        await _when_replicated(waits, timeout_s)
 
 
 async def _when_replicated(waits: list[tuple[AppendResult, Partition, int]], timeout_s: float) -> None:

@@ -10,6 +10,8 @@ written and reads return the decrypted batches.
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import contextlib
 import logging
 import os
@@ -30,6 +32,7 @@ from kbroker.delay.delay_snapshot import (
 from kbroker.delay.forward_batches import ForwardRecord, decode_forward_batch, is_forward_batch
 from kbroker.delay.pending_batches import PendingRecord, decode_pending_value, pending_values
 from kbroker.delay.pending_cache import SHARED, PendingValueCache, new_owner
+from kbroker.storage import write_behind
 from kbroker.storage.delayed_appends import BatchPlan, pending_batch
 from kbroker.storage.dir_names import FUTURE_DIR_SUFFIX, parse_future_dir_name, parse_log_dir_name
 from kbroker.storage.encryption import BatchCipher, Keyring
@@ -54,6 +57,7 @@ from kbroker.storage.producer_state import (
 from kbroker.storage.read_results import Read
 from kbroker.storage.segment import LogSegment
 from kbroker.storage.txn_index import AbortedTxn
+from kbroker.storage.write_behind import DirWriter, PendingWrite, settled
 from protocol.errors import ErrorCode, KafkaError
 from protocol.records import NO_TIMESTAMP, BatchHeader, read_header
 
@@ -110,6 +114,7 @@ class Log:
         health: LogDirHealth | None = None,
         keyring: Keyring | None = None,
         pending_cache: PendingValueCache = SHARED,
+        writer: DirWriter | None = None,
     ) -> None:
         parsed = parse_log_dir_name(directory.name) or parse_future_dir_name(directory.name)
         if parsed is None:
@@ -125,6 +130,10 @@ class Log:
         # Truncations so far: a flush of rolled segments that ran across one proves nothing.
         self._truncations = 0
         self._rolled_flush_running = False
+        # The log dir's writer thread for large appends, and the append it is writing
+        # (write_behind.py); without one every append is written on the caller's thread.
+        self.writer = writer
+        self._inflight: PendingWrite | None = None
         self.config = config
         self.clock = clock
         # Shared by every log of the dir: a full or failed disk stops writes to all of them.
@@ -348,6 +357,7 @@ class Log:
         """Close and unlink segments whose deletion delay has passed."""
         return self._segments.delete_expired(now_ms)
 
+    @settled
     def replace_segments(self, old: Sequence[LogSegment], swap: Path, now_ms: int) -> LogSegment:
         """Put the cleaner's `swap` file (`<base>.log.swap`) in place of the segments `old`.
 
@@ -366,6 +376,7 @@ class Log:
         self._segments.add(segment)
         return segment
 
+    @settled
     def roll(self, now_ms: int | None = None, base_offset: int | None = None) -> LogSegment:
         """Start a new active segment at the log end (or at `base_offset` if that is later)."""
         now = self.clock() if now_ms is None else now_ms
@@ -403,6 +414,7 @@ class Log:
 
     # -- appending --------------------------------------------------------------------------------
 
+    @settled
     def append_as_leader(
         self,
         batches: bytes | bytearray | memoryview,
@@ -420,22 +432,44 @@ class Log:
         INVALID_TXN_STATE. A client's retry of one of its last five batches returns the offsets
         that batch got, with `duplicate` set, and writes nothing.
         """
+        info, _ = self._start_append_as_leader(batches, leader_epoch, now_ms, origin, behind=False)
+        return info
+
+    @settled
+    def start_append_as_leader(
+        self,
+        batches: bytes | bytearray | memoryview,
+        leader_epoch: int,
+        now_ms: int,
+        origin: AppendOrigin = AppendOrigin.CLIENT,
+    ) -> tuple[AppendInfo, asyncio.Future[None] | None]:
+        """`append_as_leader`, but a large append's bytes may be written by the log dir's writer
+        thread: then the info comes with a future that is done once the append is published
+        (readable, in the log end) or has failed (KafkaStorageError). Call it with no append in
+        flight (`wait_idle`) or it first waits for that one, blocking."""
+        return self._start_append_as_leader(batches, leader_epoch, now_ms, origin, behind=True)
+
+    def _start_append_as_leader(
+        self, batches: bytes | bytearray | memoryview, leader_epoch: int, now_ms: int, origin: AppendOrigin,
+        behind: bool,
+    ) -> tuple[AppendInfo, asyncio.Future[None] | None]:
         self.health.check_writable(self.name)
         try:
-            return self._append_as_leader(batches, leader_epoch, now_ms, origin)
+            return self._append_as_leader(batches, leader_epoch, now_ms, origin, behind)
         except OSError as e:
             raise self.health.failed(e, f"appending to {self.name}") from e
 
     def _append_as_leader(
-        self, batches: bytes | bytearray | memoryview, leader_epoch: int, now_ms: int, origin: AppendOrigin
-    ) -> AppendInfo:
+        self, batches: bytes | bytearray | memoryview, leader_epoch: int, now_ms: int, origin: AppendOrigin,
+        behind: bool,
+    ) -> tuple[AppendInfo, asyncio.Future[None] | None]:
         buf = bytearray(batches)  # the one copy: offsets, epochs and append times are patched in place
         headers = validate_batches(buf, self.config, self.name, from_client=True,
                                    coordinator=origin is AppendOrigin.COORDINATOR)
         if origin is AppendOrigin.CLIENT:
             duplicate = self._find_duplicate(headers)
             if duplicate is not None:
-                return duplicate
+                return duplicate, None
             plans = validate_records(buf, headers, self.config, self.name, now_ms)
             if any(plans):
                 buf, headers = self._hold_delayed(buf, headers, plans, now_ms)
@@ -443,9 +477,8 @@ class Log:
         patched = assign_offsets(buf, headers, self._log_end_offset, leader_epoch, append_time)
         producers = self.producer_state.check_batches(buf, patched, origin)
         self.epochs.assign(leader_epoch, self._log_end_offset)
-        self._append(buf, patched, now_ms)
-        self._update_producers(producers)
-        return self._append_info(patched, append_time)
+        info = self._append_info(patched, append_time)
+        return info, self._append(buf, patched, now_ms, producers, behind=behind)
 
     def _hold_delayed(self, buf: bytearray, headers: Sequence[BatchHeader], plans: Sequence[BatchPlan | None],
                       now_ms: int) -> tuple[bytearray, list[BatchHeader]]:
@@ -467,6 +500,7 @@ class Log:
             position += header.size
         return new_buf, new_headers
 
+    @settled
     def append_as_follower(self, batches: bytes | bytearray | memoryview, now_ms: int | None = None) -> AppendInfo:
         """Append batches whose offsets and epochs the leader assigned, as they are."""
         self.health.check_writable(self.name)
@@ -482,20 +516,74 @@ class Log:
         for header in headers:
             if header.partition_leader_epoch > self.epochs.latest_epoch:
                 self.epochs.assign(header.partition_leader_epoch, header.base_offset)
-        self._append(batches, headers, self.clock() if now_ms is None else now_ms)
-        self._update_producers(producers)
+        self._append(batches, headers, self.clock() if now_ms is None else now_ms, producers)
         return self._append_info(headers, NO_TIMESTAMP)
 
-    def _append(self, data: bytes | bytearray | memoryview, headers: Sequence[BatchHeader], now_ms: int) -> None:
+    def _append(self, data: bytes | bytearray | memoryview, headers: Sequence[BatchHeader], now_ms: int,
+                producers: ProducerAppend | None, *, behind: bool = False) -> asyncio.Future[None] | None:
+        """Write the batches at the log end and publish them; with `behind`, a large write may go
+        to the writer thread: then the future of its publication."""
         plain, plain_headers = data, headers
         if self.cipher is not None:
             data, headers = self.cipher.seal_all(data, headers)
         segment = self._maybe_roll(len(data), headers, now_ms)
+        if behind:
+            pending = write_behind.start(self.writer, segment, data, headers, plain, plain_headers, producers,
+                                         self._write_done)
+            if pending is not None:
+                self._inflight = pending
+                return pending.published
         segment.append(data, headers)
-        self._log_end_offset = headers[-1].last_offset + 1
+        self._publish(plain, plain_headers, producers)
+        return None
+
+    def _publish(self, plain: bytes | bytearray | memoryview, plain_headers: Sequence[BatchHeader],
+                 producers: ProducerAppend | None) -> None:
+        """Make appended batches part of the log: its end, the delay index, producer state."""
+        self._log_end_offset = plain_headers[-1].last_offset + 1
         self._index_appended(plain, plain_headers)
         if self._log_end_offset - self.recovery_point >= self.config.flush_messages:
             self.flush()
+        self._update_producers(producers)
+
+    # -- the append being written (write_behind.py) ------------------------------------------------
+
+    async def wait_idle(self) -> None:
+        """Until no append of this log is being written (its outcome is its caller's)."""
+        while self._inflight is not None:
+            await asyncio.wait([self._inflight.published])
+
+    def settle(self) -> None:
+        """Wait, blocking, for the append being written, and publish it."""
+        pending = self._inflight
+        if pending is not None:
+            concurrent.futures.wait([pending.future])
+            self._write_done(pending)
+
+    def _write_done(self, pending: PendingWrite) -> None:
+        """On the loop, once the writer thread is done with `pending`: publish it, or take it back."""
+        if self._inflight is not pending:
+            return  # settled already
+        self._inflight = None
+        error = pending.future.exception()
+        if error is None:
+            try:
+                pending.segment.append(pending.data, pending.headers, written=True)
+                self._publish(pending.plain, pending.plain_headers, pending.producers)
+            except OSError as e:  # an fsync due by flush.messages: the append stays, as inline
+                error = e
+        else:
+            pending.segment.take_back(pending.position)
+        published = pending.published
+        if error is not None:
+            failure = error if isinstance(error, OSError) else OSError(f"{type(error).__name__}: {error}")
+            error = self.health.failed(failure, f"appending to {self.name}")
+        if published.get_loop().is_closed():
+            return  # settled at shutdown after the loop ended: nobody waits
+        if error is None:
+            published.set_result(None)
+        else:
+            published.set_exception(error)
 
     def _append_info(self, headers: Sequence[BatchHeader], append_time: int) -> AppendInfo:
         return AppendInfo(
@@ -550,6 +638,7 @@ class Log:
     def active_producers(self) -> list[ProducerView]:
         return self.producer_state.views()
 
+    @settled
     def remove_expired_producers(self, now_ms: int, expiration_ms: int) -> int:
         return self.producer_state.remove_expired(now_ms, expiration_ms)
 
@@ -596,6 +685,7 @@ class Log:
 
     # -- deleting ---------------------------------------------------------------------------------
 
+    @settled
     def delete_records_before(self, offset: int, now_ms: int | None = None) -> int:
         """DeleteRecords: move the log start up to `offset` (-1: the high watermark); returns it.
 
@@ -624,6 +714,7 @@ class Log:
         self.epochs.truncate_from_start(offset)
         self.cleaner_checkpoint = max(self.cleaner_checkpoint, offset)
 
+    @settled
     def delete_old_segments(self, now_ms: int) -> int:
         """Retention: segments below the log start; by retention.bytes and retention.ms when the
         cleanup policy includes delete. Returns how many segments went."""
@@ -682,6 +773,7 @@ class Log:
                  self.name, len(doomed), reason, self.log_start_offset)
         return len(doomed)
 
+    @settled
     def truncate_to(self, offset: int) -> bool:
         """Remove everything from `offset` on (a follower's divergent tail). False if nothing changed."""
         if offset < 0:
@@ -700,6 +792,7 @@ class Log:
         self._truncate_delay_index(self._log_end_offset)
         return True
 
+    @settled
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Drop every segment and restart the log, empty, at `offset`."""
         now = self.clock()
@@ -726,6 +819,7 @@ class Log:
 
     # -- moving between log dirs -----------------------------------------------------------------
 
+    @settled
     def adopt_state_of(self, source: Log, now_ms: int) -> None:
         """A complete copy (a future replica) takes over what the batches alone do not say: the
         source's log start, high watermark, leader epochs, producer state and segment layout.
@@ -746,6 +840,7 @@ class Log:
         self.cleaner_checkpoint = source.cleaner_checkpoint
         self.earliest_delete_horizon = source.earliest_delete_horizon
 
+    @settled
     def flush_everything(self) -> None:
         """fsync every segment, its indexes, the producer state and the directory: a copy about to
         replace its source must be wholly on disk first."""
@@ -756,6 +851,7 @@ class Log:
         self._snapshot_delay_index(durable=True)
         self.producer_state.take_snapshot(sync=True)  # also fsyncs the directory
 
+    @settled
     def repoint(self, directory: Path) -> None:
         """The log's directory was renamed to `directory`: point every path at the new name.
 
@@ -829,6 +925,7 @@ class Log:
         if succeeded and flush.truncations == self._truncations:
             self.recovery_point = max(self.recovery_point, min(flush.target, self._log_end_offset))
 
+    @settled
     def close(self) -> None:
         """Finish the active segment's time index, snapshot the producer state, close every file.
 
@@ -844,11 +941,13 @@ class Log:
             self._snapshot_delay_index()
         self.release()
 
+    @settled
     def release(self) -> None:
         """Close every file without writing anything (the directory may already be gone)."""
         self._pending_cache.drop(self._cache_owner)
         self._segments.release()
 
+    @settled
     def delete(self) -> None:
         """Remove the whole partition directory."""
         self.release()

@@ -38,6 +38,7 @@ from kbroker.storage.log import Log, RolledFlush
 from kbroker.storage.log_config import LogConfig
 from kbroker.storage.log_dir_health import KafkaStorageError, LogDirHealth
 from kbroker.storage.log_mover import finish_interrupted_swaps
+from kbroker.storage.write_behind import DirWriter
 
 log = logging.getLogger("kbroker.storage")
 
@@ -106,6 +107,8 @@ class LogManager:
         # leadership in a cluster).
         self.on_dir_change: Callable[[LogDirHealth], None] | None = None
         self.health = {d: LogDirHealth(d, self._dir_changed) for d in self.log_dirs}
+        # Each dir's writer thread for large appends (write_behind.py).
+        self.writers = {d: DirWriter(str(i)) for i, d in enumerate(self.log_dirs)}
         finish_interrupted_swaps(self.log_dirs)
         for log_dir in self.log_dirs:
             self._load_dir(log_dir)
@@ -150,6 +153,7 @@ class LogManager:
                 clock=self.clock,
                 health=self.health[log_dir],
                 keyring=self.keyring,
+                writer=self.writers[log_dir],
             )
             opened.cleaner_checkpoint = max(cleaner_offsets.get(key, 0), opened.log_start_offset)
             loaded[key] = opened
@@ -202,7 +206,7 @@ class LogManager:
         existed = directory.exists()
         try:
             created = Log(directory, config or self.config_provider(topic), had_clean_shutdown=True, clock=self.clock,
-                          health=self.health[log_dir], keyring=self.keyring)
+                          health=self.health[log_dir], keyring=self.keyring, writer=self.writers[log_dir])
         except BaseException:
             if not existed and directory.is_dir():
                 shutil.rmtree(directory, ignore_errors=True)  # no half-made partition left behind
@@ -363,6 +367,10 @@ class LogManager:
         if self._flusher is not None:  # a flush of rolled segments in progress ends first
             self._flusher.shutdown(wait=True)
             self._flusher = None
+        for each in self.logs():  # appends being written are published, then flushed
+            each.settle()
+        for writer in self.writers.values():
+            writer.shutdown()
         self._for_each_log("flush", lambda each: each.flush())
         for future in self.future_logs.values():  # a move resumes at the next start
             if future.health.writable:

@@ -38,6 +38,7 @@ from kbroker.storage.encryption import (
 from kbroker.storage.index import INT32_MAX, OffsetIndex, TimeIndex, segment_file_name
 from kbroker.storage.read_results import BatchBytes, Read, ReadResult
 from kbroker.storage.txn_index import TransactionIndex
+from kbroker.storage.write_behind import pwrite_all
 from protocol.records import HEADER_SIZE, NO_TIMESTAMP, BatchHeader, read_header
 
 log = logging.getLogger("kbroker.storage")
@@ -294,8 +295,10 @@ class LogSegment:
 
     # -- appending ------------------------------------------------------------------------------
 
-    def append(self, data: bytes | bytearray | memoryview, headers: Sequence[BatchHeader]) -> None:
-        """Write `data`, the batches described by `headers` (offsets assigned), and index them.
+    def append(self, data: bytes | bytearray | memoryview, headers: Sequence[BatchHeader], *,
+               written: bool = False) -> None:
+        """Write `data`, the batches described by `headers` (offsets assigned), and index them;
+        `written`: a writer thread put them at the segment's end already (write_behind.py).
 
         A write that fails (a full disk) leaves the segment as it was: the bytes that did reach
         the file and the index entries made are taken back.
@@ -307,7 +310,8 @@ class LogSegment:
         if start == 0 and headers[0].magic == ENCRYPTED_MAGIC:
             self.key_id = stored_key_id(data)
         try:
-            _pwrite_all(self.fd, data, position)
+            if not written:
+                pwrite_all(self.fd, data, position)
             for header in headers:
                 self._index_batch(position, header)
                 position += header.size
@@ -315,6 +319,15 @@ class LogSegment:
             self._undo_append(start, headers[0].base_offset, before)
             raise
         self._size = position
+
+    def take_back(self, start: int) -> None:
+        """Cut off what a failed write by a writer thread left past the segment's end."""
+        if start == self._size:
+            try:
+                self.file.truncate(start)
+            except OSError as e:
+                log.error("%s: could not take back a failed append (%s); recovery will at the next start",
+                          self.log_path, e)
 
     def _undo_append(self, start: int, first_offset: int, before: tuple) -> None:
         (self.next_offset, self.max_timestamp, self.offset_of_max_timestamp, self._bytes_since_index_entry,
@@ -564,11 +577,3 @@ class LogSegment:
         self.time_index.delete()
         self.txn_index.delete()
         self.damage_path.unlink(missing_ok=True)
-
-
-def _pwrite_all(fd: int, data: bytes | bytearray | memoryview, position: int) -> None:
-    view = memoryview(data)
-    while view:
-        written = os.pwrite(fd, view, position)
-        view = view[written:]
-        position += written
