@@ -60,7 +60,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     common.add_argument("--compare-env", action="append", default=[], metavar="KEY=VALUE",
                         help="also measure a second kbroker (kbroker-variant) started with this environment "
                         "variable, alternated with the others; repeatable (e.g. "
-                        "KBROKER_WRITE_BEHIND_MIN_BYTES=0 to write every append on the event loop)")
+                        "KBROKER_WRITE_BEHIND_MIN_BYTES=65536 to write large appends in a writer thread)")
 
     sub = parser.add_subparsers(dest="benchmark", required=True, metavar="BENCHMARK")
 
