@@ -16,7 +16,7 @@ import time
 from array import array
 from typing import Any
 
-from kbroker.bench.workers import BENCH_GROUP, Channel, WorkerError, payload
+from kbroker.bench.workers import BENCH_GROUP, QUEUE_FULL_WAIT_S, Channel, WorkerError, payload
 from protocol.errors import KafkaError
 
 DELAY_MS_HEADER = "kbroker.delay.ms"
@@ -99,7 +99,7 @@ def _send(producer: Any, topic: str, value: bytes, partition: int, created_ms: i
             producer.produce(topic, value, partition=partition, timestamp=created_ms, headers=headers)
             return
         except BufferError:
-            producer.poll(0.0005)  # the client's queue is full: let it drain
+            producer.poll(QUEUE_FULL_WAIT_S)  # the client's queue is full: let it drain
 
 
 def plain_produce(ch: Channel, bootstrap: str, topic: str, partitions: int, rate: float, duration_s: float,

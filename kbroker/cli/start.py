@@ -10,6 +10,7 @@ import signal
 import sys
 
 from kbroker.config import BrokerConfig, ConfigError
+from kbroker.malloc_tuning import keep_large_buffers
 from kbroker.metadata.store import MetadataConflict, MetadataUnavailable
 
 
@@ -30,6 +31,7 @@ def run(args: argparse.Namespace) -> int:
     except (ConfigError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
+    keep_large_buffers()
     if os.environ.get("KBROKER_EVENT_LOOP") == "uvloop":  # for measuring it (docs/performance.md)
         import uvloop
 
