@@ -35,6 +35,19 @@ def test_an_older_state_never_replaces_a_newer_one() -> None:
     assert cache.put_state("t", 0, PartitionState(1, 3, [1], 1, version=5))  # the same again: taken
 
 
+def test_an_older_version_of_a_topic_never_replaces_a_newer_one() -> None:
+    """A record read before a CreatePartitions may be delivered after one read since."""
+    cache = MetadataCache()
+    topic_id = uuid.uuid4()
+    grown = TopicRecord("t", topic_id, {0: [1], 1: [1]}, version=1)
+    assert cache.put_topic(grown)
+    assert not cache.put_topic(TopicRecord("t", topic_id, {0: [1]}, version=0))
+    assert cache.topic("t") is grown and cache.topic_by_id(topic_id) is grown
+    assert cache.put_topic(TopicRecord("t", topic_id, {0: [1], 1: [1]}, {"retention.ms": "1"}, version=1))
+    re_created = TopicRecord("t", uuid.uuid4(), {0: [1]}, version=0)
+    assert cache.put_topic(re_created) and cache.topic("t") is re_created
+
+
 def test_a_re_created_topic_starts_without_the_old_states() -> None:
     cache = MetadataCache()
     old = TopicRecord("t", uuid.uuid4(), {0: [1]})

@@ -124,8 +124,9 @@ def test_topics_and_configs_are_shared_and_kept(backend: Backend, store: Metadat
     assert record.topic_id == topic_id
     assert record.assignment == {0: [1, 2], 1: [2, 3], 2: [3, 1]}
     assert record.configs == {"cleanup.policy": "compact"}
+    assert record.version == 1  # one more for the added partition; configs are not the assignment
     assert other.get_topic("gone") is None
-    assert [t.name for t in other.list_topics()] == ["orders"]
+    assert [(t.name, t.version) for t in other.list_topics()] == [("orders", 1)]
     assert other.get_broker_configs(None) == {"log.retention.ms": "5"}
     assert other.get_broker_configs(1) == {"message.max.bytes": "7"}
     assert other.get_broker_configs(2) == {}

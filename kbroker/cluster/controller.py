@@ -12,9 +12,11 @@ leader election is off) with the next leader epoch.
 What it learns goes into the broker's `MetadataCache`, the one copy request paths read. Watch
 callbacks arrive on the store's thread (kazoo's), which also does the reads a change needs (a
 new topic's record, a topic's assignment after a state change, the controller election), so the
-event loop never waits for ZooKeeper; the results are handed to the loop, where all state here
-is touched. Writes made for requests (elections, reassignments) and ISR changes go through the
-broker's `StoreWriter`, off the loop.
+event loop does not wait for ZooKeeper on every change; the results are handed to the loop, where
+all state here is touched. Only setting the watches of new partitions reads on the loop: each
+watch's first value, then the topic's record once more (`_read_topic_again`). Writes made for
+requests (elections, reassignments) and ISR changes go through the broker's `StoreWriter`, off
+the loop.
 """
 
 from __future__ import annotations
@@ -49,6 +51,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("kbroker.controller")
 
 NO_LEADER = -1
+# How soon a topic's record is read again after that read failed (ZooKeeper's connection lost).
+READ_AGAIN_RETRY_S = 1.0
 
 
 def initial_state(replicas: list[int], live: set[int], controller_epoch: int) -> PartitionState:
@@ -195,7 +199,8 @@ class Controller:
     def _read_assignment_on_change(self, topic: str, deliver: Callable[..., None]) -> Callable[..., None]:
         """A partition-state watch that, after its first call, re-reads the topic's record (a
         reassignment or CreatePartitions changes it and then touches a state) on the store's
-        thread, and delivers (state, record or None)."""
+        thread, and delivers (state, record or None). The first call reads no record: the one
+        the watch was set from is read again once it is set (`_read_topic_again`)."""
         first = True
 
         def on_state(state: PartitionState | None) -> None:
@@ -249,17 +254,51 @@ class Controller:
                 self.cache.put_topic(record)
             self._watch_states(self.cache.topic(record.name) or record)
 
-    def _add_topic(self, record: TopicRecord) -> None:
+    def _take_record(self, record: TopicRecord) -> None:
+        """A record of a topic this broker knows, read after its assignment may have changed: the
+        cache takes it unless it holds a newer version, and new partitions get their watches."""
+        known = self.cache.topic(record.name)
+        if known is None or known.topic_id != record.topic_id:
+            return  # deleted, or deleted and created again: the topics watch brings that
         self.cache.put_topic(record)
-        self._watch_states(record)
+        self._watch_states(self.cache.topic(record.name) or record)
 
     def _watch_states(self, record: TopicRecord) -> None:
-        for index in record.assignment:
+        """Watch the state of each partition of `record` not watched yet, and then read the
+        topic again if there were any."""
+        new = [index for index in sorted(record.assignment) if (record.name, index) not in self._state_watches]
+        for index in new:
             key = (record.name, index)
-            if key not in self._state_watches:
-                deliver = self._hop(lambda state, topic_record, key=key: self._on_state(key, state, topic_record))
-                self._state_watches[key] = self.store.watch_partition_state(
-                    record.name, index, self._read_assignment_on_change(record.name, deliver))
+            deliver = self._hop(lambda state, topic_record, key=key: self._on_state(key, state, topic_record))
+            self._state_watches[key] = self.store.watch_partition_state(
+                record.name, index, self._read_assignment_on_change(record.name, deliver))
+        if new:
+            self._read_topic_again(record.name)
+
+    def _read_topic_again(self, name: str) -> None:
+        """Read a topic's record once its new partition-state watches are set. The record they
+        were set from was read earlier; a change of the assignment made in between
+        (CreatePartitions, a reassignment, by any broker) touched a state before it was watched,
+        and a watch reports such a touch as its first value, which re-reads nothing. Without this
+        read the broker would never learn of those partitions, even as their replica. Any later
+        change fires a watch that is now set."""
+        try:
+            record = self.store.get_topic(name)
+        except Exception:
+            # No watch would report what this read was for: it is tried until it succeeds.
+            log.warning("reading topic %s failed; trying again in %g s", name, READ_AGAIN_RETRY_S, exc_info=True)
+            self._read_topic_later(name)
+            return
+        if record is not None:
+            self._take_record(record)
+
+    def _read_topic_later(self, name: str) -> None:
+        def read_if_still_watched() -> None:
+            if any(topic == name for topic, _ in self._state_watches):  # not deleted, not stopped
+                self._guarded(self._read_topic_again, name)
+
+        assert self._loop is not None
+        self._loop.call_later(READ_AGAIN_RETRY_S, read_if_still_watched)
 
     def _forget_topic(self, name: str) -> None:
         record = self.cache.remove_topic(name)
@@ -277,9 +316,7 @@ class Controller:
         if not self.cache.put_state(*key, state):
             return  # older than what this broker wrote itself: the newer one was applied already
         if record is not None:
-            known = self.cache.topic(record.name)
-            if known is not None and known.topic_id == record.topic_id:
-                self._add_topic(record)  # new partitions (CreatePartitions) get their watches too
+            self._take_record(record)  # new partitions (CreatePartitions) get their watches too
         self._apply_role(key, state)
         if key in self.reassignments:
             self._maybe_finish_reassignment(key, state)

@@ -35,12 +35,18 @@ class MetadataCache:
 
     # -- topics -----------------------------------------------------------------------------------
 
-    def put_topic(self, record: TopicRecord) -> None:
+    def put_topic(self, record: TopicRecord) -> bool:
+        """Take `record` unless a newer version of the same topic is known (a watch delivering a
+        record read before a change that a later read has brought already); returns whether it
+        was taken. A topic created again under its name is always taken."""
         previous = self.topics.get(record.name)
+        if previous is not None and previous.topic_id == record.topic_id and record.version < previous.version:
+            return False
         if previous is not None and previous.topic_id != record.topic_id:
             self.remove_topic(record.name)  # re-created: the old topic's states are not its own
         self.topics[record.name] = record
         self._by_id[record.topic_id] = record
+        return True
 
     def remove_topic(self, name: str) -> TopicRecord | None:
         """Forget a topic and its partitions' states; returns what was known of it."""

@@ -105,6 +105,7 @@ class LocalMetadataStore(MetadataStore):
                 topic_id=uuid.UUID(entry["topic_id"]),
                 assignment={int(p): list(r) for p, r in entry["assignment"].items()},
                 configs=dict(entry["configs"]),
+                version=entry.get("version", 0),
             )
             self._topics[record.name] = record
         self._broker_configs = {k: dict(v) for k, v in document.get("broker_configs", {}).items()}
@@ -155,6 +156,7 @@ class LocalMetadataStore(MetadataStore):
                     "topic_id": str(r.topic_id),
                     "assignment": {str(p): replicas for p, replicas in sorted(r.assignment.items())},
                     "configs": r.configs,
+                    "version": r.version,
                 }
                 for r in self._topics.values()
             ],
@@ -185,7 +187,8 @@ class LocalMetadataStore(MetadataStore):
     ) -> None:
         if name in self._topics:
             raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
-        self._topics[name] = TopicRecord(name, topic_id, {p: list(r) for p, r in assignment.items()}, dict(configs))
+        self._topics[name] = TopicRecord(name, topic_id, {p: list(r) for p, r in assignment.items()}, dict(configs),
+                                         version=0)
         self._save()
         self._topic_watchers.fire(set(self._topics))
 
@@ -210,12 +213,12 @@ class LocalMetadataStore(MetadataStore):
     def add_partitions(self, name: str, assignment: Mapping[int, list[int]]) -> None:
         record = self._require(name)
         merged = {**record.assignment, **{p: list(r) for p, r in assignment.items()}}
-        self._topics[name] = TopicRecord(record.name, record.topic_id, merged, record.configs)
+        self._topics[name] = dataclasses.replace(record, assignment=merged, version=record.version + 1)
         self._save()
 
     def set_topic_configs(self, name: str, configs: Mapping[str, str]) -> None:
         record = self._require(name)
-        self._topics[name] = TopicRecord(record.name, record.topic_id, record.assignment, dict(configs))
+        self._topics[name] = dataclasses.replace(record, configs=dict(configs))  # as in ZooKeeper: same version
         self._save()
         self._config_changed("topics", name)
 

@@ -39,10 +39,20 @@ Unwatch = Callable[[], None]
 
 @dataclass(frozen=True, slots=True)
 class TopicRecord:
+    """A topic as the store keeps it.
+
+    `version` is the store's version of the topic's assignment (ZooKeeper's znode version of
+    `/brokers/topics/<name>`): 0 once created, one more after every `add_partitions`. A broker's
+    cache never takes an older version of a topic than the one it holds, whatever order its
+    watches deliver records in. Records built to be written carry -1; a record a broker changes
+    itself keeps the version it was read at, so the store's next read of it replaces it.
+    """
+
     name: str
     topic_id: uuid.UUID
     assignment: dict[int, list[int]]  # partition -> replica broker ids, preferred leader first
     configs: dict[str, str] = field(default_factory=dict)  # topic-level overrides only
+    version: int = -1
 
 
 @dataclass(frozen=True, slots=True)

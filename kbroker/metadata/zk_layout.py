@@ -128,7 +128,7 @@ def encode_topic(topic_id: uuid.UUID, assignment: Mapping[int, list[int]]) -> by
     })
 
 
-def decode_topic(name: str, document: dict[str, Any], config: dict[str, Any] | None) -> TopicRecord:
+def decode_topic(name: str, document: dict[str, Any], config: dict[str, Any] | None, version: int) -> TopicRecord:
     topic_id = document.get("topic_id")
     return TopicRecord(
         name=name,
@@ -136,6 +136,7 @@ def decode_topic(name: str, document: dict[str, Any], config: dict[str, Any] | N
         topic_id=parse_kafka_uuid(topic_id) if topic_id else uuid.uuid5(uuid.NAMESPACE_URL, f"kafka-topic:{name}"),
         assignment={int(p): list(r) for p, r in document.get("partitions", {}).items()},
         configs={k: str(v) for k, v in ((config or {}).get("config") or {}).items()},
+        version=version,
     )
 
 

@@ -274,7 +274,7 @@ class ZooKeeperMetadataStore(MetadataStore):
         topic, config = self._get_many([topic_path(name), f"{TOPIC_CONFIGS_PATH}/{name}"])
         if topic is None:
             return None
-        return decode_topic(name, topic[0], config[0] if config else None)
+        return decode_topic(name, topic[0], config[0] if config else None, topic[1].version)
 
     def list_topics(self) -> list[TopicRecord]:
         names = self._client.retry(self._client.get_children, TOPICS_PATH)
@@ -284,7 +284,7 @@ class ZooKeeperMetadataStore(MetadataStore):
         for i, name in enumerate(names):
             topic, config = results[2 * i], results[2 * i + 1]
             if topic is not None:  # deleted since it was listed
-                records.append(decode_topic(name, topic[0], config[0] if config else None))
+                records.append(decode_topic(name, topic[0], config[0] if config else None, topic[1].version))
         return records
 
     def add_partitions(self, name: str, assignment: Mapping[int, list[int]]) -> None:
