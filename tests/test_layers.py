@@ -28,6 +28,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     "kbroker.fsutil": frozenset({"protocol"}),
     "kbroker.kafka_configs": frozenset({"protocol"}),
     "kbroker.log_limiter": frozenset({"protocol"}),
+    "kbroker.malloc_tuning": frozenset(),
     "kbroker.pacing": frozenset({"protocol"}),
     "kbroker.partitioner": frozenset({"protocol"}),
     "kbroker.ports": frozenset(),
@@ -75,7 +76,8 @@ ALLOWED: dict[str, frozenset[str]] = {
     "kbroker.bench": frozenset({"kbroker.client", "kbroker.config", "kbroker.delay", "kbroker.launcher",
                                 "kbroker.metadata", "kbroker.ports", "kbroker.properties", "protocol"}),
     "kbroker.cli": frozenset({"kbroker.clock", "kbroker.bench", "kbroker.broker", "kbroker.client", "kbroker.config",
-                              "kbroker.fsutil", "kbroker.launcher", "kbroker.metadata", "kbroker.partitioner",
+                              "kbroker.fsutil", "kbroker.launcher", "kbroker.malloc_tuning", "kbroker.metadata",
+                              "kbroker.partitioner",
                               "kbroker.ports", "kbroker.properties", "kbroker.security", "protocol"}),
 }
 
