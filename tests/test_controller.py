@@ -28,16 +28,22 @@ from kbroker.metadata.zk_store import ZooKeeperMetadataStore
 from tests.test_replication import until
 
 
+async def started_broker_zero(tmp_path: Path, zk_connect: str) -> Broker:
+    """Broker 0, in this process, on the test's ZooKeeper (the first to come: the controller)."""
+    config = BrokerConfig.load(None, ["broker.id=0", f"log.dirs={tmp_path / 'b0'}",
+                                      "listeners=PLAINTEXT://127.0.0.1:0", f"zookeeper.connect={zk_connect}"])
+    broker = Broker(config)
+    await broker.start()
+    return broker
+
+
 def test_a_bounced_leader_loses_leadership_even_if_the_watch_saw_no_gap(tmp_path: Path, zk_connect: str) -> None:
     """A broker that dies and registers again before the controller re-reads the broker list
     (ZooKeeper watches fire once; the list read afterwards already has the new registration)
     must still be treated as failed: it forgot what it held, so its leadership moves."""
 
     async def scenario() -> None:
-        config = BrokerConfig.load(None, ["broker.id=0", f"log.dirs={tmp_path / 'b0'}",
-                                          "listeners=PLAINTEXT://127.0.0.1:0", f"zookeeper.connect={zk_connect}"])
-        controller = Broker(config)
-        await controller.start()
+        controller = await started_broker_zero(tmp_path, zk_connect)
         other = ZooKeeperMetadataStore(zk_connect)
         try:
             first = BrokerRegistration(1, (BrokerEndpoint("PLAINTEXT", "127.0.0.1", 1),), timestamp_ms=1000)
@@ -111,10 +117,7 @@ def host_despite_a_change_while_reading(
     host what `hosted` says."""
 
     async def scenario() -> None:
-        config = BrokerConfig.load(None, ["broker.id=0", f"log.dirs={tmp_path / 'b0'}",
-                                          "listeners=PLAINTEXT://127.0.0.1:0", f"zookeeper.connect={zk_connect}"])
-        broker = Broker(config)
-        await broker.start()
+        broker = await started_broker_zero(tmp_path, zk_connect)
         other = ZooKeeperMetadataStore(zk_connect)
         try:
             other.register_broker(BrokerRegistration(1, (BrokerEndpoint("PLAINTEXT", "127.0.0.1", 1),)))

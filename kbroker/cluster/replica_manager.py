@@ -313,8 +313,10 @@ class ReplicaManager:
             try:
                 if topic in INTERNAL_TOPICS and not internal_topics_allowed:
                     raise KafkaError(ErrorCode.INVALID_TOPIC, f"Cannot append to internal topic {topic}")
-                await self.get(topic, index).log.wait_idle()  # the previous append to it is published
                 partition = self.get(topic, index)
+                if partition.log.writing:  # the previous append to it is published first
+                    await partition.log.wait_idle()
+                    partition = self.get(topic, index)
                 if verify_transaction is not None:
                     _verify_transaction(partition, records, transactional_id, verify_transaction)
                 # acks=0 has no answer to hold back: written on the loop, as it comes.
@@ -513,15 +515,13 @@ async def _when_done(writes: list[tuple[AppendResult, asyncio.Future[None]]],
     error), then for acks=all once replicated."""
     if writes:
         await asyncio.wait([written for _, written in writes])
-        failed: set[int] = set()
         for result, written in writes:
             error = written.exception()
             if error is not None:
-                failed.add(id(result))
-                code = error.code if isinstance(error, KafkaError) else ErrorCode.UNKNOWN_SERVER_ERROR
-                result.error, result.message = code, str(error)
+                result.error = error.code if isinstance(error, KafkaError) else ErrorCode.UNKNOWN_SERVER_ERROR
+                result.message = str(error)
                 result.base_offset = result.log_append_time = result.log_start_offset = -1
-        waits = [wait for wait in waits if id(wait[0]) not in failed]
+        waits = [wait for wait in waits if wait[0].error == ErrorCode.NO_ERROR]  # a failed write waits no more
     if waits:
         await _when_replicated(waits, timeout_s)
 

@@ -426,6 +426,11 @@ class Log(LogDelayedRecords):
 
     # -- the append being written (write_behind.py) ------------------------------------------------
 
+    @property
+    def writing(self) -> bool:
+        """Whether an append's bytes are being written by the writer thread."""
+        return self._inflight is not None
+
     async def wait_idle(self) -> None:
         """Until no append of this log is being written (its outcome is its caller's)."""
         while self._inflight is not None:

@@ -91,29 +91,25 @@ def test_a_large_append_is_published_once_written(manager: LogManager, monkeypat
     assert any(t.startswith("kbroker-write") for t in writes.threads)
 
 
-def test_a_small_append_is_written_inline(manager: LogManager, monkeypatch: pytest.MonkeyPatch) -> None:
-    log = manager.get_or_create_log("t", 0)
+def assert_written_inline_on_the_loop(log: Log, record: Rec, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An append of `record` made on a running loop is in the log at once, written by the loop."""
     writes = HeldWrites(monkeypatch)
 
     async def scenario() -> None:
-        _, written = log.start_append_as_leader(batch([SMALL]), 0, T0)
+        _, written = log.start_append_as_leader(batch([record]), 0, T0)
         assert written is None and log.log_end_offset == 1
 
     asyncio.run(scenario())
     assert writes.threads == ["MainThread"]
+
+
+def test_a_small_append_is_written_inline(manager: LogManager, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert_written_inline_on_the_loop(manager.get_or_create_log("t", 0), SMALL, monkeypatch)
 
 
 def test_off_by_default(manager: LogManager, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(write_behind, "WRITE_BEHIND_MIN_BYTES", write_behind.threshold_from(None))
-    log = manager.get_or_create_log("t", 0)
-    writes = HeldWrites(monkeypatch)
-
-    async def scenario() -> None:
-        _, written = log.start_append_as_leader(batch([BIG]), 0, T0)
-        assert written is None and log.log_end_offset == 1
-
-    asyncio.run(scenario())
-    assert writes.threads == ["MainThread"]
+    assert_written_inline_on_the_loop(manager.get_or_create_log("t", 0), BIG, monkeypatch)
     assert write_behind.threshold_from("65536") == THRESHOLD
 
 
