@@ -6,6 +6,8 @@ cd "$(dirname "$0")/.."
 
 need_apt=()
 command -v kcat >/dev/null || need_apt+=(kcat)
+# Chromium for the web console's test in a real browser (tests/integration/test_console.py).
+command -v chromium >/dev/null || need_apt+=(chromium)
 # Debian's ZooKeeper (and the Java it needs): the cluster tests start a real one.
 { [ -f /usr/share/java/zookeeper.jar ] && command -v java >/dev/null; } || need_apt+=(zookeeper)
 if [ ${#need_apt[@]} -gt 0 ]; then

@@ -70,12 +70,15 @@ ALLOWED: dict[str, frozenset[str]] = {
                                  "kbroker.share", "kbroker.storage"}),
     # Clients, tools and benchmarks, outside the broker.
     "kbroker.client": frozenset({"kbroker.clock", "kbroker.security", "protocol"}),
+    # The web console: a process of its own over the admin client.
+    "kbroker.console": frozenset({"kbroker.client", "kbroker.security", "protocol"}),
     # Local broker processes (and their ZooKeeper), for the tests, benchmarks and `kbroker cluster`.
     "kbroker.launcher": frozenset({"kbroker.metadata", "kbroker.ports"}),
     # The delayed-delivery benchmark reads the `.delayed` snapshot a stopped broker left.
     "kbroker.bench": frozenset({"kbroker.client", "kbroker.config", "kbroker.delay", "kbroker.launcher",
                                 "kbroker.metadata", "kbroker.ports", "kbroker.properties", "protocol"}),
     "kbroker.cli": frozenset({"kbroker.clock", "kbroker.bench", "kbroker.broker", "kbroker.client", "kbroker.config",
+                              "kbroker.console",
                               "kbroker.fsutil", "kbroker.launcher", "kbroker.malloc_tuning", "kbroker.metadata",
                               "kbroker.partitioner",
                               "kbroker.ports", "kbroker.properties", "kbroker.security", "protocol"}),

@@ -21,6 +21,7 @@ DESCRIBE_CONFIGS = 32
 CREATE_PARTITIONS = 37
 ELECT_LEADERS = 43
 INCREMENTAL_ALTER_CONFIGS = 44
+DESCRIBE_LOG_DIRS = 35
 ALTER_PARTITION_REASSIGNMENTS = 45
 LIST_PARTITION_REASSIGNMENTS = 46
 # Config resource types and IncrementalAlterConfigs operations, as numbered on the wire.
@@ -143,6 +144,20 @@ class AdminClient(ClusterClient):
                                                           list(p.removing_replicas))
                             for t in response.topics for p in t.partitions})
         return ongoing
+
+    def replica_sizes(self, node: int) -> dict[tuple[str, int], int]:
+        """Bytes on disk of each partition replica `node` keeps (DescribeLogDirs of all topics);
+        a replica being moved between its log dirs counts once, in its current dir."""
+        response = self.request(DESCRIBE_LOG_DIRS, {"topics": None}, node=node)
+        sizes: dict[tuple[str, int], int] = {}
+        for result in response.results:
+            if result.error_code:
+                continue  # an offline log dir: its replicas have no size to show
+            for topic in result.topics:
+                for p in topic.partitions:
+                    if not p.is_future_key:
+                        sizes[(topic.name, p.partition_index)] = p.partition_size
+        return sizes
 
 
 class AclAdmin(ClusterClient):

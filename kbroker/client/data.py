@@ -73,6 +73,27 @@ class DataClient(ClusterClient):
                 offsets[result.partition_index] = result.offset
         return offsets
 
+    def log_offsets(self, partitions: Iterable[tuple[str, int]], timestamp: int) -> dict[tuple[str, int], int]:
+        """Offset for `timestamp` of many partitions of many topics, one ListOffsets per leader;
+        partitions without a leader or answering an error are left out (a view, not a check)."""
+        by_leader: dict[int, dict[str, list[int]]] = {}
+        meta = self.metadata()
+        for topic, partition in partitions:
+            info = meta.topics.get(topic)
+            leader = info.partitions[partition].leader if info and partition in info.partitions else -1
+            if leader >= 0:
+                by_leader.setdefault(leader, {}).setdefault(topic, []).append(partition)
+        offsets: dict[tuple[str, int], int] = {}
+        for node, topics in by_leader.items():
+            body = {"replica_id": -1, "isolation_level": 0, "topics": [
+                {"name": topic, "partitions": [{"partition_index": p, "current_leader_epoch": -1,
+                                                "timestamp": timestamp} for p in parts]}
+                for topic, parts in topics.items()]}
+            for topic in self.request(LIST_OFFSETS, body, node=node).topics:
+                offsets.update(((topic.name, p.partition_index), p.offset)
+                               for p in topic.partitions if p.error_code == 0)
+        return offsets
+
     def fetch(self, node: int, positions: dict[tuple[str, int], int], *, topic_ids: dict[str, uuid.UUID],
               max_wait_ms: int = 500, max_bytes: int = 52428800, partition_max_bytes: int = 1048576,
               isolation_level: int = 0) -> Container:
