@@ -211,3 +211,90 @@ def test_invalid_limits_stop_the_start(props: dict[str, str]) -> None:
 
     with pytest.raises(ConfigError):
         BrokerConfig(props)
+
+
+def rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+def raise_open_files_limit(wanted: int) -> None:
+    """Let this process (and the brokers it starts from now on) hold `wanted` descriptors."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft >= wanted:
+        return
+    if hard != resource.RLIM_INFINITY and hard < wanted:
+        pytest.skip(f"the hard limit of open files is {hard}, below {wanted}")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+
+
+def test_three_thousand_idle_connections_cost_bounded_memory(make_broker) -> None:
+    raise_open_files_limit(8192)
+    broker = make_broker()
+    with connect(broker) as warm:
+        assert api_versions_works(warm)
+    before = rss_kib(broker.pid)
+    idle = [connect(broker) for _ in range(3000)]
+    try:
+        # Every one accepted and served: the last one opened answers a request.
+        assert api_versions_works(idle[-1])
+        grown_kib = rss_kib(broker.pid) - before
+        print(f"broker RSS grew by {grown_kib / 1024:.1f} MiB for 3,000 idle connections "
+              f"({grown_kib * 1024 / 3000:.0f} bytes each)")
+        # No buffer is allocated for a connection until it sends: a few KiB of Python objects each.
+        assert grown_kib < 3000 * 16, grown_kib
+        with connect(broker) as another:
+            assert api_versions_works(another)
+    finally:
+        for s in idle:
+            s.close()
+
+
+def test_a_client_that_never_reads_its_answers_is_held_back(make_broker) -> None:
+    # Requests whose answers are large (Metadata of all topics) sent as fast as the broker reads
+    # them, and no answer ever read: once the socket buffers and a few answers are queued, the
+    # broker stops reading from this client (TCP backpressure), so it holds bounded memory and
+    # goes on serving others.
+    broker = make_broker()
+    for i in range(20):
+        from tests.conftest import create_topic
+
+        create_topic(broker.bootstrap, f"unread-{i:02d}-" + "x" * 200, partitions=20)
+    with connect(broker) as warm:
+        assert api_versions_works(warm)
+    before = rss_kib(broker.pid)
+    client = ClientProtocol("never-reads")
+    request = client.encode_request(3, 1, {"topics": None})[1]  # Metadata v1, all topics
+    sent = 0
+    with connect(broker) as greedy:
+        greedy.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        greedy.settimeout(3.0)
+        try:
+            for _ in range(200_000):
+                greedy.sendall(request)
+                sent += 1
+        except TimeoutError:
+            pass  # the broker stopped reading: what we sent fills the socket buffers
+        assert sent < 200_000, "the broker kept reading requests nobody reads the answers of"
+        grown_kib = rss_kib(broker.pid) - before
+        print(f"{sent:,} requests accepted before backpressure; broker RSS grew by {grown_kib / 1024:.1f} MiB")
+        assert grown_kib < 64 * 1024, grown_kib
+        with connect(broker) as other:
+            assert api_versions_works(other)
+
+
+def test_a_200_mb_frame_header_is_refused_without_allocating(make_broker) -> None:
+    broker = make_broker()  # socket.request.max.bytes: Kafka's default, 100 MiB
+    with connect(broker) as warm:
+        assert api_versions_works(warm)
+    before = rss_peak_kib(broker.pid)
+    with connect(broker) as huge:
+        huge.sendall(struct.pack(">i", 200 * 1024 * 1024) + b"\x00\x03\x00\x01")
+        wait_until(lambda: is_closed(huge), 10, "the connection announcing 200 MB to be closed")
+    assert rss_peak_kib(broker.pid) - before < 10 * 1024
+    with connect(broker) as other:
+        assert api_versions_works(other)
