@@ -22,11 +22,11 @@ def exposition(bytes_in: dict[str, float], bytes_out: float, produce_buckets: di
     lines += [f'{BYTES_IN}_total{{topic="{t}"}} {v}' for t, v in bytes_in.items()]
     lines += [f"# TYPE {BYTES_OUT}_total counter", f'{BYTES_OUT}_total{{topic="a"}} {bytes_out}']
     lines += [f"# TYPE {REQUEST_TIME} histogram"]
-    lines += [f'{REQUEST_TIME}_bucket{{api="Produce",le="{le}"}} {v}' for le, v in produce_buckets.items()]
+    lines += [f'{REQUEST_TIME}_bucket{{request="Produce",le="{le}"}} {v}' for le, v in produce_buckets.items()]
     count = produce_buckets["+Inf"]
-    lines += [f'{REQUEST_TIME}_count{{api="Produce"}} {count}', f'{REQUEST_TIME}_sum{{api="Produce"}} 1.0',
-              f'{REQUEST_TIME}_bucket{{api="Metadata",le="+Inf"}} 99', f'{REQUEST_TIME}_count{{api="Metadata"}} 99',
-              f'{REQUEST_TIME}_sum{{api="Metadata"}} 1.0']
+    lines += [f'{REQUEST_TIME}_count{{request="Produce"}} {count}', f'{REQUEST_TIME}_sum{{request="Produce"}} 1.0',
+              f'{REQUEST_TIME}_bucket{{request="Metadata",le="+Inf"}} 99', f'{REQUEST_TIME}_count{{request="Metadata"}} 99',
+              f'{REQUEST_TIME}_sum{{request="Metadata"}} 1.0']
     return "\n".join(lines) + "\n"
 
 

@@ -14,10 +14,10 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-# Families as the broker's metrics endpoint names them (docs/operations.md, "Metrics"); a
-# counter family's name is without its `_total` suffix.
-BYTES_IN = "kbroker_bytes_in"
-BYTES_OUT = "kbroker_bytes_out"
+# Series as the broker's metrics endpoint names them (docs/operations.md, "Metrics"); counters
+# are summed over their label sets (topics), request times kept for the charted APIs.
+BYTES_IN = "kbroker_topic_bytes_in"
+BYTES_OUT = "kbroker_topic_bytes_out"
 REQUEST_TIME = "kbroker_request_total_time_seconds"
 CHARTED_APIS = ("Produce", "Fetch")
 LATENCY_QUANTILE = 0.99
@@ -43,22 +43,17 @@ def parse_totals(text: str, at: float, into: Scrape | None = None) -> Scrape:
     """Add one endpoint's totals (its exposition `text`) to `into`."""
     scrape = into or Scrape(at)
     for family in text_string_to_metric_families(text):
-        if family.name in (BYTES_IN, BYTES_OUT):
-            total = sum(s.value for s in family.samples if s.name.endswith("_total"))
-            if family.name == BYTES_IN:
-                scrape.bytes_in += total
-            else:
-                scrape.bytes_out += total
-        elif family.name == REQUEST_TIME:
-            for sample in family.samples:
-                api = sample.labels.get("api")
-                if api not in CHARTED_APIS:
-                    continue
-                histogram = scrape.requests.setdefault(api, Histogram())
-                if sample.name.endswith("_bucket"):
+        for sample in family.samples:  # by sample name: a family's own name varies with its TYPE line
+            if sample.name == BYTES_IN + "_total":
+                scrape.bytes_in += sample.value
+            elif sample.name == BYTES_OUT + "_total":
+                scrape.bytes_out += sample.value
+            elif sample.name.startswith(REQUEST_TIME) and sample.labels.get("request") in CHARTED_APIS:
+                histogram = scrape.requests.setdefault(sample.labels["request"], Histogram())
+                if sample.name == REQUEST_TIME + "_bucket":
                     bound = float(sample.labels["le"])
                     histogram.buckets[bound] = histogram.buckets.get(bound, 0.0) + sample.value
-                elif sample.name.endswith("_count"):
+                elif sample.name == REQUEST_TIME + "_count":
                     histogram.count += sample.value
     return scrape
 
