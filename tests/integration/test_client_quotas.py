@@ -192,3 +192,39 @@ def test_quota_apis_answer_kafkas_error_shapes(make_broker: Callable[..., Broker
     with Client(broker.bootstrap) as client, pytest.raises(KafkaError, match="Duplicate client filter component "
                                                                             "entity type"):
         client.describe_client_quotas([("client-id", "a"), ("client-id", "b")])
+
+
+def test_the_cli_sets_and_shows_quotas_as_kafka_configs_does(make_broker: Callable[..., BrokerProcess]) -> None:
+    import subprocess
+    import sys
+
+    from tests.brokers import PROJECT_ROOT
+
+    broker = make_broker()
+
+    def kbroker(*args: str) -> str:
+        done = subprocess.run([sys.executable, "-m", "kbroker.cli.main", *args], cwd=PROJECT_ROOT, capture_output=True,
+                              text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    bs = ["--bootstrap-server", broker.bootstrap]
+    user = ["configs", *bs, "--entity-type", "users", "--entity-name", "u"]
+    assert kbroker(*user, "--alter", "--add-config", "producer_byte_rate=1024,consumer_byte_rate=2048") == \
+        "Completed updating config for user u.\n"
+    assert kbroker("configs", *bs, "--entity-type", "clients", "--entity-default", "--alter", "--add-config",
+                   "consumer_byte_rate=4096") == "Completed updating default config for clients in the cluster.\n"
+    assert kbroker(*user, "--entity-type", "clients", "--entity-name", "c1", "--alter", "--add-config",
+                   "request_percentage=50") == "Completed updating config for user u, client c1.\n"
+    # The lines Kafka's kafka-configs.sh prints for the same entities.
+    assert kbroker(*user, "--describe") == \
+        "Quota configs for user-principal 'u' are consumer_byte_rate=2048.0,producer_byte_rate=1024.0\n"
+    assert kbroker("configs", *bs, "--entity-type", "clients", "--describe") == \
+        "Quota configs for the default client-id are consumer_byte_rate=4096.0\n"
+    assert kbroker(*user, "--alter", "--delete-config", "consumer_byte_rate") == "Completed updating config for user u.\n"
+    assert kbroker("client-quotas", *bs, "--describe", "--user", "u") == (
+        "user=u: producer_byte_rate=1024.0\nuser=u, client-id=c1: request_percentage=50.0\n")
+    assert kbroker("client-quotas", *bs, "--alter", "--client-id", "c2", "--add-config", "producer_byte_rate=10") == \
+        "Altered the quotas of client-id=c2.\n"
+    assert kbroker("client-quotas", *bs, "--describe", "--any-client-id", "--strict") == (
+        "client-id=<default>: consumer_byte_rate=4096.0\nclient-id=c2: producer_byte_rate=10.0\n")
