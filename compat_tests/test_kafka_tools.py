@@ -461,13 +461,12 @@ def test_delete_records_then_log_start_offsets(pair: ToolPair, records_topic: st
 
 
 # APIs the reference serves and kbroker does not, each for a reason (README, "Kafka's tools"):
-# ACLs, delegation tokens and altering quotas (not built yet), the KRaft quorum's own APIs
+# ACLs and delegation tokens (not built yet), the KRaft quorum's own APIs
 # (kbroker has no KRaft), UpdateFeatures (no feature versions), the new consumer group protocol
 # (KIP-848, early access in 3.9) and client metrics (KIP-714).
 NOT_IMPLEMENTED_APIS = (
     "DescribeAcls", "CreateAcls", "DeleteAcls",
     "CreateDelegationToken", "RenewDelegationToken", "ExpireDelegationToken", "DescribeDelegationToken",
-    "AlterClientQuotas",
     "DescribeQuorum", "UpdateFeatures", "UnregisterBroker", "ConsumerGroupHeartbeat", "ConsumerGroupDescribe",
     "ListClientMetricsResources", "AddRaftVoter", "RemoveRaftVoter",
 )

@@ -15,6 +15,7 @@ from typing import Any
 from kbroker.clock import wall_clock_ms
 from kbroker.cluster.acls import AclService, AclStoreUnreadable
 from kbroker.cluster.broker_client import AsyncBrokerClient
+from kbroker.cluster.client_quotas import ClientQuotas
 from kbroker.cluster.configs import ConfigService
 from kbroker.cluster.controller import Controller
 from kbroker.cluster.credentials import UserCredentials
@@ -92,6 +93,10 @@ class Broker:
             self.credentials.load()
             self.group_configs = GroupConfigs(self.store, self.store_writer, config)  # kafka-configs --entity-type groups
             self.group_configs.load()
+            # Client quotas (kafka-configs --entity-type users/clients), enforced by Produce and Fetch.
+            self.quotas = ClientQuotas(self.store, self.store_writer, config.get("quota.window.num"),
+                                       config.get("quota.window.size.seconds"))
+            self.quotas.load()
             self.acls = self._open_acls(config)
         except BaseException:
             self.store.close()
@@ -365,6 +370,7 @@ class Broker:
         self.configs.start(asyncio.get_running_loop())
         self.credentials.start(asyncio.get_running_loop())
         self.group_configs.start(asyncio.get_running_loop())
+        self.quotas.start(asyncio.get_running_loop())
         if self.acls is not None:
             self.acls.start(asyncio.get_running_loop())
         for listener in self.config.listeners_parsed():
@@ -566,6 +572,7 @@ class Broker:
         self.configs.stop()
         self.credentials.stop()
         self.group_configs.stop()
+        self.quotas.stop()
         if self.acls is not None:
             self.acls.stop()
         await self.server.stop()

@@ -23,6 +23,11 @@ def wall_clock_ms() -> int:
     return int(time.time() * 1000)
 
 
+def monotonic_ms() -> int:
+    """Milliseconds of a clock that never steps back (rates and throttles measure with it)."""
+    return int(time.monotonic() * 1000)
+
+
 class Timer(Protocol):
     def cancel(self) -> None: ...
 

@@ -130,6 +130,9 @@ _DEFS = [
     ConfigDef("queued.max.request.bytes", _int, "536870912",
               "Bytes of requests held at once across all connections; at the limit sockets are not "
               "read until memory is freed (-1: no limit, Kafka's default)."),
+    ConfigDef("quota.window.num", _int, "11",
+              "Samples kept to measure a client's rate against its quota (docs/operations.md, \"Quotas\")."),
+    ConfigDef("quota.window.size.seconds", _int, "1", "The time span of each quota sample."),
     ConfigDef("log.retention.check.interval.ms", _int, "300000", "How often retention runs."),
     ConfigDef("log.cleaner.enable", _bool, "true", "Run compaction for cleanup.policy=compact topics."),
     ConfigDef("log.encryption.key.file", _str, None,
@@ -318,14 +321,16 @@ TOPIC_CONFIG_SYNONYMS: dict[str, list[tuple[str, int]]] = {
 # not be ignored: the broker refuses to start instead of serving with less protection than asked
 # for. Names as Kafka's KafkaConfig; the list shrinks as each feature is implemented.
 UNHONOURED_SECURITY_PREFIXES = (
-    "quota.", "delegation.token.", "password.encoder.", "listener.name.",
+    "delegation.token.", "password.encoder.", "listener.name.",
     "replication.quota.", "leader.replication.throttled.", "follower.replication.throttled.",
     "zookeeper.ssl.",  # TLS to ZooKeeper: kbroker's ZooKeeper session is plaintext
 )
 UNHONOURED_SECURITY_NAMES = frozenset({
     "authorizer.class.name", "principal.builder.class",
     "security.providers", "client.quota.callback.class", "max.connection.creation.rate",
-    "control.plane.listener.name", "producer.id.quota.window.num", "zookeeper.set.acl", "zookeeper.clientCnxnSocket",
+    "control.plane.listener.name", "producer.id.quota.window.num",
+    # Kafka 2.x's static client quotas, removed in Kafka 3.0 (dynamic `<default>` quotas replace them).
+    "quota.producer.default", "quota.consumer.default", "zookeeper.set.acl", "zookeeper.clientCnxnSocket",
 })
 # Kafka's authorizers, which kbroker's own authorizer stands in for (kbroker/security/acl.py):
 # the ZooKeeper-mode AclAuthorizer and KRaft's StandardAuthorizer decide alike.
@@ -570,7 +575,8 @@ class BrokerConfig:
 
     def _check_connection_settings(self) -> None:
         for name in ("max.connections", "max.connections.per.ip", "connections.max.idle.ms",
-                     "socket.request.read.timeout.ms", "socket.request.max.bytes", "socket.request.max.entries"):
+                     "socket.request.read.timeout.ms", "socket.request.max.bytes", "socket.request.max.entries",
+                     "quota.window.num", "quota.window.size.seconds"):
             if self.values[name] < 1:
                 raise ConfigError(f"{name} must be at least 1")
         delay = self.values["connection.failed.authentication.delay.ms"]

@@ -53,7 +53,7 @@ REFUSED = [
     {"authorizer.class.name": "com.example.MyAuthorizer"},
     {"authorizer.class.name": "kafka.security.auth.SimpleAclAuthorizer"},  # removed in Kafka 3.0
     {"principal.builder.class": "com.example.Builder"},
-    {"quota.window.num": "11"},
+    {"quota.producer.default": "1048576"},
     {"delegation.token.secret.key": "s"},
 ]
 

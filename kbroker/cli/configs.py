@@ -1,12 +1,13 @@
-"""`kbroker configs`: describe and alter topic, broker and group configs, and users' SCRAM
-credentials (kbroker/cli/scram_users.py), like kafka-configs.sh."""
+"""`kbroker configs`: describe and alter topic, broker and group configs, users' SCRAM
+credentials (kbroker/cli/scram_users.py), and client quotas of users, client ids and users'
+client ids (kbroker/cli/client_quotas.py), like kafka-configs.sh."""
 
 from __future__ import annotations
 
 import argparse
 import re
 
-from kbroker.cli import scram_users
+from kbroker.cli import client_quotas, scram_users
 from kbroker.cli.common import CommandError, add_bootstrap_argument, connect
 from kbroker.client import Client
 from kbroker.client.admin import (
@@ -21,8 +22,11 @@ from kbroker.client.admin import (
     ConfigEntry,
 )
 
-USERS = -1  # not a config resource: users' SCRAM credentials have their own APIs
-ENTITY_TYPES = {"topics": TOPIC_RESOURCE, "brokers": BROKER_RESOURCE, "users": USERS, "groups": GROUP_RESOURCE}
+USERS = -1  # not a config resource: users' SCRAM credentials and quotas have their own APIs
+CLIENTS = -2  # client ids' quotas
+ENTITY_TYPES = {"topics": TOPIC_RESOURCE, "brokers": BROKER_RESOURCE, "users": USERS, "clients": CLIENTS,
+                "groups": GROUP_RESOURCE}
+SCRAM_KEYS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
 BROKER_DEFAULT = ""  # the entity name of the cluster-wide broker defaults
 # Without --all, describe shows only what was set on the entity itself.
 _DYNAMIC_SOURCE = {TOPIC_RESOURCE: 1, BROKER_RESOURCE: 2, GROUP_RESOURCE: 8}
@@ -40,9 +44,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     actions = parser.add_mutually_exclusive_group(required=True)
     actions.add_argument("--describe", action="store_true", help="show the entity's configs")
     actions.add_argument("--alter", action="store_true", help="change the entity's configs")
-    parser.add_argument("--entity-type", choices=sorted(ENTITY_TYPES), help="topics, brokers, users or groups")
-    parser.add_argument("--entity-name", help="topic name, broker id, user name or group id")
-    parser.add_argument("--entity-default", action="store_true", help="the default config of all brokers")
+    parser.add_argument("--entity-type", choices=sorted(ENTITY_TYPES), action="append",
+                        help="topics, brokers, users, clients or groups (users and clients together: a user's "
+                             "client id)")
+    parser.add_argument("--entity-name", action="append",
+                        help="topic name, broker id, user name, client id or group id (one per --entity-type)")
+    parser.add_argument("--entity-default", action="store_true",
+                        help="the default entity: of brokers, users or clients (of those not named)")
     parser.add_argument("--topic", help="shorthand for --entity-type topics --entity-name TOPIC")
     parser.add_argument("--broker", help="shorthand for --entity-type brokers --entity-name BROKER")
     parser.add_argument("--broker-defaults", action="store_true",
@@ -55,9 +63,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    types, names = args.entity_type or [], args.entity_name or []
+    if any(t in ("users", "clients") for t in types):
+        return _run_quota_entities(args, types, names)
+    if len(types) > 1 or len(names) > 1:
+        raise CommandError("only users and clients may be named together (a user's client id)")
+    args.entity_type, args.entity_name = (types or [None])[0], (names or [None])[0]
     resource_type, name = _entity(args)
-    if resource_type == USERS:
-        return _run_users(args, name)
     if args.zookeeper:
         raise CommandError("--zookeeper is only supported for --entity-type users (SCRAM credentials)")
     if not args.bootstrap_server:
@@ -70,16 +82,65 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_users(args: argparse.Namespace, name: str | None) -> int:
+def _run_quota_entities(args: argparse.Namespace, types: list[str], names: list[str]) -> int:
+    """Users (quotas and SCRAM credentials), clients (quotas), or a user's client id (quotas)."""
+    if set(types) - {"users", "clients"} or len(set(types)) != len(types):
+        raise CommandError("only users and clients may be named together, each once")
+    if len(names) > len(types):
+        raise CommandError("more --entity-name than --entity-type")
     if args.append_config or args.subtract_config:
-        raise CommandError("--append-config and --subtract-config do not apply to users")
+        raise CommandError("--append-config and --subtract-config do not apply to users and clients")
     if args.alter and not (args.add_config or args.delete_config):
         raise CommandError("--alter needs --add-config or --delete-config")
     additions = parse_config_pairs(args.add_config) if args.add_config else {}
     deletions = [key.strip() for key in (args.delete_config or "").split(",") if key.strip()]
     if set(additions) & set(deletions):
         raise CommandError("a config may be changed only once per command")
-    return scram_users.run(args, name, additions, deletions)
+    # Each type takes the name given in its place; those without one are the default entity with
+    # --entity-default, else (for --describe) every named entity of the type.
+    parts: list[tuple[str, object]] = []
+    for i, entity_type in enumerate(types):
+        name = names[i] if i < len(names) else (None if args.entity_default else client_quotas.ANY)
+        if name is client_quotas.ANY and args.alter:
+            raise CommandError("--alter needs --entity-name or --entity-default")
+        parts.append((client_quotas.WIRE_TYPE[entity_type], name))
+    scram = [k for k in (*additions, *deletions) if k in SCRAM_KEYS]
+    unknown = [k for k in (*additions, *deletions) if k not in SCRAM_KEYS and k not in client_quotas.QUOTA_KEYS]
+    if unknown:
+        raise CommandError(f"Invalid config(s): {','.join(unknown)}")
+    users_only = types == ["users"]
+    if scram and (not users_only or parts[0][1] is None):
+        raise CommandError("SCRAM credentials are configs of a named user only")
+    if args.zookeeper:
+        if not users_only or any(k in client_quotas.QUOTA_KEYS for k in (*additions, *deletions)):
+            raise CommandError("--zookeeper is only supported for users' SCRAM credentials")
+        return scram_users.run(args, names[0] if names else None, additions, deletions)
+    if not args.bootstrap_server:
+        raise CommandError("--bootstrap-server is required")
+    quota_additions = {k: v for k, v in additions.items() if k not in SCRAM_KEYS}
+    quota_deletions = [k for k in deletions if k not in SCRAM_KEYS]
+    if args.describe:
+        with connect(args.bootstrap_server, command_config=args.command_config) as client:
+            client_quotas.describe_entity(client, parts)
+        if users_only:  # and the users' SCRAM credentials, as kafka-configs.sh shows them
+            name = parts[0][1]
+            if name is not None:
+                scram_users.run(args, None if name is client_quotas.ANY else str(name), {}, [])
+        return 0
+    entity = tuple((t, None if n is None else str(n)) for t, n in parts)
+    if quota_additions or quota_deletions:
+        with connect(args.bootstrap_server, command_config=args.command_config) as client:
+            client_quotas.alter_entity(client, entity, quota_additions, quota_deletions)
+    if scram:
+        return scram_users.run(args, str(parts[0][1]), {k: v for k, v in additions.items() if k in SCRAM_KEYS},
+                               [k for k in deletions if k in SCRAM_KEYS])
+    if all(n is None for _, n in parts):
+        print(f"Completed updating default config for {' and '.join(types)} in the cluster.")
+    else:
+        print("Completed updating config for "
+              + ", ".join(f"{t[:-1]} {'<default>' if n is None else n}" for t, (_, n) in zip(types, parts, strict=True))
+              + ".")
+    return 0
 
 
 # -- entity -----------------------------------------------------------------------------------
@@ -98,8 +159,8 @@ def _entity(args: argparse.Namespace) -> tuple[int, str | None]:
     if entity_type is None:
         raise CommandError("--entity-type is required (topics, brokers, users or groups)")
     if args.entity_default:
-        if entity_type != "brokers":
-            raise CommandError("--entity-default is only valid with --entity-type brokers")
+        if entity_type not in ("brokers", "users", "clients"):
+            raise CommandError("--entity-default is only valid with --entity-type brokers, users or clients")
         if name:
             raise CommandError("--entity-name and --entity-default are mutually exclusive")
         name = BROKER_DEFAULT

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from kbroker.bench import cli as bench
 from kbroker.cli import (
     acls,
+    client_quotas,
     cluster,
     configs,
     console,
@@ -36,8 +37,10 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callab
                 cluster.add_arguments, cluster.run),
     "topics": ("create, list, describe, alter and delete topics (like kafka-topics.sh)",
                topics.add_arguments, topics.run),
-    "configs": ("describe and alter topic, broker and group configs (like kafka-configs.sh)",
+    "configs": ("describe and alter topic, broker, group, user and client configs (like kafka-configs.sh)",
                 configs.add_arguments, configs.run),
+    "client-quotas": ("describe and alter client quotas of users and client ids (like kafka-client-quotas.sh, KIP-546)",
+                      client_quotas.add_arguments, client_quotas.run),
     "console-producer": ("produce lines from stdin (like kafka-console-producer.sh)",
                          console_producer.add_arguments, console_producer.run),
     "console-consumer": ("print records to stdout (like kafka-console-consumer.sh)",

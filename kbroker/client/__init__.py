@@ -11,6 +11,7 @@ administers groups).
 - `cluster`: `ClusterClient`, connections per node, request routing and cluster metadata;
 - `admin`: topics, configs, leader elections and partition reassignments;
 - `data`: Produce, ListOffsets and Fetch; `records` encodes and decodes their record batches;
+- `quotas`: client quotas (DescribeClientQuotas, AlterClientQuotas);
 - `delayed`: what partition leaders hold for delayed delivery (DescribeDelayed, kbroker's own);
 - `coordinators`: FindCoordinator, then `groups` (consumer groups and their offsets),
   `share_offsets` (share groups' start offsets) and
@@ -25,6 +26,7 @@ from kbroker.client.data import DataClient
 from kbroker.client.delayed import DelayedClient
 from kbroker.client.errors import BrokerUnreachable
 from kbroker.client.groups import GroupsClient
+from kbroker.client.quotas import QuotasClient
 from kbroker.client.records import Record
 from kbroker.client.share_offsets import ShareOffsetsClient
 from kbroker.client.transactions import TransactionsClient
@@ -32,7 +34,7 @@ from kbroker.client.transactions import TransactionsClient
 __all__ = ["BrokerUnreachable", "Client", "Record"]
 
 
-class Client(AdminClient, AclAdmin, DataClient, DelayedClient, GroupsClient, ShareOffsetsClient,
+class Client(AdminClient, AclAdmin, DataClient, DelayedClient, GroupsClient, QuotasClient, ShareOffsetsClient,
              TransactionsClient):
     """Blocking client for a cluster reached through `bootstrap` ("host:port[,host:port]"):
     every part of the package over one set of connections and one metadata cache."""

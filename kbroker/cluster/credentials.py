@@ -34,8 +34,8 @@ class UserCredentials:
         """Follow changes made through any broker: the user's configs are read on the thread
         that reports the change (ZooKeeper's), then held on the loop."""
         def on_change(entity_type: str, entity_name: str) -> None:
-            if entity_type != "users":
-                return
+            if entity_type != "users" or "/" in entity_name:
+                return  # not a user's configs (a user's client-id quotas: "<user>/clients/<client-id>")
             try:
                 user = desanitize_entity_name(entity_name)
                 configs = self._store.get_user_configs(user)

@@ -34,6 +34,10 @@ class RequestContext:
     listener: str = "PLAINTEXT"  # the listener the request came in on: answers give its addresses
     principal: str = "User:ANONYMOUS"  # who sent it (a TLS client's certificate subject)
     host: str = ""  # the client's address, which ACLs may name
+    size: int = 0  # the request's size in bytes (without its size prefix), which byte-rate quotas count
+    # Set by a handler whose client exceeded its quota: the connection reads nothing more from
+    # the client for this long after the answer (Kafka's channel muting, KIP-219).
+    throttle_ms: int = 0
 
     @property
     def version(self) -> int:
@@ -82,6 +86,7 @@ class CloseConnection(Exception):
 HANDLER_MODULES = (
     "add_offsets_to_txn",
     "add_partitions_to_txn",
+    "alter_client_quotas",
     "alter_configs",
     "alter_partition_reassignments",
     "alter_replica_log_dirs",

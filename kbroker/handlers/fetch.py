@@ -64,10 +64,23 @@ async def handle(ctx: RequestContext, request: Any) -> FetchResponse:
             session = None
     keys = list(wanted)
     names, partitions = await _partition_fetches(ctx, wanted, pacer)
-    params = FetchParams(replica_id, request.max_wait_ms, request.min_bytes, request.max_bytes,
+    quota = ctx.broker.quotas.fetch
+    limited = replica_id < 0 and quota.enabled  # consumers' consumer_byte_rate quotas
+    max_bytes, min_bytes = request.max_bytes, request.min_bytes
+    if limited:
+        # Kafka: never more than the quota allows in its window, which would be sure to throttle.
+        max_bytes = min(max_bytes, int(quota.max_value_in_window(ctx.principal, ctx.header.client_id or "")))
+        min_bytes = min(min_bytes, max_bytes)
+    params = FetchParams(replica_id, request.max_wait_ms, min_bytes, max_bytes,
                          read_committed=request.isolation_level == READ_COMMITTED)
     results = await _fetch_authorized(ctx, params, partitions, pacer)
     reads = list(zip(keys, names, results, strict=True))
+    if limited:
+        throttle_ms = _record_quota(ctx, reads)
+        if throttle_ms:
+            # Kafka's getThrottledResponse: no data, the session as it was (a full fetch opens none).
+            return {"throttle_time_ms": throttle_ms, "error_code": ErrorCode.NO_ERROR,
+                    "session_id": session.id if session is not None else INVALID_SESSION_ID, "responses": []}
     if session is not None:
         reads = _news(session, reads)
         response_session = session.id
@@ -77,6 +90,33 @@ async def handle(ctx: RequestContext, request: Any) -> FetchResponse:
         response_session = INVALID_SESSION_ID
     return {"throttle_time_ms": 0, "error_code": ErrorCode.NO_ERROR, "session_id": response_session,
             "responses": await _by_topic(reads, pacer)}
+
+
+def _record_quota(ctx: RequestContext, reads: list[_Read]) -> int:
+    """Kafka's fetch quota: the response's size is recorded and, when that exceeds the client's
+    quota, taken back again (the answer will carry no data) and the throttle time returned."""
+    quotas = ctx.broker.quotas
+    client_id = ctx.header.client_id or ""
+    size = _response_size(reads)
+    now = quotas.now_ms()
+    throttle_ms = quotas.fetch.record(ctx.principal, client_id, size, now)
+    if throttle_ms:
+        quotas.fetch.unrecord(ctx.principal, client_id, size, now)
+        ctx.throttle_ms = throttle_ms
+    return throttle_ms
+
+
+def _response_size(reads: list[_Read]) -> int:
+    """About the encoded size of the answer (Kafka's FetchContext.getResponseSize): the records,
+    and each topic's and partition's fields."""
+    size = 16
+    topics = set()
+    for key, name, result in reads:
+        size += 46 + result.size
+        if key[:2] not in topics:
+            topics.add(key[:2])
+            size += 22 + len(name or "")
+    return size
 
 
 # What one partition contributes to a fetch response: its session key, its topic name (None: an

@@ -64,10 +64,14 @@ async def handle(ctx: RequestContext, request: Any) -> ProduceResponse | Deferre
     appended = await ctx.broker.replicas.append(
         entries, request.acks, request.timeout_ms, ctx.now_ms(), transactional_id=request.transactional_id,
         verify_transaction=_transaction_verifier(ctx), pacer=pacer)
+    quota = ctx.broker.quotas.produce
+    if quota.enabled:  # Kafka's produce quota counts the request's bytes, throttles with muting
+        ctx.throttle_ms = quota.record(ctx.principal, ctx.header.client_id or "", ctx.size,
+                                       ctx.broker.quotas.now_ms())
     if appended.replicated is not None:
         # Appended: the connection may take the producer's next request while this one waits.
-        return Deferred(_when_replicated(appended, entries, layout))
-    response = await _response(appended, entries, layout, pacer)
+        return Deferred(_when_replicated(appended, entries, layout, ctx.throttle_ms))
+    response = await _response(appended, entries, layout, pacer, ctx.throttle_ms)
     if request.acks == 0:
         if _failed(response):
             # The client expects no answer; closing is how it learns to refresh metadata.
@@ -77,15 +81,17 @@ async def handle(ctx: RequestContext, request: Any) -> ProduceResponse | Deferre
 
 
 async def _when_replicated(appended: Appended, entries: list[tuple[str, int, bytes]],
-                           layout: list[tuple[str, list[PartitionProduceResponse | int]]]) -> ProduceResponse:
+                           layout: list[tuple[str, list[PartitionProduceResponse | int]]],
+                           throttle_ms: int) -> ProduceResponse:
     """acks=all: the answer once every ISR member has the data, or the wait failed."""
     assert appended.replicated is not None
     await appended.replicated
-    return await _response(appended, entries, layout, Pacer())
+    return await _response(appended, entries, layout, Pacer(), throttle_ms)
 
 
 async def _response(appended: Appended, entries: list[tuple[str, int, bytes]],
-                    layout: list[tuple[str, list[PartitionProduceResponse | int]]], pacer: Pacer) -> ProduceResponse:
+                    layout: list[tuple[str, list[PartitionProduceResponse | int]]], pacer: Pacer,
+                    throttle_ms: int = 0) -> ProduceResponse:
     topics: list[TopicProduceResponse] = []
     for name, slots in layout:
         partitions: list[PartitionProduceResponse] = []
@@ -93,7 +99,7 @@ async def _response(appended: Appended, entries: list[tuple[str, int, bytes]],
             partitions.append(slot if not isinstance(slot, int) else _answer(entries[slot][1], appended.results[slot]))
             await pacer.tick()
         topics.append({"name": name, "partition_responses": partitions})
-    return {"responses": topics, "throttle_time_ms": 0}
+    return {"responses": topics, "throttle_time_ms": throttle_ms}
 
 
 def _failed(response: ProduceResponse) -> bool:

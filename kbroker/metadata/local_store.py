@@ -27,6 +27,7 @@ from kbroker.metadata.store import (
     Unwatch,
     VersionConflict,
     decode_acl_entries,
+    desanitize_entity_name,
     encode_acl_entries,
     sanitize_entity_name,
 )
@@ -78,6 +79,9 @@ class LocalMetadataStore(MetadataStore):
         self._topics: dict[str, TopicRecord] = {}
         self._broker_configs: dict[str, dict[str, str]] = {}
         self._user_configs: dict[str, dict[str, str]] = {}
+        # Client quota entities other than a named user (whose configs are `_user_configs`'):
+        # "users/<default>", "users/<user>/clients/<client-id>", "clients/<client-id>" (sanitized).
+        self._entity_configs: dict[str, dict[str, str]] = {}
         self._group_configs: dict[str, dict[str, str]] = {}
         self._partition_states: dict[tuple[str, int], PartitionState] = {}
         self._controller_epoch = 0
@@ -111,6 +115,7 @@ class LocalMetadataStore(MetadataStore):
         self._broker_configs = {k: dict(v) for k, v in document.get("broker_configs", {}).items()}
         self._user_configs = {k: dict(v) for k, v in document.get("user_configs", {}).items()}
         self._group_configs = {k: dict(v) for k, v in document.get("group_configs", {}).items()}
+        self._entity_configs = {k: dict(v) for k, v in document.get("entity_configs", {}).items()}
         for topic, states in document.get("partition_states", {}).items():
             for partition, s in states.items():
                 self._partition_states[(topic, int(partition))] = PartitionState(
@@ -133,6 +138,7 @@ class LocalMetadataStore(MetadataStore):
         self._topics = {}
         self._broker_configs = {}
         self._user_configs = {}
+        self._entity_configs = {}
         self._group_configs = {}
         self._partition_states = {}
         self._controller_epoch = 0
@@ -171,6 +177,8 @@ class LocalMetadataStore(MetadataStore):
             document["user_configs"] = self._user_configs
         if self._group_configs:
             document["group_configs"] = self._group_configs
+        if self._entity_configs:
+            document["entity_configs"] = self._entity_configs
         if self._cluster_id is not None:
             document["cluster_id"] = self._cluster_id
         if self._acls:
@@ -261,6 +269,35 @@ class LocalMetadataStore(MetadataStore):
 
     def list_user_configs(self) -> dict[str, dict[str, str]]:
         return {user: dict(configs) for user, configs in self._user_configs.items()}
+
+    # -- client quota entities ------------------------------------------------------------------
+
+    def get_entity_configs(self, entity_path: str) -> dict[str, str]:
+        user = _named_user(entity_path)
+        if user is not None:
+            return self.get_user_configs(user)
+        return dict(self._entity_configs.get(entity_path, {}))
+
+    def set_entity_configs(self, entity_path: str, configs: Mapping[str, str]) -> None:
+        user = _named_user(entity_path)
+        if user is not None:
+            self.set_user_configs(user, configs)
+            return
+        if configs:
+            self._entity_configs[entity_path] = dict(configs)
+        else:
+            self._entity_configs.pop(entity_path, None)
+        self._save()
+        entity_type, _, name = entity_path.partition("/")
+        self._config_changed(entity_type, name)
+
+    def list_entity_configs(self, entity_type: str) -> dict[str, dict[str, str]]:
+        prefix = f"{entity_type}/"
+        found = {path.removeprefix(prefix): dict(configs) for path, configs in self._entity_configs.items()
+                 if path.startswith(prefix)}
+        if entity_type == "users":
+            found.update({sanitize_entity_name(user): dict(configs) for user, configs in self._user_configs.items()})
+        return found
 
     # -- groups ---------------------------------------------------------------------------------
 
@@ -399,6 +436,15 @@ class LocalMetadataStore(MetadataStore):
         if record is None:
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{name}' does not exist.")
         return record
+
+
+def _named_user(entity_path: str) -> str | None:
+    """The user whose configs `entity_path` names ("users/<sanitized user>", not the default user
+    nor a user's client), desanitized; None for any other entity."""
+    entity_type, _, name = entity_path.partition("/")
+    if entity_type != "users" or "/" in name or name == CLUSTER_DEFAULT:
+        return None
+    return desanitize_entity_name(name)
 
 
 def _with_version(state: PartitionState, version: int) -> PartitionState:

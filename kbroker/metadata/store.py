@@ -168,7 +168,8 @@ class MetadataStore(ABC):
     @abstractmethod
     def watch_config_changes(self, callback: Callable[[str, str], None]) -> Unwatch:
         """Call `callback(entity_type, entity_name)` after each later change of dynamic configs:
-        ("topics", name), ("brokers", id or "<default>"), ("users", sanitized user name) or
+        ("topics", name), ("brokers", id or "<default>"), ("users", sanitized user name, or
+        "<user>/clients/<client-id>" for a user's client), ("clients", sanitized client id) or
         ("groups", sanitized group id), so every broker can reload what
         another one changed. Unlike the other watches, nothing is reported right away."""
 
@@ -188,6 +189,26 @@ class MetadataStore(ABC):
     @abstractmethod
     def list_user_configs(self) -> dict[str, dict[str, str]]:
         """user -> configs, for every user that has some."""
+
+    # -- client quota entities (users, clients, users' clients) ---------------------------------
+
+    @abstractmethod
+    def get_entity_configs(self, entity_path: str) -> dict[str, str]:
+        """The stored configs of a client quota entity, named by its path under `/config` with
+        sanitized names (`<default>` for a default): `users/<user>`, `clients/<client-id>` or
+        `users/<user>/clients/<client-id>`. `users/<user>` is the same entity as
+        `get_user_configs(user)`: quotas and SCRAM credentials share it, as in Kafka."""
+
+    @abstractmethod
+    def set_entity_configs(self, entity_path: str, configs: Mapping[str, str]) -> None:
+        """Replace the configs of the entity; every broker hears of it through
+        `watch_config_changes` as ("users", "<user>/clients/<client-id>"), ("clients", ...)."""
+
+    @abstractmethod
+    def list_entity_configs(self, entity_type: str) -> dict[str, dict[str, str]]:
+        """Entity path below `entity_type` ("users" or "clients") -> configs, for every entity
+        that has some: for "users" both `<user>` and `<user>/clients/<client-id>` (Kafka's
+        fetchAllEntityConfigs and fetchAllChildEntityConfigs)."""
 
     # -- groups (KIP-848/KIP-932 group configs) -------------------------------------------------
 

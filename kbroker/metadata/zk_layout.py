@@ -16,6 +16,8 @@ The layout and JSON are Kafka's (`kafka.zk.ZkData`), so an operator's habits (`z
     /config/topics/<topic>                        {"version":1,"config":{..}}
     /config/brokers/<id>|<default>                {"version":1,"config":{..}}
     /config/users/<sanitized user>                {"version":1,"config":{"SCRAM-SHA-256":"salt=..,stored_key=..,.."}}
+    /config/users/<user>/clients/<client-id>      {"version":1,"config":{"producer_byte_rate":"1024"}}  (quotas;
+    /config/clients/<sanitized client-id>         {"version":1,"config":{..}}   <default> names a default)
     /config/groups/<sanitized group>              {"version":1,"config":{"share.auto.offset.reset":"earliest"}}
     /config/changes/config_change_<seq>           {"version":2,"entity_path":"topics/<topic>"}
     /kafka-acl/<ResourceType>/<name>              {"version":1,"acls":[{"principal","permissionType",
@@ -53,6 +55,7 @@ CONTROLLER_PATH = "/controller"
 CONTROLLER_EPOCH_PATH = "/controller_epoch"
 BROKER_IDS_PATH = "/brokers/ids"
 TOPICS_PATH = "/brokers/topics"
+CONFIG_ROOT = "/config"
 TOPIC_CONFIGS_PATH = "/config/topics"
 BROKER_CONFIGS_PATH = "/config/brokers"
 USER_CONFIGS_PATH = "/config/users"

@@ -51,6 +51,7 @@ from kbroker.metadata.zk_layout import (
     CONFIG_CHANGE_EXPIRATION_MS,
     CONFIG_CHANGE_PREFIX,
     CONFIG_CHANGES_PATH,
+    CONFIG_ROOT,
     CONTROLLER_EPOCH_PATH,
     CONTROLLER_PATH,
     DELETE_TOPICS_PATH,
@@ -376,6 +377,41 @@ class ZooKeeperMetadataStore(MetadataStore):
 
     def list_user_configs(self) -> dict[str, dict[str, str]]:
         return self._list_entity_configs(USER_CONFIGS_PATH)
+
+    # -- client quota entities ------------------------------------------------------------------
+
+    def get_entity_configs(self, entity_path: str) -> dict[str, str]:
+        found = self._get(f"{CONFIG_ROOT}/{entity_path}")
+        if found is None or not found[0]:
+            return {}
+        return {k: str(v) for k, v in (found[0].get("config") or {}).items()}
+
+    def set_entity_configs(self, entity_path: str, configs: Mapping[str, str]) -> None:
+        # As Kafka's AdminZkClient.changeConfigs: the znode stays (empty) when the last config goes.
+        self._set_or_create(f"{CONFIG_ROOT}/{entity_path}", encode_json({"version": 1, "config": dict(configs)}))
+        entity_type, _, name = entity_path.partition("/")
+        self._notify_config_change(entity_type, name)
+
+    def list_entity_configs(self, entity_type: str) -> dict[str, dict[str, str]]:
+        root = f"{CONFIG_ROOT}/{entity_type}"
+        try:
+            names = self._client.retry(self._client.get_children, root)
+        except NoNodeError:
+            return {}
+        paths = list(names)
+        if entity_type == "users":  # and each user's clients (fetchAllChildEntityConfigs)
+            pending = [(name, self._client.get_children_async(f"{root}/{name}/clients")) for name in names]
+            for name, request in pending:
+                try:
+                    paths += [f"{name}/clients/{child}" for child in request.get()]
+                except NoNodeError:
+                    continue
+        entities = {}
+        for path, found in zip(paths, self._get_many([f"{root}/{p}" for p in paths]), strict=True):
+            configs = {k: str(v) for k, v in ((found[0] or {}).get("config") or {}).items()} if found else {}
+            if configs:
+                entities[path] = configs
+        return entities
 
     def _list_entity_configs(self, root: str) -> dict[str, dict[str, str]]:
         try:

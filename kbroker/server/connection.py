@@ -120,6 +120,7 @@ class ServedConnection(asyncio.BufferedProtocol):
         self._frame_started: float | None = None  # when the first byte of an incomplete frame came
         self._waiting_for_memory: asyncio.Task[None] | None = None
         self._paused = False
+        self._muted_until = 0.0  # monotonic time a throttled client's muting ends (0: not muted)
         # Processing.
         self._frames: deque[_Frame] = deque()
         self._wakeup = asyncio.Event()
@@ -311,7 +312,7 @@ class ServedConnection(asyncio.BufferedProtocol):
 
     def _resume_reading(self) -> None:
         if self._paused and self.transport is not None and not self._closing and self._waiting_for_memory is None \
-                and len(self._frames) < MAX_QUEUED_REQUESTS:
+                and len(self._frames) < MAX_QUEUED_REQUESTS and not self._muted_until:
             self._paused = False
             if self._frame_started is not None:  # the wait was the broker's, not the client's
                 self._frame_started = time.monotonic()
@@ -379,8 +380,20 @@ class ServedConnection(asyncio.BufferedProtocol):
             if not self._done.done():
                 self._done.set_result(None)
 
+    def _mute(self, throttle_ms: int) -> None:
+        """Kafka's throttling of a client over its quota (KIP-219): after this answer, nothing
+        more is read from the socket, and no request already read is handled, for `throttle_ms`."""
+        self._muted_until = time.monotonic() + throttle_ms / 1000
+        self._pause_reading()
+
     async def _process_frames(self) -> None:
         while True:
+            if self._muted_until:
+                delay = self._muted_until - time.monotonic()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                self._muted_until = 0.0
+                self._resume_reading()
             if not self._frames:
                 if self._eof or self._closing:
                     return
@@ -427,7 +440,7 @@ class ServedConnection(asyncio.BufferedProtocol):
                                                     time.monotonic())
                 if admission is not Admission.SERVE:
                     return await self._sasl_request(request, admission, reason)
-            return await self._handle(request, large)
+            return await self._handle(request, large, len(data))
         except (ConnectionError, OSError):
             return False
 
@@ -536,9 +549,9 @@ class ServedConnection(asyncio.BufferedProtocol):
                     self._wakeup.clear()
                     await self._wakeup.wait()
 
-    async def _handle(self, request: Request, large: bool = False) -> bool:
+    async def _handle(self, request: Request, large: bool = False, size: int = 0) -> bool:
         """Answer one request; False when the connection must close."""
-        context = RequestContext(self.broker, request.header, self.peer, self.listener, self.principal, self.ip)
+        context = RequestContext(self.broker, request.header, self.peer, self.listener, self.principal, self.ip, size)
         self.current_api = (request.header.api_key, request.header.api_version)
         try:
             result = await dispatch(context, request)
@@ -550,6 +563,8 @@ class ServedConnection(asyncio.BufferedProtocol):
         if result.close:
             limited_log.info(f"close-{request.header.api_key}", "closing %s: %s", self.peer, result.reason)
             return False
+        if context.throttle_ms > 0:
+            self._mute(context.throttle_ms)
         if self._sender is not None and self._sender.done():
             return False  # sending a deferred answer failed: the connection is closing
         if result.pending is not None:

@@ -44,6 +44,7 @@ from protocol.errors import ErrorCode
 from tests.authz_matrix import (
     ALL_CLUSTER_OPS,
     AUTHORIZER,
+    CLUSTER_DENIED,
     EXPECTED,
     GRANTS,
     GROUP,
@@ -393,6 +394,22 @@ def test_metadata_refuses_named_topics_hides_them_in_a_listing_and_reports_opera
 # -- DescribeDelayed (kbroker's own API) -----------------------------------------------------------
 
 DESCRIBE_DELAYED = 10000
+
+
+def test_client_quota_apis_need_cluster_describe_configs_and_alter_configs(secured: Secured) -> None:
+    """Kafka's KafkaApis: DescribeClientQuotas needs DESCRIBE_CONFIGS on the cluster,
+    AlterClientQuotas ALTER_CONFIGS on it (every entry answers the error); only the super user has
+    either here."""
+    entry = {"entity": [{"entity_type": "client-id", "entity_name": "authz-quota"}],
+             "ops": [{"key": "producer_byte_rate", "value": 1e9, "remove": False}]}
+    outcomes = {}
+    for principal in PRINCIPALS:
+        with secured.raw(principal) as client:
+            described = client.request(48, 1, {"components": [], "strict": False})
+            altered = client.request(49, 1, {"entries": [entry], "validate_only": True})
+        outcomes[principal] = (outcome_name(described.error_code), outcome_name(altered.entries[0].error_code))
+        assert [(e.entity_type, e.entity_name) for e in altered.entries[0].entity] == [("client-id", "authz-quota")]
+    assert outcomes == {p: (OK, OK) if p == "admin" else (CLUSTER_DENIED, CLUSTER_DENIED) for p in PRINCIPALS}
 
 
 def test_describe_delayed_needs_describe_on_the_topic(secured: Secured, tmp_path: Path) -> None:

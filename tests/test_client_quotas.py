@@ -1,0 +1,109 @@
+"""The quota arithmetic of kbroker/cluster/client_quotas.py against Kafka's (ClientQuotaManager,
+Rate, SampledStat), with time given by hand: no sleeping."""
+
+from __future__ import annotations
+
+import pytest
+
+from kbroker.cluster.client_quotas import (
+    DEFAULT,
+    UNLIMITED,
+    QuotaEntity,
+    QuotaManager,
+    Rate,
+    throttle_time_ms,
+)
+
+MB = 1_000_000
+
+
+def test_rate_spans_at_least_ten_whole_windows() -> None:
+    rate = Rate(11, 1000)
+    rate.record(5000, 0)
+    assert rate.window_size(0) == 10_000  # one early burst is not a huge rate
+    assert rate.measure(0) == 500.0
+    assert rate.window_size(3500) == 3500 + 7 * 1000  # 3 whole windows, plus the 7 missing of 10
+    rate.record(5000, 12_000)  # 12 s later: the first sample aged out (11 windows)
+    assert rate.measure(12_000) == 500.0
+
+
+def test_rate_windows_advance_on_the_grid_of_the_first() -> None:
+    rate = Rate(11, 1000)
+    rate.record(1, 100)
+    rate.record(1, 2350)  # the new sample starts at 2100, not 2350
+    # The first sample (from 100) expired at 11_100: 9.9 s since 2100, plus the missing window.
+    assert rate.window_size(12_000) == 9900 + 1000
+    assert rate.window_size(12_500) == 12_500 - 2100  # 10 whole windows
+
+
+def test_throttle_time_is_kafkas() -> None:
+    # X = (O - T) / T * W
+    assert throttle_time_ms(1.5 * MB, 1 * MB, 10_000) == 5000
+    assert throttle_time_ms(1.0001 * MB, 1 * MB, 10_000) == 1
+
+
+def test_record_throttles_only_over_the_quota() -> None:
+    manager = QuotaManager("producer_byte_rate")
+    manager.update(QuotaEntity(None, "c1"), 1 * MB)
+    assert manager.enabled
+    assert manager.record("User:ANONYMOUS", "c1", 10 * MB, 0) == 0  # 10 MB over 10 s: exactly the quota
+    # One more MB: 11 MB over 10.5 s, (1.0476 - 1) / 1 * 10.5 s = 500 ms.
+    assert manager.record("User:ANONYMOUS", "c1", 1 * MB, 500) == 500
+    assert manager.record("User:ANONYMOUS", "other", 50 * MB, 500) == 0  # no quota for that client id
+
+
+def test_unrecord_takes_a_fetch_back() -> None:
+    manager = QuotaManager("consumer_byte_rate")
+    manager.update(QuotaEntity(None, DEFAULT), 2 * MB)
+    assert manager.record("User:ANONYMOUS", "c", 30 * MB, 0) > 0
+    manager.unrecord("User:ANONYMOUS", "c", 30 * MB, 0)
+    assert manager.record("User:ANONYMOUS", "c", 1 * MB, 0) == 0
+    assert manager.max_value_in_window("User:ANONYMOUS", "c") == 20 * MB
+
+
+PRECEDENCE = [  # Kafka's order, most specific first
+    QuotaEntity("alice", "c1"), QuotaEntity("alice", DEFAULT), QuotaEntity("alice", None),
+    QuotaEntity(DEFAULT, "c1"), QuotaEntity(DEFAULT, DEFAULT), QuotaEntity(DEFAULT, None),
+    QuotaEntity(None, "c1"), QuotaEntity(None, DEFAULT),
+]
+
+
+@pytest.mark.parametrize("level", range(len(PRECEDENCE)))
+def test_precedence(level: int) -> None:
+    """With quotas at `level` and every less specific level, the one at `level` applies."""
+    manager = QuotaManager("producer_byte_rate")
+    for value, entity in enumerate(PRECEDENCE[level:], start=1):
+        manager.update(entity, float(value * 1000))
+    assert manager.quota("User:alice", "c1") == 1000.0
+    # Another user and client fall to the defaults below the named levels.
+    expected = next((v for v, e in enumerate(PRECEDENCE[level:], start=1) if "alice" not in (e.user, e.client_id)
+                     and "c1" not in (e.user, e.client_id)), None)
+    other = manager.quota("User:bob", "c2")
+    assert other == (UNLIMITED if expected is None else expected * 1000.0)
+
+
+def test_clients_of_a_user_quota_share_one_rate() -> None:
+    manager = QuotaManager("producer_byte_rate")
+    manager.update(QuotaEntity("alice", None), 1 * MB)
+    assert manager.record("User:alice", "a", 6 * MB, 0) == 0
+    assert manager.record("User:alice", "b", 6 * MB, 0) > 0  # together over the user's quota
+    assert manager.record("User:bob", "b", 6 * MB, 0) == 0  # no quota
+
+
+def test_removed_quota_no_longer_throttles_but_stays_enabled() -> None:
+    manager = QuotaManager("producer_byte_rate")
+    entity = QuotaEntity(None, "c1")
+    manager.update(entity, 1000.0)
+    manager.update(entity, None)
+    assert manager.enabled  # as Kafka: until a restart
+    assert manager.record("User:ANONYMOUS", "c1", 50 * MB, 0) == 0
+
+
+def test_special_characters_are_sanitized_alike() -> None:
+    manager = QuotaManager("producer_byte_rate")
+    manager.update(QuotaEntity.of_names("carol smith", "app/1"), 1000.0)
+    assert manager.quota("User:carol smith", "app/1") == 1000.0
+    assert QuotaEntity.of_names("carol smith", "app/1").path == "users/carol%20smith/clients/app%2F1"
+    assert QuotaEntity.from_path("users", "carol%20smith/clients/app%2F1") == QuotaEntity.of_names("carol smith", "app/1")
+    assert QuotaEntity.from_path("users", "<default>") == QuotaEntity(DEFAULT, None)
+    assert QuotaEntity(DEFAULT, DEFAULT).wire() == [("user", None), ("client-id", None)]
