@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from kbroker.kafka_configs import DYNAMIC_BROKER_CONFIGS, DYNAMIC_DEFAULTS
+from kbroker.metrics.listener import parse_metrics_listener
 from kbroker.properties import parse_properties
 from kbroker.security import sasl_config, tls
 from kbroker.security.sasl_config import SaslConfigError, SaslCredentials, SaslListenerSettings
@@ -130,6 +131,10 @@ _DEFS = [
     ConfigDef("queued.max.request.bytes", _int, "536870912",
               "Bytes of requests held at once across all connections; at the limit sockets are not "
               "read until memory is freed (-1: no limit, Kafka's default)."),
+    # Monitoring (docs/operations.md, "Metrics").
+    ConfigDef("metrics.listener", parse_metrics_listener, "",  # a bad value: ConfigError at start
+              "Where Prometheus scrapes the broker's metrics, http://host:port (served at /metrics; an empty "
+              "host or 0.0.0.0 is every interface); empty: no metrics endpoint (kbroker's own)."),
     ConfigDef("log.retention.check.interval.ms", _int, "300000", "How often retention runs."),
     ConfigDef("log.cleaner.enable", _bool, "true", "Run compaction for cleanup.policy=compact topics."),
     ConfigDef("log.encryption.key.file", _str, None,

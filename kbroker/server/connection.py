@@ -88,6 +88,7 @@ class ConnectionLimits:
 class _Frame:
     data: bytes | bytearray
     reserved: int  # bytes taken from the memory pool, given back when answered
+    received: float  # time.monotonic() when its last byte arrived (or, about, when read from the scratch buffer)
 
 
 class ServedConnection(asyncio.BufferedProtocol):
@@ -97,6 +98,7 @@ class ServedConnection(asyncio.BufferedProtocol):
                  principal_mapper: SslPrincipalMapper | None = None, sasl: SaslSession | None = None) -> None:
         self.server = server
         self.broker = server.broker
+        self.stats = server.stats
         self.limits = server.limits
         self.ip = ip
         self.peer = ip
@@ -158,6 +160,7 @@ class ServedConnection(asyncio.BufferedProtocol):
             der = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
             self.principal = certificate_principal(der, self._principal_mapper)
         except Exception as e:  # no rule maps the name, or a certificate its parser refuses
+            self.stats.authentication_failed(self.listener)
             limited_log.info("principal", "closing %s: authentication failed: %s", self.peer, e)
             self._closing = True
             transport.abort()
@@ -299,7 +302,8 @@ class ServedConnection(asyncio.BufferedProtocol):
         self._big = None
 
     def _deliver(self, data: bytes | bytearray, reserved: int) -> None:
-        self._frames.append(_Frame(data, reserved))
+        # last_activity was set by buffer_updated as these bytes came: the time, for no clock read.
+        self._frames.append(_Frame(data, reserved, self.last_activity))
         self._wakeup.set()
         if len(self._frames) >= MAX_QUEUED_REQUESTS:
             self._pause_reading()
@@ -391,7 +395,7 @@ class ServedConnection(asyncio.BufferedProtocol):
             self._resume_reading()
             self._handling = True
             try:
-                keep_open = await self._handle_frame(frame.data)
+                keep_open = await self._handle_frame(frame.data, frame.received)
             finally:
                 self._handling = False
                 self.server.memory.release(frame.reserved)
@@ -399,7 +403,7 @@ class ServedConnection(asyncio.BufferedProtocol):
                 self.abort("closed after a request")
                 return
 
-    async def _handle_frame(self, data: bytes | bytearray) -> bool:
+    async def _handle_frame(self, data: bytes | bytearray, received: float) -> bool:
         if self.sasl is not None and self.sasl.expects_raw_token:
             return await self._sasl_raw_token(bytes(data))
         entries = self.limits.max_request_entries
@@ -427,7 +431,7 @@ class ServedConnection(asyncio.BufferedProtocol):
                                                     time.monotonic())
                 if admission is not Admission.SERVE:
                     return await self._sasl_request(request, admission, reason)
-            return await self._handle(request, large)
+            return await self._handle(request, received, large)
         except (ConnectionError, OSError):
             return False
 
@@ -536,37 +540,51 @@ class ServedConnection(asyncio.BufferedProtocol):
                     self._wakeup.clear()
                     await self._wakeup.wait()
 
-    async def _handle(self, request: Request, large: bool = False) -> bool:
+    async def _handle(self, request: Request, received: float, large: bool = False) -> bool:
         """Answer one request; False when the connection must close."""
         context = RequestContext(self.broker, request.header, self.peer, self.listener, self.principal, self.ip)
-        self.current_api = (request.header.api_key, request.header.api_version)
+        api_key = request.header.api_key
+        self.current_api = (api_key, request.header.api_version)
+        api = self.stats.api(api_key)
+        api.requests += 1
+        api.queue_time.observe(time.monotonic() - received)
         try:
             result = await dispatch(context, request)
         except Exception:  # a dispatch bug must cost one connection, not the broker
-            limited_log.exception("dispatch", "handling api %s failed for %s", request.header.api_key, self.peer)
+            limited_log.exception("dispatch", "handling api %s failed for %s", api_key, self.peer)
             return False
         finally:
             self.current_api = None
         if result.close:
-            limited_log.info(f"close-{request.header.api_key}", "closing %s: %s", self.peer, result.reason)
+            limited_log.info(f"close-{api_key}", "closing %s: %s", self.peer, result.reason)
             return False
         if self._sender is not None and self._sender.done():
             return False  # sending a deferred answer failed: the connection is closing
         if result.pending is not None:
-            await self._queue_answer(asyncio.ensure_future(self._finish(request, result)))
+            await self._queue_answer(asyncio.ensure_future(self._finish(request, result, received)))
             return True
         if result.body is None:
+            api.total_time.observe(time.monotonic() - received)
             return True  # e.g. Produce with acks=0
+        self.stats.record_errors(api_key, result.body)
         if large or _entries(result.body) > ENCODE_INLINE_ENTRIES:
             parts = await asyncio.to_thread(self._encode, request, result.body, result.version)
         else:
             parts = self._encode(request, result.body, result.version)
         if parts is None:
             return False
-        await self._send_answer(parts)  # nothing ahead of it: straight out
+        if self._sender is not None:  # behind deferred answers: the sender writes it, untimed
+            await self._send_answer(parts)
+            api.total_time.observe(time.monotonic() - received)
+            return True
+        sending = time.monotonic()
+        await self._write(parts)  # nothing ahead of it: straight out
+        # _write stamped last_activity once the transport took the answer: no clock read.
+        api.send_time.observe(self.last_activity - sending)
+        api.total_time.observe(self.last_activity - received)
         return True
 
-    async def _finish(self, request: Request, result: HandlerResult) -> list | None:
+    async def _finish(self, request: Request, result: HandlerResult, received: float) -> list | None:
         assert result.pending is not None
         try:
             body = await result.pending
@@ -576,9 +594,12 @@ class ServedConnection(asyncio.BufferedProtocol):
             body = self._error_body(request)
             if body is None:
                 raise ConnectionError("no answer could be built") from None
+        self.stats.record_errors(request.header.api_key, body)
         parts = self._encode(request, body, result.version)
         if parts is None:
             raise ConnectionError("no answer could be encoded")
+        # Its answer leaves in request order, behind earlier ones: its time ends when it is ready.
+        self.stats.api(request.header.api_key).total_time.observe(time.monotonic() - received)
         return parts
 
     def _encode(self, request: Request, body: object, version: int | None) -> list | None:
