@@ -488,7 +488,9 @@ class ServedConnection(asyncio.BufferedProtocol):
     async def _delay_failed_authentication(self) -> None:
         """As Kafka (KIP-306): a failed authentication is answered, and its connection closed, only
         after connection.failed.authentication.delay.ms, so guessing passwords is slow. Nothing
-        else of this connection is read meanwhile; other connections are served."""
+        else of this connection is read meanwhile; other connections are served. Every failed
+        authentication of a SASL listener passes here, so it is where they are counted."""
+        self.stats.authentication_failed(self.listener)
         self._pause_reading()
         await asyncio.sleep(self.limits.failed_authentication_delay_ms / 1000)
 
