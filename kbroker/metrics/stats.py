@@ -110,7 +110,10 @@ class BrokerStats:
 
     def record_errors(self, api_key: int, body: object) -> None:
         """Count each distinct non-zero error code of an answer once (see `error_codes`)."""
-        codes = error_codes(body)
+        self.count_errors(api_key, error_codes(body))
+
+    def count_errors(self, api_key: int, codes: set[int]) -> None:
+        """`record_errors` with the codes found already (by a worker thread, for a large answer)."""
         if codes:
             errors = self.api(api_key).errors
             for code in codes:

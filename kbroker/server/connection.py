@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, cast
 
 from kbroker.handlers import HandlerResult, RequestContext, dispatch, failed, handlers
 from kbroker.log_limiter import RateLimitedLog
+from kbroker.metrics.stats import error_codes
 from kbroker.security.principal import ANONYMOUS, SslPrincipalMapper, certificate_principal
 from kbroker.security.sasl_server import Admission, SaslSession
 from protocol.connection import (
@@ -568,11 +569,12 @@ class ServedConnection(asyncio.BufferedProtocol):
         if result.body is None:
             api.total_time.observe(time.monotonic() - received)
             return True  # e.g. Produce with acks=0
-        self.stats.record_errors(api_key, result.body)
         if large or _entries(result.body) > ENCODE_INLINE_ENTRIES:
-            parts = await asyncio.to_thread(self._encode, request, result.body, result.version)
+            # A walk of thousands of entries for their error codes goes off the loop with the encoding.
+            parts, codes = await asyncio.to_thread(self._encode_and_scan, request, result.body, result.version)
         else:
-            parts = self._encode(request, result.body, result.version)
+            parts, codes = self._encode(request, result.body, result.version), error_codes(result.body)
+        self.stats.count_errors(api_key, codes)
         if parts is None:
             return False
         if self._sender is not None:  # behind deferred answers: the sender writes it, untimed
@@ -603,6 +605,10 @@ class ServedConnection(asyncio.BufferedProtocol):
         # Its answer leaves in request order, behind earlier ones: its time ends when it is ready.
         self.stats.api(request.header.api_key).total_time.observe(time.monotonic() - received)
         return parts
+
+    def _encode_and_scan(self, request: Request, body: object, version: int | None) -> tuple[list | None, set[int]]:
+        """The answer's wire parts and its error codes (for the metrics), in a worker thread."""
+        return self._encode(request, body, version), error_codes(body)
 
     def _encode(self, request: Request, body: object, version: int | None) -> list | None:
         """The answer's wire parts; when the body cannot be encoded (a handler bug), Kafka's
