@@ -10,7 +10,7 @@ import time
 from collections.abc import Coroutine
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kbroker.clock import wall_clock_ms
 from kbroker.cluster.acls import AclService, AclStoreUnreadable
@@ -48,6 +48,7 @@ from kbroker.coordinator.txn_markers import MarkerSender
 from kbroker.meta_properties import load_or_create_meta
 from kbroker.metadata.local_store import LocalMetadataStore
 from kbroker.metadata.store import BrokerEndpoint, BrokerIdInUse, BrokerRegistration, MetadataStore
+from kbroker.metrics.stats import BrokerStats
 from kbroker.server.server import Server
 from kbroker.share.share_group import TopicInfo
 from kbroker.share.share_partition import ShareLimits
@@ -58,6 +59,9 @@ from kbroker.storage.log_config import LogConfig
 from kbroker.storage.log_dir_health import LogDirHealth
 from kbroker.storage.log_manager import LogManager
 from kbroker.storage.log_mover import LogDirMover
+
+if TYPE_CHECKING:
+    from kbroker.metrics.endpoint import MetricsEndpoint
 
 log = logging.getLogger("kbroker")
 
@@ -75,6 +79,10 @@ GC_YOUNG_THRESHOLD = 20_000
 class Broker:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
+        # What the request paths count for the metrics endpoint (kbroker/metrics), counted
+        # whether or not metrics.listener serves it: a few integer additions per request.
+        self.stats = BrokerStats()
+        self.metrics: MetricsEndpoint | None = None
         log_dirs = [Path(d) for d in config.log_dirs]
         for directory in log_dirs:
             directory.mkdir(parents=True, exist_ok=True)
@@ -113,12 +121,13 @@ class Broker:
         except MissingKey as e:  # encrypted data this broker cannot read: serve nothing, delete nothing
             self.store.close()
             raise ConfigError(f"refusing to start: {e.message}") from None
+        self.log_manager.flush_observer = self.stats.flush_time.observe
         self.log_mover = LogDirMover(self.log_manager, on_replaced=self._on_log_replaced, rate=self._log_dir_move_rate)
         self.replicas = ReplicaManager(config.broker_id, self.log_manager, fetcher_config=FetcherConfig(
             max_wait_ms=config.get("replica.fetch.wait.max.ms"), min_bytes=config.get("replica.fetch.min.bytes"),
             max_bytes=config.get("replica.fetch.response.max.bytes"),
             partition_max_bytes=config.get("replica.fetch.max.bytes"), backoff_ms=config.get("replica.fetch.backoff.ms"),
-        ))
+        ), stats=self.stats)
         self.retry_forwarder = RetryForwarder(
             self.replicas, self.metadata_cache,
             PartitionWriter(self.replicas, self._leader_endpoint, self._inter_broker_client),
@@ -361,6 +370,7 @@ class Broker:
         )
 
     async def start(self) -> None:
+        self._start_metrics()  # first: a metrics.listener that cannot be bound stops the start at once
         self.log_manager.on_dir_change = self._on_log_dir_change
         self.topics.start()
         self.groups.load()
@@ -394,6 +404,23 @@ class Broker:
         # Fewer, larger young collections: a request's tens of thousands of short-lived entries
         # otherwise trigger a cascade of collections, each a pause for every client.
         gc.set_threshold(GC_YOUNG_THRESHOLD, 20, 20)
+
+    def _start_metrics(self) -> None:
+        """Serve the metrics on metrics.listener, if set (docs/operations.md, "Metrics")."""
+        listener = self.config.get("metrics.listener")
+        if listener is None:
+            return
+        # Loaded only when asked for: prometheus_client and its HTTP server.
+        from kbroker.metrics.endpoint import MetricsEndpoint
+
+        endpoint = MetricsEndpoint(self, self.stats, listener)
+        try:
+            endpoint.start()
+        except OSError as e:
+            raise ConfigError(f"refusing to start: metrics.listener={self.config.raw.get('metrics.listener')}: "
+                              f"cannot listen on {listener.url}: {e.strerror or e}") from None
+        self.metrics = endpoint
+        log.info("serving metrics on %s", endpoint.url)
 
     async def _controlled_shutdown(self, timeout_s: float = 10.0) -> None:
         """Move leadership away and leave the ISRs before stopping; wait until the cluster's
@@ -586,6 +613,9 @@ class Broker:
         for task in list(self._tasks):
             task.cancel()
         self.store_writer.close()  # the writes already submitted complete first
+        if self.metrics is not None:
+            await self.metrics.stop()
+            self.metrics = None
         self.store.close()  # last, as Kafka does: the registration goes when the data is safe
         self._stopped.set()
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from kbroker.kafka_configs import DYNAMIC_BROKER_CONFIGS, DYNAMIC_DEFAULTS
+from kbroker.metrics.listener import parse_metrics_listener
 from kbroker.properties import parse_properties
 from kbroker.security import sasl_config, tls
 from kbroker.security.sasl_config import SaslConfigError, SaslCredentials, SaslListenerSettings
@@ -133,6 +134,10 @@ _DEFS = [
     ConfigDef("quota.window.num", _int, "11",
               "Samples kept to measure a client's rate against its quota (docs/operations.md, \"Quotas\")."),
     ConfigDef("quota.window.size.seconds", _int, "1", "The time span of each quota sample."),
+    # Monitoring (docs/operations.md, "Metrics").
+    ConfigDef("metrics.listener", parse_metrics_listener, "",  # a bad value: ConfigError at start
+              "Where Prometheus scrapes the broker's metrics, http://host:port (served at /metrics; an empty "
+              "host or 0.0.0.0 is every interface); empty: no metrics endpoint (kbroker's own)."),
     ConfigDef("log.retention.check.interval.ms", _int, "300000", "How often retention runs."),
     ConfigDef("log.cleaner.enable", _bool, "true", "Run compaction for cleanup.policy=compact topics."),
     ConfigDef("log.encryption.key.file", _str, None,

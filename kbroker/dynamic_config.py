@@ -45,6 +45,7 @@ _KBROKER_ONLY_TYPES = {
     "cluster.id": "STRING",
     "socket.request.read.timeout.ms": "LONG",
     "socket.request.max.entries": "INT",
+    "metrics.listener": "STRING",  # the metrics endpoint's http://host:port (docs/operations.md)
     "log.encryption.key.file": "STRING",  # a path, not the keys: not sensitive (as ssl.keystore.location)
     # Share groups' settings of Kafka 4.1, which 3.9's catalogue lacks (KIP-932).
     "group.share.max.share.sessions": "INT",

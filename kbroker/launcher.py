@@ -100,6 +100,9 @@ class BrokerProcess:
         settings = {
             "listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
             "log.dirs": str(self.log_dir),
+            # No metrics endpoint unless the caller asks for one on a port of its own: the fixed
+            # port a config file names (conf/server.properties: 9404) would collide between brokers.
+            "metrics.listener": "",
             **self.overrides,
         }
         args = list(self.start_command or [sys.executable, "-m", "kbroker.cli.main", "start"])

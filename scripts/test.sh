@@ -10,6 +10,8 @@ command -v kcat >/dev/null || need_apt+=(kcat)
 command -v chromium >/dev/null || need_apt+=(chromium)
 # Debian's ZooKeeper (and the Java it needs): the cluster tests start a real one.
 { [ -f /usr/share/java/zookeeper.jar ] && command -v java >/dev/null; } || need_apt+=(zookeeper)
+# Debian's Prometheus: a real one scrapes the metrics endpoint (tests/integration/test_metrics.py).
+command -v prometheus >/dev/null || need_apt+=(prometheus)
 if [ ${#need_apt[@]} -gt 0 ]; then
     sudo_cmd=""
     [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"

@@ -36,12 +36,14 @@ ALLOWED: dict[str, frozenset[str]] = {
     # Delayed delivery's pure core: delay headers, pending batches, the timing wheel, the index,
     # retry topics' rules (a forwarded record's partition is the default partitioner's).
     "kbroker.delay": frozenset({"kbroker.clock", "kbroker.fsutil", "kbroker.partitioner", "protocol"}),
+    # Metrics: the counters request paths bump, and what serves them over HTTP (prometheus_client).
+    "kbroker.metrics": frozenset({"protocol"}),
     # The log, then configuration (topic defaults come from the log's LogConfig) and metadata.
     "kbroker.storage": frozenset({"kbroker.clock", "kbroker.delay", "kbroker.fsutil", "protocol"}),
     # TLS contexts, principals, SASL mechanisms and sessions (stdlib ssl and cryptography, the protocol).
     "kbroker.security": frozenset({"protocol"}),
-    "kbroker.config": frozenset({"kbroker.kafka_configs", "kbroker.properties", "kbroker.security", "kbroker.storage",
-                                 "protocol"}),
+    "kbroker.config": frozenset({"kbroker.kafka_configs", "kbroker.metrics", "kbroker.properties", "kbroker.security",
+                                 "kbroker.storage", "protocol"}),
     # meta.properties of the log dirs, and new cluster ids.
     "kbroker.meta_properties": frozenset({"kbroker.config", "kbroker.fsutil", "kbroker.properties"}),
     "kbroker.dynamic_config": frozenset({"kbroker.config", "kbroker.kafka_configs", "kbroker.security", "protocol"}),
@@ -49,8 +51,8 @@ ALLOWED: dict[str, frozenset[str]] = {
                                    "kbroker.ports", "kbroker.security", "protocol"}),
     # Replica manager, partitions, fetch sessions, replication, topics, the controller.
     "kbroker.cluster": frozenset({"kbroker.clock", "kbroker.config", "kbroker.delay", "kbroker.dynamic_config", "kbroker.fsutil",
-                                  "kbroker.metadata", "kbroker.pacing", "kbroker.security", "kbroker.storage",
-                                  "protocol"}),
+                                  "kbroker.metadata", "kbroker.metrics", "kbroker.pacing", "kbroker.security",
+                                  "kbroker.storage", "protocol"}),
     # Share groups' pure state: share partitions, sessions, the assignor.
     "kbroker.share": frozenset({"kbroker.clock", "protocol"}),
     # Group and transaction coordinators, over the replica manager.
@@ -62,11 +64,12 @@ ALLOWED: dict[str, frozenset[str]] = {
                                    "kbroker.dynamic_config", "kbroker.kafka_configs", "kbroker.log_limiter",
                                    "kbroker.pacing", "kbroker.security", "kbroker.storage", "protocol"}),
     # The network server dispatches to the handlers (one way: handlers never import it).
-    "kbroker.server": frozenset({"kbroker.config", "kbroker.handlers", "kbroker.log_limiter", "kbroker.security",
-                                 "protocol"}),
+    "kbroker.server": frozenset({"kbroker.config", "kbroker.handlers", "kbroker.log_limiter", "kbroker.metrics",
+                                 "kbroker.security", "protocol"}),
     # The wiring of one broker.
     "kbroker.broker": frozenset({"kbroker.clock", "kbroker.cluster", "kbroker.config", "kbroker.coordinator",
-                                 "kbroker.meta_properties", "kbroker.metadata", "kbroker.security", "kbroker.server",
+                                 "kbroker.meta_properties", "kbroker.metadata", "kbroker.metrics", "kbroker.security",
+                                 "kbroker.server",
                                  "kbroker.share", "kbroker.storage"}),
     # Clients, tools and benchmarks, outside the broker.
     "kbroker.client": frozenset({"kbroker.clock", "kbroker.security", "protocol"}),
@@ -89,6 +92,7 @@ TYPE_ONLY: dict[str, frozenset[str]] = {
     "kbroker.cluster": frozenset({"kbroker.broker"}),  # ConfigService pushes configs to the Broker's parts
     "kbroker.handlers": frozenset({"kbroker.broker"}),  # RequestContext.broker
     "kbroker.server": frozenset({"kbroker.broker"}),  # Server(broker)
+    "kbroker.metrics": frozenset({"kbroker.broker"}),  # the collector reads the Broker's state
 }
 
 

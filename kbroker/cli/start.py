@@ -49,7 +49,7 @@ async def _serve(config: BrokerConfig) -> int:
         return 1
     try:
         await broker.start()
-    except MetadataConflict as e:  # e.g. another live broker has this broker.id
+    except (MetadataConflict, ConfigError) as e:  # another live broker has this broker.id; a busy metrics port
         print(f"error: {e}", file=sys.stderr)
         await broker.stop()
         return 1

@@ -268,6 +268,14 @@ class QuotaManager:
             return user, ""
         return "", client_id
 
+    def throttle_entity(self, principal: str, client_id: str) -> tuple[str, str]:
+        """The entity a client's throttling is reported under (the metrics' entity_type and
+        entity): the identity whose rate counts, as Kafka tags its throttle-time sensor."""
+        user, client = self.metric_tags(_sanitized(principal_user(principal)), _sanitized(client_id))
+        if user and client:
+            return "user,client-id", f"{user},{client}"
+        return ("user", user) if user else ("client-id", client)
+
     def limit(self, tags: tuple[str, str]) -> float:
         """The quota of an identity, by Kafka's precedence (DefaultQuotaCallback.quotaLimit);
         UNLIMITED when none applies."""

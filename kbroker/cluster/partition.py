@@ -24,6 +24,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
+from kbroker.metrics.stats import BrokerStats
 from kbroker.storage.log import AppendInfo, Log
 from kbroker.storage.producer_state import AppendOrigin, ProducerView
 from kbroker.storage.read_results import ReadResult
@@ -125,6 +126,7 @@ class Partition:
     pending_isr: PendingIsrChange | None = None
     # Called when delayed delivery may have work sooner: an append, the HW moving, leadership.
     on_delayed: Callable[[Partition], None] | None = None
+    stats: BrokerStats | None = None  # counts ISR shrinks and expansions (kbroker/metrics)
     _waiters: set[asyncio.Future[None]] = field(default_factory=set)
     _acks_waiters: list[tuple[int, asyncio.Future[None]]] = field(default_factory=list)
 
@@ -340,10 +342,20 @@ class Partition:
             self.advance_high_watermark()  # the maximal ISR is the committed one again
 
     def _commit_isr(self, isr: list[int]) -> None:
+        self._count_isr_change(isr)
         self.isr = list(isr)
         if len(isr) < self.min_insync_replicas:
             self._fail_acks_waiters(ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND)
         self.advance_high_watermark()  # a smaller ISR may let the HW (and acks=all) move on
+
+    def _count_isr_change(self, isr: list[int]) -> None:
+        if self.stats is None:
+            return
+        before, after = set(self.isr), set(isr)
+        if after < before:
+            self.stats.isr_shrinks += 1
+        elif after > before:
+            self.stats.isr_expands += 1
 
     def advance_high_watermark(self) -> None:
         if not self.is_leader:

@@ -33,6 +33,7 @@ from kbroker.cluster.partition import (
     TimestampAndOffset,
 )
 from kbroker.cluster.replica_fetcher import FetcherConfig, ReplicaFetcher
+from kbroker.metrics.stats import BrokerStats
 from kbroker.pacing import Pacer
 from kbroker.security.sasl_config import SaslCredentials
 from kbroker.storage.log import Log
@@ -145,8 +146,10 @@ class ReplicaManager:
     def __init__(
         self, broker_id: int, log_manager: LogManager, *, endpoint_of: EndpointLookup | None = None,
         isr_writer: IsrWriter | None = None, fetcher_config: FetcherConfig | None = None,
+        stats: BrokerStats | None = None,
     ) -> None:
         self.broker_id = broker_id
+        self.stats = stats or BrokerStats()  # bytes in and out per topic, ISR changes (kbroker/metrics)
         self.log_manager = log_manager
         self.endpoint_of = endpoint_of  # the leader's address on the inter-broker listener
         self.inter_broker_ssl: ssl.SSLContext | None = None  # TLS when that listener is SSL
@@ -178,7 +181,7 @@ class ReplicaManager:
             # answers for the current epoch even before anything is written in it.
             log.epochs.assign(leader_epoch, log.log_end_offset)
             partition = Partition(topic, index, topic_id, log, self.broker_id, leader_epoch, replicas, list(replicas),
-                                  on_delayed=self.on_delayed)
+                                  on_delayed=self.on_delayed, stats=self.stats)
             self._partitions[key] = partition
         return partition
 
@@ -190,7 +193,7 @@ class ReplicaManager:
         if partition is None:
             log_ = self.log_manager.get_or_create_log(topic, index, config)
             partition = Partition(topic, index, topic_id, log_, leader_id, -1, local_id=self.broker_id,
-                                  isr_writer=self.isr_writer, on_delayed=self.on_delayed)
+                                  isr_writer=self.isr_writer, on_delayed=self.on_delayed, stats=self.stats)
             self._partitions[key] = partition
         return partition
 
@@ -287,6 +290,7 @@ class ReplicaManager:
             partition.wake_waiters()
             self.log_manager.delete_log(topic, partition.index)
             yield
+        self.stats.forget_topic(topic)
 
     def update_config(self, topic: str, config: LogConfig) -> None:
         self.log_manager.update_config(topic, config)
@@ -328,6 +332,10 @@ class ReplicaManager:
                 continue
             result = AppendResult(ErrorCode.NO_ERROR, info.first_offset, info.log_append_time, info.log_start_offset)
             results.append(result)
+            if not info.duplicate:  # a retried batch already in the log brought nothing in
+                counted = self.stats.topic(topic)
+                counted.bytes_in += len(records)
+                counted.messages_in += info.record_count
             if written is not None:
                 writes.append((result, written))
             end = info.last_offset + 1
@@ -359,8 +367,23 @@ class ReplicaManager:
             # Nothing readable (no partitions, or only unknown ones) answers at once, as in
             # Kafka: e.g. the Java consumer's close sends an empty fetch to end its session.
             if total >= params.min_bytes or errors or remaining <= 0 or not partitions:
+                if total:
+                    self._count_bytes_out(params, partitions, results)
                 return results
             await self.wait_for_data((p for p in hosted if p is not None), remaining)
+
+    def _count_bytes_out(self, params: FetchParams, partitions: Sequence[PartitionFetch],
+                         results: list[LogReadResult]) -> None:
+        """What a fetch answers with, per topic: every record read goes into the answer (a
+        fetch session leaves out only partitions without news)."""
+        follower = params.is_follower
+        for wanted, result in zip(partitions, results, strict=True):
+            if result.records is not None and wanted.topic is not None:
+                counted = self.stats.topic(wanted.topic)
+                if follower:
+                    counted.replication_bytes_out += result.records.size
+                else:
+                    counted.bytes_out += result.records.size
 
     def _lookup(self, wanted: PartitionFetch) -> Partition | None:
         return None if wanted.topic is None else self._partitions.get((wanted.topic, wanted.index))

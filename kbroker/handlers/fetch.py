@@ -103,6 +103,7 @@ def _record_quota(ctx: RequestContext, reads: list[_Read]) -> int:
     if throttle_ms:
         quotas.fetch.unrecord(ctx.principal, client_id, size, now)
         ctx.throttle_ms = throttle_ms
+        ctx.broker.stats.record_throttle(*quotas.fetch.throttle_entity(ctx.principal, client_id), throttle_ms)
     return throttle_ms
 
 

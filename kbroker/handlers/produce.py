@@ -68,6 +68,9 @@ async def handle(ctx: RequestContext, request: Any) -> ProduceResponse | Deferre
     if quota.enabled:  # Kafka's produce quota counts the request's bytes, throttles with muting
         ctx.throttle_ms = quota.record(ctx.principal, ctx.header.client_id or "", ctx.size,
                                        ctx.broker.quotas.now_ms())
+        if ctx.throttle_ms:
+            ctx.broker.stats.record_throttle(*quota.throttle_entity(ctx.principal, ctx.header.client_id or ""),
+                                             ctx.throttle_ms)
     if appended.replicated is not None:
         # Appended: the connection may take the producer's next request while this one waits.
         return Deferred(_when_replicated(appended, entries, layout, ctx.throttle_ms))

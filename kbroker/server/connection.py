@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, cast
 
 from kbroker.handlers import HandlerResult, RequestContext, dispatch, failed, handlers
 from kbroker.log_limiter import RateLimitedLog
+from kbroker.metrics.stats import error_codes
 from kbroker.security.principal import ANONYMOUS, SslPrincipalMapper, certificate_principal
 from kbroker.security.sasl_server import Admission, SaslSession
 from protocol.connection import (
@@ -88,6 +89,7 @@ class ConnectionLimits:
 class _Frame:
     data: bytes | bytearray
     reserved: int  # bytes taken from the memory pool, given back when answered
+    received: float  # time.monotonic() when its last byte arrived (or, about, when read from the scratch buffer)
 
 
 class ServedConnection(asyncio.BufferedProtocol):
@@ -97,6 +99,7 @@ class ServedConnection(asyncio.BufferedProtocol):
                  principal_mapper: SslPrincipalMapper | None = None, sasl: SaslSession | None = None) -> None:
         self.server = server
         self.broker = server.broker
+        self.stats = server.stats
         self.limits = server.limits
         self.ip = ip
         self.peer = ip
@@ -159,6 +162,7 @@ class ServedConnection(asyncio.BufferedProtocol):
             der = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
             self.principal = certificate_principal(der, self._principal_mapper)
         except Exception as e:  # no rule maps the name, or a certificate its parser refuses
+            self.stats.authentication_failed(self.listener)
             limited_log.info("principal", "closing %s: authentication failed: %s", self.peer, e)
             self._closing = True
             transport.abort()
@@ -300,7 +304,8 @@ class ServedConnection(asyncio.BufferedProtocol):
         self._big = None
 
     def _deliver(self, data: bytes | bytearray, reserved: int) -> None:
-        self._frames.append(_Frame(data, reserved))
+        # last_activity was set by buffer_updated as these bytes came: the time, for no clock read.
+        self._frames.append(_Frame(data, reserved, self.last_activity))
         self._wakeup.set()
         if len(self._frames) >= MAX_QUEUED_REQUESTS:
             self._pause_reading()
@@ -404,7 +409,7 @@ class ServedConnection(asyncio.BufferedProtocol):
             self._resume_reading()
             self._handling = True
             try:
-                keep_open = await self._handle_frame(frame.data)
+                keep_open = await self._handle_frame(frame.data, frame.received)
             finally:
                 self._handling = False
                 self.server.memory.release(frame.reserved)
@@ -412,7 +417,7 @@ class ServedConnection(asyncio.BufferedProtocol):
                 self.abort("closed after a request")
                 return
 
-    async def _handle_frame(self, data: bytes | bytearray) -> bool:
+    async def _handle_frame(self, data: bytes | bytearray, received: float) -> bool:
         if self.sasl is not None and self.sasl.expects_raw_token:
             return await self._sasl_raw_token(bytes(data))
         entries = self.limits.max_request_entries
@@ -440,7 +445,7 @@ class ServedConnection(asyncio.BufferedProtocol):
                                                     time.monotonic())
                 if admission is not Admission.SERVE:
                     return await self._sasl_request(request, admission, reason)
-            return await self._handle(request, large, len(data))
+            return await self._handle(request, received, large, len(data))
         except (ConnectionError, OSError):
             return False
 
@@ -497,7 +502,9 @@ class ServedConnection(asyncio.BufferedProtocol):
     async def _delay_failed_authentication(self) -> None:
         """As Kafka (KIP-306): a failed authentication is answered, and its connection closed, only
         after connection.failed.authentication.delay.ms, so guessing passwords is slow. Nothing
-        else of this connection is read meanwhile; other connections are served."""
+        else of this connection is read meanwhile; other connections are served. Every failed
+        authentication of a SASL listener passes here, so it is where they are counted."""
+        self.stats.authentication_failed(self.listener)
         self._pause_reading()
         await asyncio.sleep(self.limits.failed_authentication_delay_ms / 1000)
 
@@ -549,39 +556,54 @@ class ServedConnection(asyncio.BufferedProtocol):
                     self._wakeup.clear()
                     await self._wakeup.wait()
 
-    async def _handle(self, request: Request, large: bool = False, size: int = 0) -> bool:
+    async def _handle(self, request: Request, received: float, large: bool = False, size: int = 0) -> bool:
         """Answer one request; False when the connection must close."""
         context = RequestContext(self.broker, request.header, self.peer, self.listener, self.principal, self.ip, size)
-        self.current_api = (request.header.api_key, request.header.api_version)
+        api_key = request.header.api_key
+        self.current_api = (api_key, request.header.api_version)
+        api = self.stats.api(api_key)
+        api.requests += 1
+        api.queue_time.observe(time.monotonic() - received)
         try:
             result = await dispatch(context, request)
         except Exception:  # a dispatch bug must cost one connection, not the broker
-            limited_log.exception("dispatch", "handling api %s failed for %s", request.header.api_key, self.peer)
+            limited_log.exception("dispatch", "handling api %s failed for %s", api_key, self.peer)
             return False
         finally:
             self.current_api = None
         if result.close:
-            limited_log.info(f"close-{request.header.api_key}", "closing %s: %s", self.peer, result.reason)
+            limited_log.info(f"close-{api_key}", "closing %s: %s", self.peer, result.reason)
             return False
         if context.throttle_ms > 0:
             self._mute(context.throttle_ms)
         if self._sender is not None and self._sender.done():
             return False  # sending a deferred answer failed: the connection is closing
         if result.pending is not None:
-            await self._queue_answer(asyncio.ensure_future(self._finish(request, result)))
+            await self._queue_answer(asyncio.ensure_future(self._finish(request, result, received)))
             return True
         if result.body is None:
+            api.total_time.observe(time.monotonic() - received)
             return True  # e.g. Produce with acks=0
         if large or _entries(result.body) > ENCODE_INLINE_ENTRIES:
-            parts = await asyncio.to_thread(self._encode, request, result.body, result.version)
+            # A walk of thousands of entries for their error codes goes off the loop with the encoding.
+            parts, codes = await asyncio.to_thread(self._encode_and_scan, request, result.body, result.version)
         else:
-            parts = self._encode(request, result.body, result.version)
+            parts, codes = self._encode(request, result.body, result.version), error_codes(result.body)
+        self.stats.count_errors(api_key, codes)
         if parts is None:
             return False
-        await self._send_answer(parts)  # nothing ahead of it: straight out
+        if self._sender is not None:  # behind deferred answers: the sender writes it, untimed
+            await self._send_answer(parts)
+            api.total_time.observe(time.monotonic() - received)
+            return True
+        sending = time.monotonic()
+        await self._write(parts)  # nothing ahead of it: straight out
+        # _write stamped last_activity once the transport took the answer: no clock read.
+        api.send_time.observe(self.last_activity - sending)
+        api.total_time.observe(self.last_activity - received)
         return True
 
-    async def _finish(self, request: Request, result: HandlerResult) -> list | None:
+    async def _finish(self, request: Request, result: HandlerResult, received: float) -> list | None:
         assert result.pending is not None
         try:
             body = await result.pending
@@ -591,10 +613,17 @@ class ServedConnection(asyncio.BufferedProtocol):
             body = self._error_body(request)
             if body is None:
                 raise ConnectionError("no answer could be built") from None
+        self.stats.record_errors(request.header.api_key, body)
         parts = self._encode(request, body, result.version)
         if parts is None:
             raise ConnectionError("no answer could be encoded")
+        # Its answer leaves in request order, behind earlier ones: its time ends when it is ready.
+        self.stats.api(request.header.api_key).total_time.observe(time.monotonic() - received)
         return parts
+
+    def _encode_and_scan(self, request: Request, body: object, version: int | None) -> tuple[list | None, set[int]]:
+        """The answer's wire parts and its error codes (for the metrics), in a worker thread."""
+        return self._encode(request, body, version), error_codes(body)
 
     def _encode(self, request: Request, body: object, version: int | None) -> list | None:
         """The answer's wire parts; when the body cannot be encoded (a handler bug), Kafka's

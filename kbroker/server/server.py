@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 from kbroker.config import parse_ip_overrides
 from kbroker.handlers import api_versions
 from kbroker.log_limiter import RateLimitedLog
+from kbroker.metrics.stats import BrokerStats
 from kbroker.security.sasl_config import SaslListenerSettings
 from kbroker.security.sasl_server import SaslSession
 from kbroker.security.tls import TlsSettings
@@ -69,6 +70,7 @@ class Server:
         self.max_per_ip = config.get("max.connections.per.ip")
         self.per_ip_overrides = parse_ip_overrides(config.get("max.connections.per.ip.overrides"))
         self.memory = MemoryPool(config.get("queued.max.request.bytes"))
+        self.stats: BrokerStats = broker.stats  # requests, their times and errors, failed authentications
         self._listeners: list[_Listener] = []
         self._connections: set[ServedConnection] = set()
         self._per_ip: Counter[str] = Counter()
@@ -80,6 +82,11 @@ class Server:
     @property
     def connection_count(self) -> int:
         return len(self._connections)
+
+    def connections_by_listener(self) -> dict[str, int]:
+        """Open connections per listener name; read by the metrics thread (a copy of the set)."""
+        counts: Counter[str] = Counter(c.listener for c in list(self._connections))
+        return dict(counts)
 
     async def start(self, host: str, port: int, name: str = "PLAINTEXT", tls: TlsSettings | None = None,
                     sasl: SaslListenerSettings | None = None) -> int:
@@ -185,6 +192,7 @@ class Server:
                     ssl_handshake_timeout=self.limits.read_timeout_ms / 1000)
         except (OSError, asyncio.CancelledError) as e:
             if listener.ssl_context is not None:
+                self.stats.authentication_failed(listener.name)  # as Kafka counts a failed TLS handshake
                 limited_log.info(f"tls-{connection.ip}", "closing %s on listener %s: TLS handshake failed: %s",
                                  connection.ip, listener.name, e or type(e).__name__)
             else:

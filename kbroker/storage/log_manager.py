@@ -23,6 +23,7 @@ import asyncio
 import logging
 import os
 import shutil
+import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -106,6 +107,8 @@ class LogManager:
         # Called with a dir's health when it goes FULL, OFFLINE or back ONLINE (the broker moves
         # leadership in a cluster).
         self.on_dir_change: Callable[[LogDirHealth], None] | None = None
+        # Called with the seconds each flush took that wrote something (the broker's metrics).
+        self.flush_observer: Callable[[float], None] | None = None
         self.health = {d: LogDirHealth(d, self._dir_changed) for d in self.log_dirs}
         # Each dir's writer thread for large appends (write_behind.py).
         self.writers = {d: DirWriter(str(i)) for i, d in enumerate(self.log_dirs)}
@@ -293,8 +296,12 @@ class LogManager:
         """flush.ms when due (after the initial task delay); otherwise the segments rolled since
         the last flush, in the flusher thread when an event loop runs (on it, an fsync of a whole
         segment would stall every client for as long as the disk takes)."""
-        if delayed_tasks_due and each.flush_whole_if_due(now_ms):
-            return
+        if delayed_tasks_due:
+            recovery_point, started = each.recovery_point, time.monotonic()
+            if each.flush_whole_if_due(now_ms):
+                if each.recovery_point != recovery_point:  # not a flush of nothing
+                    self._observe_flush(time.monotonic() - started)
+                return
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:  # called outside a broker (tools, tests): at once
@@ -305,12 +312,18 @@ class LogManager:
             return
         if self._flusher is None:
             self._flusher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kbroker-flush")
-        future = loop.run_in_executor(self._flusher, job.run)
+        future = loop.run_in_executor(self._flusher, _timed, job.run)
         future.add_done_callback(lambda done: self._rolled_flush_done(each, job, done))
 
-    def _rolled_flush_done(self, each: Log, job: RolledFlush, done: asyncio.Future[None]) -> None:
+    def _observe_flush(self, seconds: float) -> None:
+        if self.flush_observer is not None:
+            self.flush_observer(seconds)
+
+    def _rolled_flush_done(self, each: Log, job: RolledFlush, done: asyncio.Future[float]) -> None:
         error = None if done.cancelled() else done.exception()
         each.finish_rolled_flush(job, succeeded=not done.cancelled() and error is None)
+        if not done.cancelled() and error is None:
+            self._observe_flush(done.result())  # on the loop, like every other update of the metrics
         if isinstance(error, OSError) and each.health.writable:
             each.health.failed(error, f"flush of {each.name}")
         elif error is not None:
@@ -400,3 +413,10 @@ class LogManager:
 def _remove_deleted_log(directory: Path, doomed: Log) -> None:
     doomed.release()
     shutil.rmtree(directory, ignore_errors=True)
+
+
+def _timed(work: Callable[[], None]) -> float:
+    """Run `work` (in the flusher thread) and return how many seconds it took."""
+    started = time.monotonic()
+    work()
+    return time.monotonic() - started

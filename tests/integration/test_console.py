@@ -1,6 +1,6 @@
 """The web console in a real headless browser (Debian's Chromium, driven by Playwright) over a
 real broker: a topic produced here shows with its offsets, a group's lag shows and falls after
-the group consumes more.
+the group consumes more, and the charts show the broker's own metrics.
 
 With KBROKER_CONSOLE_SCREENSHOTS=DIR the screenshots are written there too (docs/console/
 holds the ones the docs show).
@@ -43,10 +43,10 @@ def _require_browser() -> None:
 
 @pytest.fixture
 def console(make_broker: Callable[..., BrokerProcess], tmp_path: Path) -> Iterator[tuple[str, BrokerProcess]]:
-    """A broker and `kbroker console` over it (its --metrics-url answers nothing yet): (page URL, broker)."""
+    """A broker with its metrics endpoint on, and `kbroker console` over it: (page URL, broker)."""
     _require_browser()
     metrics_port = free_port()
-    broker = make_broker()
+    broker = make_broker(**{"metrics.listener": f"http://127.0.0.1:{metrics_port}"})
     with open(tmp_path / "console.err", "wb") as stderr:
         process = subprocess.Popen(
             [sys.executable, "-m", "kbroker.cli.main", "console", "--bootstrap-server", broker.bootstrap,
@@ -136,6 +136,11 @@ def test_console_shows_topics_groups_lag_and_charts(console: tuple[str, BrokerPr
             _text_becomes(page, f'[data-topic-messages="{topic}"]', "300")
             # Lag as Kafka's tools count it: over the partitions with a committed offset.
             _text_becomes(page, f'[data-group-lag="{group}"]', str(sum(ends[p] - o for p, o in committed.items())))
+            # Bytes in and produce latency reach the charts (the page draws /api/state's series).
+            page.wait_for_function(
+                "() => fetch('/api/state').then(r => r.json()).then(s => s.metrics.bytes_in_per_s.some(v => v > 0)"
+                " && s.metrics.latency_ms.Produce.some(v => v !== null))",
+                timeout=WAIT_MS)
             for directory in shots:
                 page.screenshot(path=str(directory / "console-lag.png"), full_page=True)
 

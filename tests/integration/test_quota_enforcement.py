@@ -23,8 +23,10 @@ import pytest
 from confluent_kafka import Consumer, Producer
 
 from kbroker.client import Client
+from kbroker.ports import free_port
 from tests.brokers import BrokerProcess
 from tests.conftest import create_topic
+from tests.integration.test_metrics import scrape, value
 
 MB = 1_000_000
 SPAN_S = 22.0 - 0.5  # two spans of Kafka's 11 sampled windows, over which the rate is measured
@@ -112,7 +114,8 @@ def _ids(bootstrap: str, topic: str, expected: int) -> list[int]:
 
 
 def test_producer_is_held_to_its_client_id_quota(make_broker: Callable[..., BrokerProcess]) -> None:
-    broker = make_broker()
+    metrics_port = free_port()
+    broker = make_broker(**{"metrics.listener": f"http://127.0.0.1:{metrics_port}"})
     limited_topic = create_topic(broker.bootstrap, "quota-limited")
     free_topic = create_topic(broker.bootstrap, "quota-free")
     _set_quota(broker.bootstrap, "limited-producer", "producer_byte_rate", 1 * MB)
@@ -140,6 +143,13 @@ def test_producer_is_held_to_its_client_id_quota(make_broker: Callable[..., Brok
           f"free producer: {free_result.get('rate', 0) / MB:.1f} MB/s")
     assert abs(rate - MB) <= TOLERANCE * MB, f"{rate / MB:.3f} MB/s is not 1 MB/s within 10 %"
     assert throttles and max(throttles) > 0  # the producer was told (throttle_cb)
+    # ... and the operator sees it, under the quota's entity (librdkafka reports a throttle once
+    # per answer at most, so the broker counts at least what the client heard).
+    samples, _ = scrape(metrics_port)
+    entity = {"entity_type": "client-id", "entity": "limited-producer"}
+    assert (value(samples, "kbroker_throttled_requests_total", **entity) or 0) >= len([t for t in throttles if t])
+    assert (value(samples, "kbroker_throttle_time_seconds_total", **entity) or 0) * 1000 >= max(throttles)
+    assert value(samples, "kbroker_throttled_requests_total", entity_type="client-id", entity="free-producer") is None
     assert free_result["rate"] > 5 * MB, f"the producer without a quota ran at {free_result['rate'] / MB:.2f} MB/s"
     assert len(delivered) == produced
     ids = _ids(broker.bootstrap, limited_topic, produced)

@@ -8,16 +8,19 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from prometheus_client.parser import text_string_to_metric_families
 
 from kbroker.properties import parse_properties
 from tests.brokers import PROJECT_ROOT, BrokerProcess, free_port
 from tests.tls_material import TlsMaterial
+from tests.waiting import wait_until
 
 EXAMPLE = PROJECT_ROOT / "conf" / "secured.properties"
 ADMIN_PASSWORD = "change-this-admin-secret"  # as the example file says; an operator changes it
@@ -29,15 +32,16 @@ def tool(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.fixture(scope="module")
-def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, TlsMaterial, Path]]:
+def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, TlsMaterial, Path, int]]:
     directory = tmp_path_factory.mktemp("secured")
     material = TlsMaterial.create(directory / "tls")
     example = EXAMPLE.read_text().replace("/etc/kbroker/broker-store.pem", str(material.server.store))
     config = directory / "secured.properties"
     config.write_text(example)
-    port = free_port()
+    port, metrics_port = free_port(), free_port()
     broker = BrokerProcess(directory / "broker", config_file=str(config),
-                           overrides={"listeners": f"SASL_SSL://127.0.0.1:{port}"})
+                           overrides={"listeners": f"SASL_SSL://127.0.0.1:{port}",
+                                      "metrics.listener": f"http://127.0.0.1:{metrics_port}"})
     admin = directory / "admin.properties"
     admin.write_text("security.protocol=SASL_SSL\nsasl.mechanism=PLAIN\n"
                      "sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required "
@@ -45,7 +49,7 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Tls
                      f"ssl.truststore.type=PEM\nssl.truststore.location={material.ca.pem_path}\n")
     broker.start()
     try:
-        yield f"127.0.0.1:{port}", material, admin
+        yield f"127.0.0.1:{port}", material, admin, metrics_port
     finally:
         broker.stop()
 
@@ -78,11 +82,12 @@ def test_the_example_file_is_what_the_walkthrough_runs() -> None:
     assert "PLAINTEXT" not in props["listener.security.protocol.map"]
     assert props["authorizer.class.name"] == "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
     assert props["super.users"] == "User:admin" and props["allow.everyone.if.no.acl.found"] == "false"
+    assert props["metrics.listener"] == "http://0.0.0.0:9404"
     assert f'user_admin="{ADMIN_PASSWORD}"' in props["listener.name.sasl_ssl.plain.sasl.jaas.config"]
 
 
-def test_least_privilege_on_the_secured_example(secured: tuple[str, TlsMaterial, Path]) -> None:
-    bootstrap, material, admin = secured
+def test_least_privilege_on_the_secured_example(secured: tuple[str, TlsMaterial, Path, int]) -> None:
+    bootstrap, material, admin, _ = secured
     as_admin = ["--bootstrap-server", bootstrap, "--command-config", str(admin)]
     topic, other = f"orders-{uuid.uuid4().hex[:6]}", f"other-{uuid.uuid4().hex[:6]}"
     for name in (topic, other):
@@ -132,9 +137,33 @@ def test_least_privilege_on_the_secured_example(secured: tuple[str, TlsMaterial,
         admin_client.close()
 
 
-def test_plaintext_clients_are_not_served(secured: tuple[str, TlsMaterial, Path]) -> None:
-    bootstrap, _, _ = secured
+def test_plaintext_clients_are_not_served(secured: tuple[str, TlsMaterial, Path, int]) -> None:
+    bootstrap, _, _, _ = secured
     refused = tool("topics", "--bootstrap-server", bootstrap, "--list", check=False)
     assert refused.returncode != 0
     with pytest.raises(KafkaException):
         Consumer({"bootstrap.servers": bootstrap, "group.id": "g", "socket.timeout.ms": 2000}).list_topics(timeout=3)
+
+
+def _authentication_failures(metrics_port: int) -> float:
+    with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10) as answer:
+        text = answer.read().decode()
+    return sum(sample.value for family in text_string_to_metric_families(text) for sample in family.samples
+               if sample.name == "kbroker_authentication_failures_total" and sample.labels["listener"] == "SASL_SSL")
+
+
+def test_failed_logins_show_in_the_metrics(secured: tuple[str, TlsMaterial, Path, int]) -> None:
+    """A wrong password and a plaintext client (its TLS handshake fails) are failed authentications."""
+    bootstrap, material, _, metrics_port = secured
+    before = _authentication_failures(metrics_port)
+    consumer = Consumer({**_scram(bootstrap, material, "admin", "wrong-password"), "sasl.mechanism": "PLAIN",
+                         "group.id": "g"})
+    try:
+        with pytest.raises(KafkaException):
+            consumer.list_topics(timeout=3)
+    finally:
+        consumer.close()
+    wait_until(lambda: _authentication_failures(metrics_port) > before, 15, "the failed login to be counted")
+    after_login = _authentication_failures(metrics_port)
+    assert tool("topics", "--bootstrap-server", bootstrap, "--list", check=False).returncode != 0
+    wait_until(lambda: _authentication_failures(metrics_port) > after_login, 15, "the failed handshake to be counted")
