@@ -188,6 +188,14 @@ def test_traffic_groups_and_partitions_show_in_the_metrics(metrics_broker: tuple
             assert cumulative[-1] == counts[labels], (name, labels)
 
 
+def dashboard_queries() -> list[tuple[str, str]]:
+    """(panel title, query) of conf/grafana/kbroker-dashboard.json, with Grafana's variables
+    given values Prometheus takes."""
+    dashboard = json.loads((Path(__file__).parents[2] / "conf/grafana/kbroker-dashboard.json").read_text())
+    return [(panel["title"], target["expr"].replace("$__rate_interval", "1m").replace("$instance", ".*"))
+            for panel in dashboard["panels"] for target in panel["targets"]]
+
+
 def require_prometheus() -> str:
     """Debian's prometheus binary, or a skip where it is not installed; except in CI, whose
     scripts/test.sh installs it."""
@@ -227,6 +235,11 @@ def test_prometheus_scrapes_the_endpoint(metrics_broker: tuple[BrokerProcess, in
                 return result[0]["value"][1] if result else None
 
             assert wait_until(scraped, 60, "Prometheus to have scraped kbroker", interval_s=0.5) == "1"
+            # Every query of the Grafana dashboard in conf/ is one Prometheus evaluates.
+            for title, expr in dashboard_queries():
+                query = urllib.parse.urlencode({"query": expr})
+                with urllib.request.urlopen(f"http://127.0.0.1:{web_port}/api/v1/query?{query}", timeout=5) as answer:
+                    assert json.load(answer)["status"] == "success", (title, expr)
         finally:
             prometheus.terminate()
             prometheus.wait(30)
