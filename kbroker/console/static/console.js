@@ -89,13 +89,15 @@ function renderGroups(snapshot) {
     ...(blocks.length ? blocks : [el("p", { class: "note" }, "no consumer groups")]));
 }
 
-function chart(id, series, data, yLabel) {
+function chart(id, series, data, yLabel, format) {
   const target = document.getElementById(id);
   if (!charts[id]) {
     const width = Math.max(300, target.clientWidth || 500);
+    const y = { label: yLabel, size: 80 };
+    if (format) y.values = (u, ticks) => ticks.map(format);
     charts[id] = new uPlot({
       width, height: 220, series: [{}, ...series],
-      axes: [{}, { label: yLabel, size: 70 }],
+      axes: [{}, y],
       scales: { x: { time: true } },
     }, data, target);
   } else {
@@ -115,7 +117,7 @@ function renderMetrics(metrics) {
   chart("chart-bytes", [
     { label: "in", stroke: "#1f6feb", value: (u, v) => bytes(v) + "/s" },
     { label: "out", stroke: "#2da44e", value: (u, v) => bytes(v) + "/s" },
-  ], [times, metrics.bytes_in_per_s, metrics.bytes_out_per_s], "bytes/s");
+  ], [times, metrics.bytes_in_per_s, metrics.bytes_out_per_s], "per second", (v) => bytes(v));
   const q = Math.round(metrics.latency_quantile * 100);
   document.getElementById("latency-title").textContent = `Request latency, p${q} (ms)`;
   chart("chart-latency", Object.keys(metrics.latency_ms).map((api, i) =>
