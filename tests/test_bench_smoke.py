@@ -109,6 +109,18 @@ def test_produce_beside_the_write_ceiling(tmp_path: Path) -> None:
     assert "kbroker/ceiling" in (tmp_path / "ceiling" / "summary.md").read_text()
 
 
+def test_a_variant_started_with_another_property(tmp_path: Path) -> None:
+    """--compare-override: a second kbroker with one more property (here its metrics endpoint
+    on), measured in the same alternation, with its ratio to the mock."""
+    results = bench(tmp_path, "variant", "produce", "--duration", "0.3",
+                    "--compare-override", "metrics.listener=http://127.0.0.1:0")
+    (case,) = results["produce"]
+    assert case["servers"]["kbroker-variant"]["median"]["mb_per_s"] > 0
+    assert case["ratios"]["kbroker-variant"]["mb_per_s"] > 0  # kbroker / the variant, in the same run
+    assert "--override metrics.listener=http://127.0.0.1:0" in results["servers"]["kbroker-variant"]
+    assert "--override" not in results["servers"]["kbroker"]
+
+
 def test_consume_from_page_cache_and_cold(tmp_path: Path) -> None:
     results = bench(tmp_path, "consume", "consume", "--partitions", "2", "--mib-per-partition", "0.1",
                     "--passes", "2", kafka=True)

@@ -61,6 +61,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="also measure a second kbroker (kbroker-variant) started with this environment "
                         "variable, alternated with the others; repeatable (e.g. "
                         "KBROKER_WRITE_BEHIND_MIN_BYTES=65536 to write large appends in a writer thread)")
+    common.add_argument("--compare-override", action="append", default=[], metavar="KEY=VALUE",
+                        help="also measure a second kbroker (kbroker-variant) started with this broker property "
+                        "on top of --override, alternated with the others; repeatable, combines with "
+                        "--compare-env (e.g. metrics.listener=http://127.0.0.1:0 for the metrics' cost)")
 
     sub = parser.add_subparsers(dest="benchmark", required=True, metavar="BENCHMARK")
 
@@ -318,13 +322,16 @@ class Session:
             name="kbroker-uvloop", env={"KBROKER_EVENT_LOOP": "uvloop"}))]
 
     def _variant_kbrokers(self) -> list[Server]:
-        """The second kbrokers asked for: on uvloop, and with --compare-env's environment."""
+        """The second kbrokers asked for: on uvloop, and with --compare-env's environment and
+        --compare-override's properties."""
         variants = self._uvloop_kbroker() if getattr(self.args, "compare_uvloop", False) else []
         env = _pairs(getattr(self.args, "compare_env", []), "--compare-env")
-        if env:
+        extra = _pairs(getattr(self.args, "compare_override", []), "--compare-override")
+        if env or extra:
+            overrides = {**_pairs(self.args.override, "--override"), **extra}
             variants.append(self._start_local("kbroker-variant-bench-", lambda data_dir: KbrokerServer(
-                data_dir, config_file=self.args.server_config, overrides=_pairs(self.args.override, "--override"),
-                name="kbroker-variant", env=env)))
+                data_dir, config_file=self.args.server_config, overrides=overrides, name="kbroker-variant", env=env,
+                described_overrides=extra)))
         return variants
 
     def env(self, kbroker: Server | None = None) -> Env:
