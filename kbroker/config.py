@@ -117,6 +117,9 @@ _DEFS = [
               "Connections one client address may hold; more are closed at once."),
     ConfigDef("max.connections.per.ip.overrides", _str, "",
               "Per-address limits, host:count,host:count, overriding max.connections.per.ip."),
+    ConfigDef("max.connection.creation.rate", _int, "2147483647",
+              "New connections per second the broker accepts, measured over the quota windows; over it "
+              "accepting waits (KIP-612)."),
     ConfigDef("connections.max.idle.ms", _int, "600000",
               "A connection with no bytes either way for this long is closed."),
     ConfigDef("socket.request.read.timeout.ms", _int, "30000",
@@ -332,7 +335,7 @@ UNHONOURED_SECURITY_PREFIXES = (
 )
 UNHONOURED_SECURITY_NAMES = frozenset({
     "authorizer.class.name", "principal.builder.class",
-    "security.providers", "client.quota.callback.class", "max.connection.creation.rate",
+    "security.providers", "client.quota.callback.class",
     "control.plane.listener.name", "producer.id.quota.window.num",
     # Kafka 2.x's static client quotas, removed in Kafka 3.0 (dynamic `<default>` quotas replace them).
     "quota.producer.default", "quota.consumer.default", "zookeeper.set.acl", "zookeeper.clientCnxnSocket",
@@ -581,7 +584,7 @@ class BrokerConfig:
     def _check_connection_settings(self) -> None:
         for name in ("max.connections", "max.connections.per.ip", "connections.max.idle.ms",
                      "socket.request.read.timeout.ms", "socket.request.max.bytes", "socket.request.max.entries",
-                     "quota.window.num", "quota.window.size.seconds"):
+                     "quota.window.num", "quota.window.size.seconds", "max.connection.creation.rate"):
             if self.values[name] < 1:
                 raise ConfigError(f"{name} must be at least 1")
         delay = self.values["connection.failed.authentication.delay.ms"]

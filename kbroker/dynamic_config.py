@@ -205,6 +205,9 @@ def check_value(name: str, value: str) -> None:
         items = [item.strip() for item in text.split(",") if item.strip()] if kind == "LIST" else [text]
         if any(item not in choices for item in items):
             raise _invalid(name, value, f"String must be one of: {', '.join(sorted(choices) if kind == 'LIST' else choices)}")
+    if name == "max.connection.creation.rate" and int(text) < 1:
+        # Kafka's listener quotas refuse it as they reconfigure (ConnectionQuotas).
+        raise KafkaError(ErrorCode.INVALID_REQUEST, f"Invalid max.connection.creation.rate {text}")
     if name == "max.connections.per.ip.overrides":
         try:
             parse_ip_overrides(text)

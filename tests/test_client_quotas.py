@@ -10,9 +10,8 @@ from kbroker.cluster.client_quotas import (
     UNLIMITED,
     QuotaEntity,
     QuotaManager,
-    Rate,
-    throttle_time_ms,
 )
+from kbroker.rates import Rate, throttle_time_ms
 
 MB = 1_000_000
 

@@ -88,7 +88,8 @@ def _check(props: dict[str, str], per_broker: bool = False, current: dict[str, s
          "kbroker reads TLS settings at start only"),
         ({"listener.name.ssl.ssl.keystore.location": "/k.pem"}, True, ErrorCode.INVALID_CONFIG,
          "kbroker reads TLS settings at start only"),
-        ({"max.connection.creation.rate": "10"}, False, ErrorCode.INVALID_CONFIG, "security kbroker does not implement"),
+        ({"max.connection.creation.rate": "0"}, False, ErrorCode.INVALID_REQUEST, "Invalid max.connection.creation.rate 0"),
+        ({"max.connection.creation.rate": "-1"}, False, ErrorCode.INVALID_REQUEST, "Value must be at least 0"),
         ({"listeners": "PLAINTEXT://127.0.0.1:1"}, True, ErrorCode.INVALID_CONFIG, "binds its listeners at start"),
     ],
 )

@@ -33,6 +33,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     "kbroker.partitioner": frozenset({"protocol"}),
     "kbroker.ports": frozenset(),
     "kbroker.properties": frozenset(),
+    "kbroker.rates": frozenset(),
     # Delayed delivery's pure core: delay headers, pending batches, the timing wheel, the index,
     # retry topics' rules (a forwarded record's partition is the default partitioner's).
     "kbroker.delay": frozenset({"kbroker.clock", "kbroker.fsutil", "kbroker.partitioner", "protocol"}),
@@ -51,8 +52,8 @@ ALLOWED: dict[str, frozenset[str]] = {
                                    "kbroker.ports", "kbroker.security", "protocol"}),
     # Replica manager, partitions, fetch sessions, replication, topics, the controller.
     "kbroker.cluster": frozenset({"kbroker.clock", "kbroker.config", "kbroker.delay", "kbroker.dynamic_config", "kbroker.fsutil",
-                                  "kbroker.metadata", "kbroker.metrics", "kbroker.pacing", "kbroker.security",
-                                  "kbroker.storage", "protocol"}),
+                                  "kbroker.metadata", "kbroker.metrics", "kbroker.pacing", "kbroker.rates",
+                                  "kbroker.security", "kbroker.storage", "protocol"}),
     # Share groups' pure state: share partitions, sessions, the assignor.
     "kbroker.share": frozenset({"kbroker.clock", "protocol"}),
     # Group and transaction coordinators, over the replica manager.
@@ -65,7 +66,7 @@ ALLOWED: dict[str, frozenset[str]] = {
                                    "kbroker.pacing", "kbroker.security", "kbroker.storage", "protocol"}),
     # The network server dispatches to the handlers (one way: handlers never import it).
     "kbroker.server": frozenset({"kbroker.config", "kbroker.handlers", "kbroker.log_limiter", "kbroker.metrics",
-                                 "kbroker.security", "protocol"}),
+                                 "kbroker.rates", "kbroker.security", "protocol"}),
     # The wiring of one broker.
     "kbroker.broker": frozenset({"kbroker.clock", "kbroker.cluster", "kbroker.config", "kbroker.coordinator",
                                  "kbroker.meta_properties", "kbroker.metadata", "kbroker.metrics", "kbroker.security",

@@ -171,6 +171,7 @@ class ConfigService:
             broker.cluster.unclean_election = self.config.get("unclean.leader.election.enable")
         broker.server.max_connections = self.config.get("max.connections")
         broker.server.max_per_ip = self.config.get("max.connections.per.ip")
+        broker.server.connection_rate.limit = self.config.get("max.connection.creation.rate")
         broker.server.per_ip_overrides = parse_ip_overrides(self.config.get("max.connections.per.ip.overrides"))
 
     # -- effective values -------------------------------------------------------------------------

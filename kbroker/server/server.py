@@ -1,9 +1,10 @@
 """The TCP listeners: accept connections within the limits, and sweep idle or stalled ones.
 
-Accepting is done here rather than by asyncio's server, for three things Kafka's acceptor does:
+Accepting is done here rather than by asyncio's server, for four things Kafka's acceptor does:
 a client address over `max.connections.per.ip` (or its override) is closed at once; at
 `max.connections` the broker stops accepting until a connection ends (new clients wait in the
-listen backlog instead of being refused); and running out of file descriptors (EMFILE/ENFILE)
+listen backlog instead of being refused); over `max.connection.creation.rate` accepting waits
+long enough to bring the rate back; and running out of file descriptors (EMFILE/ENFILE)
 pauses accepting for a moment with one log line per interval, instead of a traceback per try
 and a busy loop, while existing connections keep being served.
 """
@@ -24,6 +25,7 @@ from kbroker.config import parse_ip_overrides
 from kbroker.handlers import api_versions
 from kbroker.log_limiter import RateLimitedLog
 from kbroker.metrics.stats import BrokerStats
+from kbroker.rates import Rate, throttle_time_ms
 from kbroker.security.sasl_config import SaslListenerSettings
 from kbroker.security.sasl_server import SaslSession
 from kbroker.security.tls import TlsSettings
@@ -42,6 +44,27 @@ ACCEPT_BACKOFF_S = 0.5
 ACCEPTS_PER_WAKEUP = 64
 SWEEP_INTERVAL_S = 0.25
 STALL_WARNING_S = 0.5
+
+
+class ConnectionCreationRate:
+    """`max.connection.creation.rate` (KIP-612): new connections per second, measured as Kafka
+    measures quotas (`quota.window.num` windows of `quota.window.size.seconds`). A connection
+    that takes the rate over the limit gets a delay, at most one window, during which the broker
+    accepts nothing more: as Kafka's acceptor, it waits rather than refusing, so clients keep
+    their connection attempts in the listen backlog and none is lost."""
+
+    def __init__(self, limit: int, window_num: int, window_s: int) -> None:
+        self.limit = limit
+        self._rate = Rate(window_num, window_s * 1000)
+        self._max_delay_ms = window_s * 1000
+
+    def record(self, now_ms: int) -> int:
+        """Count a new connection at `now_ms`; the ms accepting must wait (0: none)."""
+        self._rate.record(1.0, now_ms)  # always: a limit set later has the history
+        observed = self._rate.measure(now_ms)
+        if observed <= self.limit:
+            return 0
+        return min(throttle_time_ms(observed, self.limit, self._rate.window_size(now_ms)), self._max_delay_ms)
 
 
 class _Listener:
@@ -69,6 +92,9 @@ class Server:
         self.max_connections = config.get("max.connections")
         self.max_per_ip = config.get("max.connections.per.ip")
         self.per_ip_overrides = parse_ip_overrides(config.get("max.connections.per.ip.overrides"))
+        self.connection_rate = ConnectionCreationRate(config.get("max.connection.creation.rate"),
+                                                      config.get("quota.window.num"),
+                                                      config.get("quota.window.size.seconds"))
         self.memory = MemoryPool(config.get("queued.max.request.bytes"))
         self.stats: BrokerStats = broker.stats  # requests, their times and errors, failed authentications
         self._listeners: list[_Listener] = []
@@ -145,7 +171,27 @@ class Server:
                     return
                 limited_log.warning("accept", "accepting a connection failed: %s", e)
                 return
+            delay_ms = self.connection_rate.record(int(time.monotonic() * 1000))
+            if delay_ms:
+                self._delay_accepting(conn, address[0], listener, delay_ms)
+                return
             self._admit(conn, address[0], listener)
+
+    def _delay_accepting(self, conn: socket.socket, ip: str, listener: _Listener, delay_ms: int) -> None:
+        """Over max.connection.creation.rate: this connection is served, and the listener accepts
+        again, once the delay has passed (Kafka's acceptor blocks for it the same way)."""
+        limited_log.info("connection-rate", "max.connection.creation.rate=%d exceeded; accepting waits %d ms",
+                         self.connection_rate.limit, delay_ms)
+        self._pause_accepting(listener)
+        self._accept_paused_until = max(self._accept_paused_until, time.monotonic() + delay_ms / 1000)
+        asyncio.get_running_loop().call_later(delay_ms / 1000, self._accept_after_delay, conn, ip, listener)
+
+    def _accept_after_delay(self, conn: socket.socket, ip: str, listener: _Listener) -> None:
+        if self._stopping:
+            conn.close()
+            return
+        self._admit(conn, ip, listener)
+        self._resume_accepting(listener)
 
     def _back_off(self, listener: _Listener, error: OSError) -> None:
         """Out of descriptors: stop accepting for a moment (or until a connection closes)."""

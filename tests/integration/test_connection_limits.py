@@ -205,7 +205,9 @@ def test_concurrent_huge_frames_hold_bounded_memory(make_broker) -> None:
 
 
 @pytest.mark.parametrize("props", [{"queued.max.request.bytes": "1000"}, {"max.connections": "0"},
-                                   {"max.connections.per.ip.overrides": "nonsense"}])
+                                   {"max.connections.per.ip.overrides": "nonsense"},
+                                   {"max.connection.creation.rate": "0"},
+                                   {"listener.name.plaintext.max.connection.creation.rate": "5"}])
 def test_invalid_limits_stop_the_start(props: dict[str, str]) -> None:
     from kbroker.config import BrokerConfig, ConfigError
 
@@ -298,3 +300,18 @@ def test_a_200_mb_frame_header_is_refused_without_allocating(make_broker) -> Non
     assert rss_peak_kib(broker.pid) - before < 10 * 1024
     with connect(broker) as other:
         assert api_versions_works(other)
+
+
+def test_connection_creation_rate_delays_new_connections(make_broker) -> None:
+    # 5 per second over two 1 s windows: 20 connections, each served, take several seconds
+    # (without the limit they take a few milliseconds each).
+    broker = make_broker(**{"max.connection.creation.rate": "5", "quota.window.num": "2",
+                            "quota.window.size.seconds": "1"})
+    started = time.monotonic()
+    for _ in range(20):
+        with connect(broker) as sock:
+            assert api_versions_works(sock, timeout_s=10)
+    elapsed = time.monotonic() - started
+    print(f"20 connections at max.connection.creation.rate=5: {elapsed:.2f} s")
+    assert elapsed >= 2.0, elapsed
+    assert "max.connection.creation.rate=5 exceeded" in broker.log_text()
