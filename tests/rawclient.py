@@ -12,10 +12,10 @@ from protocol.connection import ClientProtocol
 
 
 class RawClient:
-    def __init__(self, bootstrap: str, timeout: float = 10.0) -> None:
+    def __init__(self, bootstrap: str, timeout: float = 10.0, client_id: str = "raw-test") -> None:
         host, port = bootstrap.rsplit(":", 1)
         self.sock = socket.create_connection((host, int(port)), timeout=timeout)
-        self.conn = ClientProtocol("raw-test")
+        self.conn = ClientProtocol(client_id)
 
     def request(self, api_key: int, version: int, body: dict[str, Any]) -> Container:
         _, data = self.conn.encode_request(api_key, version, body)

@@ -106,3 +106,14 @@ def test_special_characters_are_sanitized_alike() -> None:
     assert QuotaEntity.from_path("users", "carol%20smith/clients/app%2F1") == QuotaEntity.of_names("carol smith", "app/1")
     assert QuotaEntity.from_path("users", "<default>") == QuotaEntity(DEFAULT, None)
     assert QuotaEntity(DEFAULT, DEFAULT).wire() == [("user", None), ("client-id", None)]
+
+
+def test_request_time_throttle_is_at_most_one_window() -> None:
+    # request_percentage: 1 % of a second per second; 500 ms of handling at once is far over it,
+    # but Kafka's request quota throttles for at most one quota window.
+    manager = QuotaManager("request_percentage", window_num=2, window_size_seconds=1, bounded=True)
+    manager.update(QuotaEntity(None, "busy"), 1.0)
+    assert manager.record("User:ANONYMOUS", "busy", 50.0, 0) == 1000
+    unbounded = QuotaManager("producer_byte_rate", window_num=2, window_size_seconds=1)
+    unbounded.update(QuotaEntity(None, "busy"), 1.0)
+    assert unbounded.record("User:ANONYMOUS", "busy", 50.0, 0) > 1000

@@ -6,8 +6,9 @@ stored as Kafka stores them in ZooKeeper (`/config/users/<user>`, `/config/clien
 entity's quota values in memory, loaded at start and kept current through the store's change
 notifications (so a quota set through any broker applies on every broker), and owns one
 `QuotaManager` per quota key that is enforced: `producer_byte_rate` (Produce),
-`consumer_byte_rate` (Fetch by consumers). `request_percentage` and `controller_mutation_rate`
-are stored and described only.
+`consumer_byte_rate` (Fetch by consumers), `request_percentage` (every client request, charged
+by the connection with its handler's time on the event loop). `controller_mutation_rate` is
+stored and described only.
 
 A `QuotaManager` resolves the quota of a (user principal, client id) pair by Kafka's precedence
 and measures its rate with Kafka's Rate over a SampledStat (`quota.window.num` windows of
@@ -136,10 +137,12 @@ class QuotaManager:
     """Kafka's ClientQuotaManager with its DefaultQuotaCallback, for one quota key."""
 
     def __init__(self, key: str, window_num: int = DEFAULT_WINDOW_NUM,
-                 window_size_seconds: int = DEFAULT_WINDOW_SIZE_SECONDS) -> None:
+                 window_size_seconds: int = DEFAULT_WINDOW_SIZE_SECONDS, bounded: bool = False) -> None:
         self.key = key
         self.window_num = window_num
         self.window_ms = window_size_seconds * 1000
+        # Request-time quotas throttle for at most one window (Kafka's ClientRequestQuotaManager).
+        self.max_throttle_ms = self.window_ms if bounded else None
         self.enabled = False  # a quota of this key was set since start (Kafka's quotasEnabled)
         self._types = NO_QUOTAS
         self._quotas: dict[QuotaEntity, float] = {}
@@ -230,7 +233,8 @@ class QuotaManager:
         observed = rate.measure(now_ms)
         if observed <= bound:
             return 0
-        return throttle_time_ms(observed, bound, rate.window_size(now_ms))
+        throttle = throttle_time_ms(observed, bound, rate.window_size(now_ms))
+        return throttle if self.max_throttle_ms is None else min(throttle, self.max_throttle_ms)
 
     def unrecord(self, principal: str, client_id: str, value: float, now_ms: int) -> None:
         """Take back a recorded value (a throttled fetch answers without its data)."""
@@ -274,7 +278,8 @@ class ClientQuotas:
         self._entities: dict[QuotaEntity, dict[str, float]] = {}
         self.produce = QuotaManager(PRODUCER_BYTE_RATE, window_num, window_size_seconds)
         self.fetch = QuotaManager(CONSUMER_BYTE_RATE, window_num, window_size_seconds)
-        self._managers = {m.key: m for m in (self.produce, self.fetch)}
+        self.request = QuotaManager(REQUEST_PERCENTAGE, window_num, window_size_seconds, bounded=True)
+        self._managers = {m.key: m for m in (self.produce, self.fetch, self.request)}
         self._unwatch: Callable[[], None] | None = None
 
     def load(self) -> None:

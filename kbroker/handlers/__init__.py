@@ -38,6 +38,8 @@ class RequestContext:
     # Set by a handler whose client exceeded its quota: the connection reads nothing more from
     # the client for this long after the answer (Kafka's channel muting, KIP-219).
     throttle_ms: int = 0
+    # Requests brokers send each other (a follower's fetch) are not charged to request quotas.
+    exempt_from_request_quota: bool = False
 
     @property
     def version(self) -> int:

@@ -41,6 +41,7 @@ TOPIC_IDS_SINCE = 13
 async def handle(ctx: RequestContext, request: Any) -> FetchResponse:
     sessions = ctx.broker.fetch_sessions
     replica_id = _replica_id(ctx, request)
+    ctx.exempt_from_request_quota = replica_id >= 0
     epoch, session_id = request.session_epoch, request.session_id
     session: FetchSession | None = None
     pacer = Pacer()

@@ -36,6 +36,7 @@ from kbroker.log_limiter import RateLimitedLog
 from kbroker.metrics.stats import error_codes
 from kbroker.security.principal import ANONYMOUS, SslPrincipalMapper, certificate_principal
 from kbroker.security.sasl_server import Admission, SaslSession
+from kbroker.server.loop_time import LoopTime
 from protocol.connection import (
     MalformedRequest,
     Request,
@@ -564,8 +565,15 @@ class ServedConnection(asyncio.BufferedProtocol):
         api = self.stats.api(api_key)
         api.requests += 1
         api.queue_time.observe(time.monotonic() - received)
+        request_quota = self.broker.quotas.request
         try:
-            result = await dispatch(context, request)
+            if request_quota.enabled:  # request_percentage quotas: what the handler's steps take
+                timed = LoopTime(dispatch(context, request))
+                result = await timed
+                request_throttle_ms = self._charge_request_time(context, timed.seconds)
+            else:
+                result = await dispatch(context, request)
+                request_throttle_ms = 0
         except Exception:  # a dispatch bug must cost one connection, not the broker
             limited_log.exception("dispatch", "handling api %s failed for %s", api_key, self.peer)
             return False
@@ -574,12 +582,16 @@ class ServedConnection(asyncio.BufferedProtocol):
         if result.close:
             limited_log.info(f"close-{api_key}", "closing %s: %s", self.peer, result.reason)
             return False
+        if request_throttle_ms > context.throttle_ms:
+            context.throttle_ms = request_throttle_ms
+            _answer_throttle(result.body, request_throttle_ms)
         if context.throttle_ms > 0:
             self._mute(context.throttle_ms)
         if self._sender is not None and self._sender.done():
             return False  # sending a deferred answer failed: the connection is closing
         if result.pending is not None:
-            await self._queue_answer(asyncio.ensure_future(self._finish(request, result, received)))
+            await self._queue_answer(asyncio.ensure_future(
+                self._finish(request, result, received, request_throttle_ms)))
             return True
         if result.body is None:
             api.total_time.observe(time.monotonic() - received)
@@ -603,7 +615,8 @@ class ServedConnection(asyncio.BufferedProtocol):
         api.total_time.observe(self.last_activity - received)
         return True
 
-    async def _finish(self, request: Request, result: HandlerResult, received: float) -> list | None:
+    async def _finish(self, request: Request, result: HandlerResult, received: float,
+                      request_throttle_ms: int = 0) -> list | None:
         assert result.pending is not None
         try:
             body = await result.pending
@@ -613,6 +626,8 @@ class ServedConnection(asyncio.BufferedProtocol):
             body = self._error_body(request)
             if body is None:
                 raise ConnectionError("no answer could be built") from None
+        if request_throttle_ms:
+            _answer_throttle(body, request_throttle_ms)
         self.stats.record_errors(request.header.api_key, body)
         parts = self._encode(request, body, result.version)
         if parts is None:
@@ -620,6 +635,18 @@ class ServedConnection(asyncio.BufferedProtocol):
         # Its answer leaves in request order, behind earlier ones: its time ends when it is ready.
         self.stats.api(request.header.api_key).total_time.observe(time.monotonic() - received)
         return parts
+
+    def _charge_request_time(self, context: RequestContext, seconds: float) -> int:
+        """Kafka's request quota: the handler's time as a percentage of one second, charged to
+        the client's quota entity; the throttle time it earns (0 within the quota)."""
+        if context.exempt_from_request_quota:
+            return 0
+        quota = self.broker.quotas.request
+        client_id = context.header.client_id or ""
+        throttle_ms = quota.record(context.principal, client_id, seconds * 100, self.broker.quotas.now_ms())
+        if throttle_ms:
+            self.stats.record_throttle(*quota.throttle_entity(context.principal, client_id), throttle_ms)
+        return throttle_ms
 
     def _encode_and_scan(self, request: Request, body: object, version: int | None) -> tuple[list | None, set[int]]:
         """The answer's wire parts and its error codes (for the metrics), in a worker thread."""
@@ -711,6 +738,13 @@ class ServedConnection(asyncio.BufferedProtocol):
         finally:
             self._drain_waiter = None
         self.last_activity = time.monotonic()
+
+
+def _answer_throttle(body: object, throttle_ms: int) -> None:
+    """Tell the client of a throttle in the answer's throttle_time_ms (the longest one applies);
+    answers without the field (none of a version that has it lacks it) tell nothing."""
+    if isinstance(body, dict) and "throttle_time_ms" in body:
+        body["throttle_time_ms"] = max(body["throttle_time_ms"] or 0, throttle_ms)
 
 
 def _entries(body: object) -> int:
