@@ -52,8 +52,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("kbroker.server")
 limited_log = RateLimitedLog(log)
 
-# Below this, reading a slice into memory and writing it beats a sendfile system call.
-SENDFILE_THRESHOLD = 64 * 1024
+# Below this, reading a slice into memory and writing it beats a sendfile system call
+# (KBROKER_SENDFILE_MIN_BYTES changes it, for measuring; docs/performance.md).
+SENDFILE_THRESHOLD = int(os.environ.get("KBROKER_SENDFILE_MIN_BYTES", 64 * 1024))
 # Small frames are cut out of this per-connection buffer (allocated on first use: an idle
 # connection costs no buffer); larger ones get their own.
 SCRATCH_SIZE = 16 * 1024
@@ -713,17 +714,23 @@ class ServedConnection(asyncio.BufferedProtocol):
         if transport is None or self._closing:
             raise ConnectionError("connection closed")
         loop = asyncio.get_running_loop()
+        # Bytes between file slices sent are written at once: each write to an idle socket is a
+        # send system call and, with TCP_NODELAY, a segment the client wakes up for.
+        pending: list[bytes | bytearray | memoryview] = []
         for part in parts:
             if isinstance(part, bytes | bytearray | memoryview):
-                transport.write(part)
+                pending.append(part)
             elif part.size >= SENDFILE_THRESHOLD and hasattr(part, "file") and not self.tls and _NATIVE_SENDFILE:
+                _write_joined(transport, pending)
+                pending = []
                 await self._drain()
                 await loop.sendfile(transport, part.file, part.position, part.size)
             else:
                 # Over TLS the bytes must pass through the encryption, so no sendfile: one read
                 # from the file into memory, which the TLS transport encrypts as it writes
                 # (asyncio's own sendfile fallback would read in 16 KiB steps in a thread).
-                transport.write(part.read_bytes())
+                pending.append(part.read_bytes())
+        _write_joined(transport, pending)
         self.last_activity = time.monotonic()
         await self._drain()
 
@@ -738,6 +745,13 @@ class ServedConnection(asyncio.BufferedProtocol):
         finally:
             self._drain_waiter = None
         self.last_activity = time.monotonic()
+
+
+def _write_joined(transport: asyncio.Transport, chunks: list[bytes | bytearray | memoryview]) -> None:
+    if len(chunks) == 1:
+        transport.write(chunks[0])
+    elif chunks:
+        transport.write(b"".join(chunks))
 
 
 def _answer_throttle(body: object, throttle_ms: int) -> None:
