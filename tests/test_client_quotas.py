@@ -139,7 +139,7 @@ def test_strict_refuses_once_the_credits_are_below_zero_not_before() -> None:
     with pytest.raises(KafkaError) as refused:
         quota.record(6, 0)
     assert refused.value.code == ErrorCode.THROTTLING_QUOTA_EXCEEDED
-    assert refused.value.message == "The throttling quota has been exceeded."
+    assert refused.value.message is None  # as Kafka answers it
     assert quota.throttle_time_ms(0) == 400  # 4 credits below zero at 10 a second
     assert quota.throttle_time_ms(150) == 250  # less the time since it was refused
     assert quota.throttle_time_ms(1000) == 0

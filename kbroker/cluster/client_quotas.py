@@ -268,9 +268,6 @@ class QuotaManager:
 
 # -- controller mutations (KIP-599) ------------------------------------------------------------------
 
-THROTTLING_QUOTA_MESSAGE = "The throttling quota has been exceeded."  # Kafka's Errors message
-
-
 class MutationQuotaManager(QuotaManager):
     """Kafka's ControllerMutationQuotaManager: `controller_mutation_rate` partitions created or
     deleted per second, by the same entities, precedence and metric tags as the byte rates, but
@@ -330,7 +327,8 @@ class MutationQuota:
             tokens = bucket.measure(bound, burst, now_ms)
             if tokens < 0:
                 self._violated(tokens, bound, now_ms)
-                raise KafkaError(ErrorCode.THROTTLING_QUOTA_EXCEEDED, THROTTLING_QUOTA_MESSAGE)
+                # No message: Kafka's ApiError leaves out the error's generic one.
+                raise KafkaError(ErrorCode.THROTTLING_QUOTA_EXCEEDED)
             bucket.record(permits, bound, burst, now_ms)
             return
         bucket.record(permits, bound, burst, now_ms)
@@ -356,14 +354,17 @@ class ClientQuotas:
     """Every entity's quotas, in memory, and the managers that enforce them (module docstring)."""
 
     def __init__(self, store: MetadataStore, writer: StoreWriter, window_num: int = DEFAULT_WINDOW_NUM,
-                 window_size_seconds: int = DEFAULT_WINDOW_SIZE_SECONDS, clock: WallClock = monotonic_ms) -> None:
+                 window_size_seconds: int = DEFAULT_WINDOW_SIZE_SECONDS, clock: WallClock = monotonic_ms, *,
+                 controller_window_num: int = DEFAULT_WINDOW_NUM,
+                 controller_window_size_seconds: int = DEFAULT_WINDOW_SIZE_SECONDS) -> None:
         self._store = store
         self.now_ms = clock  # the time the managers are given (monotonic: a wall-clock step is no burst)
         self._writer = writer
         self._entities: dict[QuotaEntity, dict[str, float]] = {}
         self.produce = QuotaManager(PRODUCER_BYTE_RATE, window_num, window_size_seconds)
         self.fetch = QuotaManager(CONSUMER_BYTE_RATE, window_num, window_size_seconds)
-        self.mutations = MutationQuotaManager(window_num, window_size_seconds)
+        # Kafka sizes the mutation quota by its own controller.quota.window.* settings.
+        self.mutations = MutationQuotaManager(controller_window_num, controller_window_size_seconds)
         self._managers = {m.key: m for m in (self.produce, self.fetch, self.mutations)}
         self._unwatch: Callable[[], None] | None = None
 
