@@ -6,8 +6,10 @@ stored as Kafka stores them in ZooKeeper (`/config/users/<user>`, `/config/clien
 entity's quota values in memory, loaded at start and kept current through the store's change
 notifications (so a quota set through any broker applies on every broker), and owns one
 `QuotaManager` per quota key that is enforced: `producer_byte_rate` (Produce),
-`consumer_byte_rate` (Fetch by consumers). `request_percentage` and `controller_mutation_rate`
-are stored and described only.
+`consumer_byte_rate` (Fetch by consumers), and `controller_mutation_rate` (partitions created
+and deleted by CreateTopics, CreatePartitions and DeleteTopics; `MutationQuotaManager`, Kafka's
+ControllerMutationQuotaManager, measured with a TokenBucket). `request_percentage` is stored and
+described only.
 
 A `QuotaManager` resolves the quota of a (user principal, client id) pair by Kafka's precedence
 and measures its rate with Kafka's Rate over a SampledStat (`quota.window.num` windows of
