@@ -101,9 +101,12 @@ class Broker:
             self.credentials.load()
             self.group_configs = GroupConfigs(self.store, self.store_writer, config)  # kafka-configs --entity-type groups
             self.group_configs.load()
-            # Client quotas (kafka-configs --entity-type users/clients), enforced by Produce and Fetch.
+            # Client quotas (kafka-configs --entity-type users/clients), enforced by Produce, Fetch and the
+            # topic mutations (CreateTopics, CreatePartitions, DeleteTopics).
             self.quotas = ClientQuotas(self.store, self.store_writer, config.get("quota.window.num"),
-                                       config.get("quota.window.size.seconds"))
+                                       config.get("quota.window.size.seconds"),
+                                       controller_window_num=config.get("controller.quota.window.num"),
+                                       controller_window_size_seconds=config.get("controller.quota.window.size.seconds"))
             self.quotas.load()
             self.acls = self._open_acls(config)
         except BaseException:

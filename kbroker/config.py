@@ -137,6 +137,11 @@ _DEFS = [
     ConfigDef("quota.window.num", _int, "11",
               "Samples kept to measure a client's rate against its quota (docs/operations.md, \"Quotas\")."),
     ConfigDef("quota.window.size.seconds", _int, "1", "The time span of each quota sample."),
+    ConfigDef("controller.quota.window.num", _int, "11",
+              "Samples of the controller mutation quota: a client's burst of partitions created or deleted is "
+              "this many windows' worth of its controller_mutation_rate (docs/operations.md, \"Quotas\")."),
+    ConfigDef("controller.quota.window.size.seconds", _int, "1",
+              "The time span of each controller mutation quota sample."),
     # Monitoring (docs/operations.md, "Metrics").
     ConfigDef("metrics.listener", parse_metrics_listener, "",  # a bad value: ConfigError at start
               "Where Prometheus scrapes the broker's metrics, http://host:port (served at /metrics; an empty "
@@ -584,7 +589,8 @@ class BrokerConfig:
     def _check_connection_settings(self) -> None:
         for name in ("max.connections", "max.connections.per.ip", "connections.max.idle.ms",
                      "socket.request.read.timeout.ms", "socket.request.max.bytes", "socket.request.max.entries",
-                     "quota.window.num", "quota.window.size.seconds", "max.connection.creation.rate"):
+                     "quota.window.num", "quota.window.size.seconds", "controller.quota.window.num",
+                     "controller.quota.window.size.seconds", "max.connection.creation.rate"):
             if self.values[name] < 1:
                 raise ConfigError(f"{name} must be at least 1")
         delay = self.values["connection.failed.authentication.delay.ms"]

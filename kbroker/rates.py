@@ -1,7 +1,7 @@
 """Kafka's rate over sampled windows (`Rate` of a `SampledStat`) and the throttle time that
 brings an observed rate back to its bound: what client quotas and the connection creation rate
-limit measure with. Time is passed in (monotonic milliseconds), so the arithmetic is tested
-without waiting."""
+limit measure with; and Kafka's `TokenBucket`, which the controller mutation quota measures
+with. Time is passed in (monotonic milliseconds), so the arithmetic is tested without waiting."""
 
 from __future__ import annotations
 
@@ -88,3 +88,36 @@ def throttle_time_ms(observed: float, bound: float, window_ms: int) -> int:
     """Kafka's ClientQuotaManager.throttleTime: the delay X that brings the observed rate O back to
     the quota T over the window W, O * W / (W + X) = T, so X = (O - T) / T * W (rounded)."""
     return int(round((observed - bound) / bound * window_ms))
+
+
+class TokenBucket:
+    """Kafka's `TokenBucket` stat (KIP-599): credits refilled at `quota` per second up to a burst
+    of `samples * window * quota`, each recorded value taken out (the credits may go below zero);
+    the quota is exhausted while they are below zero. Kafka's bucket starts empty at time 0 and
+    is refilled to the brim on first use; this one starts full. The quota and burst are passed
+    at each call, so a changed quota applies at once to the credits held (Kafka updates the
+    metric's config in place)."""
+
+    __slots__ = ("_tokens", "_updated_ms", "last_record_ms")
+
+    def __init__(self) -> None:
+        self._tokens: float | None = None  # None: full
+        self._updated_ms = 0
+        self.last_record_ms = 0
+
+    def measure(self, quota: float, burst: float, now_ms: int) -> float:
+        """The credits left at `now_ms`."""
+        return self._refill(quota, burst, now_ms)
+
+    def record(self, value: float, quota: float, burst: float, now_ms: int) -> None:
+        self._tokens = min(burst, self._refill(quota, burst, now_ms) - value)
+        self.last_record_ms = now_ms
+
+    def _refill(self, quota: float, burst: float, now_ms: int) -> float:
+        if self._tokens is None:
+            tokens = burst
+        else:
+            tokens = min(burst, self._tokens + quota * (now_ms - self._updated_ms) / 1000.0)
+        self._tokens = tokens
+        self._updated_ms = now_ms
+        return tokens

@@ -8,10 +8,12 @@ import pytest
 from kbroker.cluster.client_quotas import (
     DEFAULT,
     UNLIMITED,
+    MutationQuotaManager,
     QuotaEntity,
     QuotaManager,
 )
-from kbroker.rates import Rate, throttle_time_ms
+from kbroker.rates import Rate, TokenBucket, throttle_time_ms
+from protocol.errors import ErrorCode, KafkaError
 
 MB = 1_000_000
 
@@ -117,3 +119,96 @@ def test_request_time_throttle_is_at_most_one_window() -> None:
     unbounded = QuotaManager("producer_byte_rate", window_num=2, window_size_seconds=1)
     unbounded.update(QuotaEntity(None, "busy"), 1.0)
     assert unbounded.record("User:ANONYMOUS", "busy", 50.0, 0) > 1000
+
+
+# -- controller mutations: Kafka's TokenBucket and Strict/PermissiveControllerMutationQuota ----------
+
+
+def test_token_bucket_refills_at_the_quota_up_to_the_burst() -> None:
+    bucket = TokenBucket()
+    assert bucket.measure(10.0, 20.0, 0) == 20.0  # starts full: samples * window * quota
+    bucket.record(26, 10.0, 20.0, 0)
+    assert bucket.measure(10.0, 20.0, 0) == -6.0  # a record may take it below zero
+    assert bucket.measure(10.0, 20.0, 600) == 0.0  # 10 tokens a second
+    assert bucket.measure(10.0, 20.0, 10_000) == 20.0  # never above the burst
+    bucket.record(-100, 10.0, 20.0, 10_000)
+    assert bucket.measure(10.0, 20.0, 10_000) == 20.0
+
+
+def _mutations(quota: float = 10.0, window_num: int = 2) -> MutationQuotaManager:
+    manager = MutationQuotaManager(window_num, 1)  # burst: window_num seconds of the quota
+    manager.update(QuotaEntity(None, "c1"), quota)
+    assert manager.enabled
+    return manager
+
+
+def test_strict_refuses_once_the_credits_are_below_zero_not_before() -> None:
+    quota = _mutations().new_quota("User:ANONYMOUS", "c1", strict=True)
+    for _ in range(4):  # 20 credits: 14, 8, 2, then -4 (the topic that takes them over passes)
+        quota.record(6, 0)
+    assert quota.throttle_time_ms(0) == 0  # Kafka's strict quota does not throttle that request
+    with pytest.raises(KafkaError) as refused:
+        quota.record(6, 0)
+    assert refused.value.code == ErrorCode.THROTTLING_QUOTA_EXCEEDED
+    assert refused.value.message is None  # as Kafka answers it
+    assert quota.throttle_time_ms(0) == 400  # 4 credits below zero at 10 a second
+    assert quota.throttle_time_ms(150) == 250  # less the time since it was refused
+    assert quota.throttle_time_ms(1000) == 0
+    # Nothing was taken for the refused topic: at 400 ms the credits are back at zero, enough.
+    later = _mutations()
+    strict = later.new_quota("User:ANONYMOUS", "c1", strict=True)
+    strict.record(24, 0)
+    with pytest.raises(KafkaError):
+        strict.record(1, 399)
+    strict.record(6, 400)
+
+
+def test_a_new_request_is_refused_at_once_while_the_credits_are_below_zero() -> None:
+    manager = _mutations()
+    manager.new_quota("User:ANONYMOUS", "c1", strict=True).record(30, 0)  # one request, -10
+    quota = manager.new_quota("User:ANONYMOUS", "c1", strict=True)
+    with pytest.raises(KafkaError):
+        quota.record(1, 200)
+    assert quota.throttle_time_ms(200) == 800
+
+
+def test_permissive_records_everything_and_throttles() -> None:
+    quota = _mutations().new_quota("User:ANONYMOUS", "c1", strict=False)
+    quota.record(6, 0)
+    quota.record(6, 0)
+    quota.record(6, 0)
+    assert quota.throttle_time_ms(0) == 0  # 2 credits left
+    quota.record(6, 0)
+    assert quota.throttle_time_ms(0) == 400
+    quota.record(6, 100)  # 4 - 1 refilled + 6: 9 below zero
+    assert quota.throttle_time_ms(100) == 900
+    assert quota.throttle_time_ms(300) == 700
+
+
+def test_mutation_quota_entities_and_burst() -> None:
+    manager = MutationQuotaManager()  # 11 windows of 1 s: a burst of 110 at 10 a second
+    manager.update(QuotaEntity(DEFAULT, None), 10.0)
+    quota = manager.new_quota("User:alice", "any", strict=False)
+    quota.record(110, 0)
+    assert quota.throttle_time_ms(0) == 0
+    quota.record(1, 0)
+    assert quota.throttle_time_ms(0) == 100
+    assert quota.entity == ("user", "alice")
+    # alice's clients share her bucket; bob has his own.
+    with pytest.raises(KafkaError):
+        manager.new_quota("User:alice", "other", strict=True).record(1, 0)
+    manager.new_quota("User:bob", "any", strict=True).record(110, 0)
+    # No quota for this identity: never throttled.
+    unlimited = _mutations().new_quota("User:ANONYMOUS", "c2", strict=True)
+    for _ in range(100):
+        unlimited.record(1000, 0)
+    assert unlimited.throttle_time_ms(0) == 0
+
+
+def test_a_changed_mutation_quota_applies_to_the_credits_held() -> None:
+    manager = _mutations(10.0)
+    manager.new_quota("User:ANONYMOUS", "c1", strict=False).record(20, 0)  # 0 left
+    manager.update(QuotaEntity(None, "c1"), 100.0)  # refills at 100 a second, burst 200
+    quota = manager.new_quota("User:ANONYMOUS", "c1", strict=False)
+    quota.record(150, 1000)  # 100 refilled in the second
+    assert quota.throttle_time_ms(1000) == 500

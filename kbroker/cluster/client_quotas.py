@@ -7,8 +7,9 @@ entity's quota values in memory, loaded at start and kept current through the st
 notifications (so a quota set through any broker applies on every broker), and owns one
 `QuotaManager` per quota key that is enforced: `producer_byte_rate` (Produce),
 `consumer_byte_rate` (Fetch by consumers), `request_percentage` (every client request, charged
-by the connection with its handler's time on the event loop). `controller_mutation_rate` is
-stored and described only.
+by the connection with its handler's time on the event loop) and `controller_mutation_rate`
+(partitions created and deleted by CreateTopics, CreatePartitions and DeleteTopics;
+`MutationQuotaManager`, Kafka's ControllerMutationQuotaManager, measured with a TokenBucket).
 
 A `QuotaManager` resolves the quota of a (user principal, client id) pair by Kafka's precedence
 and measures its rate with Kafka's Rate over a SampledStat (`quota.window.num` windows of
@@ -24,13 +25,16 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from kbroker.clock import WallClock, monotonic_ms
 from kbroker.cluster.store_writer import StoreWriter
 from kbroker.metadata.store import MetadataStore, desanitize_entity_name, sanitize_entity_name
-from kbroker.rates import Rate, throttle_time_ms
+from kbroker.rates import Rate, TokenBucket, throttle_time_ms
+from protocol.errors import ErrorCode, KafkaError
 
 log = logging.getLogger("kbroker.quotas")
 
@@ -146,7 +150,7 @@ class QuotaManager:
         self.enabled = False  # a quota of this key was set since start (Kafka's quotasEnabled)
         self._types = NO_QUOTAS
         self._quotas: dict[QuotaEntity, float] = {}
-        self._sensors: dict[tuple[str, str], Rate] = {}
+        self._sensors: dict[tuple[str, str], Any] = {}  # Rate here, TokenBucket for mutations
         self._last_purge_ms = 0
 
     # -- quotas ---------------------------------------------------------------------------------
@@ -251,10 +255,13 @@ class QuotaManager:
             return UNLIMITED
         return bound * (self.window_num - 1) * self.window_ms / 1000
 
-    def _sensor(self, tags: tuple[str, str], now_ms: int) -> Rate:
+    def _new_sensor(self) -> Any:
+        return Rate(self.window_num, self.window_ms)
+
+    def _sensor(self, tags: tuple[str, str], now_ms: int) -> Any:
         rate = self._sensors.get(tags)
         if rate is None:
-            rate = self._sensors[tags] = Rate(self.window_num, self.window_ms)
+            rate = self._sensors[tags] = self._new_sensor()
         if now_ms - self._last_purge_ms >= _PURGE_INTERVAL_MS:
             self._last_purge_ms = now_ms
             idle = [t for t, r in self._sensors.items()
@@ -264,6 +271,87 @@ class QuotaManager:
         return rate
 
 
+# -- controller mutations (KIP-599) ------------------------------------------------------------------
+
+class MutationQuotaManager(QuotaManager):
+    """Kafka's ControllerMutationQuotaManager: `controller_mutation_rate` partitions created or
+    deleted per second, by the same entities, precedence and metric tags as the byte rates, but
+    measured with a TokenBucket (a burst of `quota.window.num * quota.window.size.seconds`
+    seconds' worth, refilled at the quota). Requests take a `MutationQuota` of their client,
+    strict or permissive by their version."""
+
+    def __init__(self, window_num: int = DEFAULT_WINDOW_NUM,
+                 window_size_seconds: int = DEFAULT_WINDOW_SIZE_SECONDS) -> None:
+        super().__init__(CONTROLLER_MUTATION_RATE, window_num, window_size_seconds)
+
+    def _new_sensor(self) -> TokenBucket:
+        return TokenBucket()
+
+    def new_quota(self, principal: str, client_id: str, strict: bool) -> MutationQuota:
+        """The client's quota for one request (Kafka's newQuotaFor). Call only while `enabled`
+        (Kafka answers the unbounded quota otherwise)."""
+        return MutationQuota(self, self.metric_tags(_sanitized(principal_user(principal)), _sanitized(client_id)),
+                             strict, self.throttle_entity(principal, client_id))
+
+    def bucket(self, tags: tuple[str, str], now_ms: int) -> tuple[TokenBucket | None, float, float]:
+        """The identity's bucket, its quota and burst; no bucket when no quota applies (Kafka's
+        quota is then Long.MaxValue, a bucket never exhausted)."""
+        bound = self.limit(tags)
+        if bound >= UNLIMITED:
+            # Kafka's bucket would be refilled to the brim at once when a quota comes again.
+            self._sensors.pop(tags, None)
+            return None, bound, bound
+        return self._sensor(tags, now_ms), bound, self.window_num * self.window_ms / 1000 * bound
+
+
+class MutationQuota:
+    """One request's controller mutation quota: Kafka's StrictControllerMutationQuota (CreateTopics
+    v6+, CreatePartitions v3+, DeleteTopics v5+) or PermissiveControllerMutationQuota (older
+    versions)."""
+
+    __slots__ = ("_manager", "_recorded_ms", "_tags", "_throttle_ms", "entity", "strict")
+
+    def __init__(self, manager: MutationQuotaManager, tags: tuple[str, str], strict: bool,
+                 entity: tuple[str, str]) -> None:
+        self._manager = manager
+        self._tags = tags
+        self.strict = strict
+        self.entity = entity  # (entity type, name) the throttling is reported under
+        self._throttle_ms = 0
+        self._recorded_ms = 0
+
+    def record(self, permits: float, now_ms: int) -> None:
+        """Count `permits` partitions created or deleted. Strict: when the client's credits are
+        already below zero nothing is counted and THROTTLING_QUOTA_EXCEEDED is raised (so one
+        mutation may take them below zero, the next is refused). Permissive: always counted; when
+        that takes the credits below zero the answer is throttled."""
+        bucket, bound, burst = self._manager.bucket(self._tags, now_ms)
+        if bucket is None:
+            return
+        if self.strict:
+            tokens = bucket.measure(bound, burst, now_ms)
+            if tokens < 0:
+                self._violated(tokens, bound, now_ms)
+                # No message: Kafka's ApiError leaves out the error's generic one.
+                raise KafkaError(ErrorCode.THROTTLING_QUOTA_EXCEEDED)
+            bucket.record(permits, bound, burst, now_ms)
+            return
+        bucket.record(permits, bound, burst, now_ms)
+        tokens = bucket.measure(bound, burst, now_ms)
+        if tokens < 0:
+            self._violated(tokens, bound, now_ms)
+
+    def _violated(self, tokens: float, bound: float, now_ms: int) -> None:
+        # Kafka's ControllerMutationQuotaManager.throttleTimeMs: the time to refill to zero.
+        self._throttle_ms = math.floor(-tokens / bound * 1000 + 0.5)  # Java's Math.round
+        self._recorded_ms = now_ms
+
+    def throttle_time_ms(self, now_ms: int) -> int:
+        """The answer's throttle time: the last violation's, less the time since (Kafka's
+        AbstractControllerMutationQuota.throttleTime); 0 when none."""
+        return max(0, self._throttle_ms - (now_ms - self._recorded_ms))
+
+
 # -- the service --------------------------------------------------------------------------------
 
 
@@ -271,7 +359,9 @@ class ClientQuotas:
     """Every entity's quotas, in memory, and the managers that enforce them (module docstring)."""
 
     def __init__(self, store: MetadataStore, writer: StoreWriter, window_num: int = DEFAULT_WINDOW_NUM,
-                 window_size_seconds: int = DEFAULT_WINDOW_SIZE_SECONDS, clock: WallClock = monotonic_ms) -> None:
+                 window_size_seconds: int = DEFAULT_WINDOW_SIZE_SECONDS, clock: WallClock = monotonic_ms, *,
+                 controller_window_num: int = DEFAULT_WINDOW_NUM,
+                 controller_window_size_seconds: int = DEFAULT_WINDOW_SIZE_SECONDS) -> None:
         self._store = store
         self.now_ms = clock  # the time the managers are given (monotonic: a wall-clock step is no burst)
         self._writer = writer
@@ -279,7 +369,9 @@ class ClientQuotas:
         self.produce = QuotaManager(PRODUCER_BYTE_RATE, window_num, window_size_seconds)
         self.fetch = QuotaManager(CONSUMER_BYTE_RATE, window_num, window_size_seconds)
         self.request = QuotaManager(REQUEST_PERCENTAGE, window_num, window_size_seconds, bounded=True)
-        self._managers = {m.key: m for m in (self.produce, self.fetch, self.request)}
+        # Kafka sizes the mutation quota by its own controller.quota.window.* settings.
+        self.mutations = MutationQuotaManager(controller_window_num, controller_window_size_seconds)
+        self._managers = {m.key: m for m in (self.produce, self.fetch, self.request, self.mutations)}
         self._unwatch: Callable[[], None] | None = None
 
     def load(self) -> None:

@@ -33,6 +33,9 @@ MAX_TOPIC_NAME_LENGTH = 249
 _LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]+")
 # Kafka's controller refuses to create more partitions than this in one request.
 MAX_PARTITIONS_PER_REQUEST = 10_000
+# Given the partitions a request is about to create or delete; raises KafkaError to refuse (the
+# controller mutation quota).
+Charge = Callable[[int], None]
 
 
 def validate_topic_name(name: str) -> None:
@@ -130,12 +133,16 @@ class TopicManager:
         return record
 
     async def create_paced(self, spec: TopicSpec, pacer: Pacer | None = None,
-                           validate_only: bool = False) -> TopicRecord:
+                           validate_only: bool = False, charge: Charge | None = None) -> TopicRecord:
         """`create`, with a turn of the event loop for other clients between partitions: creating
-        10,000 partition logs takes seconds."""
+        10,000 partition logs takes seconds. `charge` is given the partitions to create once the
+        topic is valid, before anything is written (the controller mutation quota, which may
+        refuse by raising)."""
         record = self._prepare(spec)
         if validate_only:
             return record
+        if charge is not None:
+            charge(len(record.assignment))
         if self.cluster is not None:
             # The topic and its partitions' first states, on the writer's thread; each replica
             # takes its role from the states' watch.
@@ -256,9 +263,12 @@ class TopicManager:
             p: [brokers[(p + r) % len(brokers)] for r in range(factor)] for p in range(partitions)
         }
 
-    async def delete_paced(self, name: str, pacer: Pacer) -> TopicRecord:
-        """Delete a topic, giving other clients a turn between partitions."""
+    async def delete_paced(self, name: str, pacer: Pacer, charge: Charge | None = None) -> TopicRecord:
+        """Delete a topic, giving other clients a turn between partitions; `charge` is given its
+        partitions first (as in `create_paced`)."""
         record = self.require(name)
+        if charge is not None:
+            charge(len(record.assignment))
         await self.writer.run(self.store.delete_topic, name)
         self.cache.remove_topic(name)
         if self.cluster is not None:
@@ -272,13 +282,16 @@ class TopicManager:
         return self.cache.require(name)
 
     async def add_partitions_paced(self, name: str, count: int, assignment: list[list[int]] | None,
-                                   validate_only: bool, pacer: Pacer) -> None:
+                                   validate_only: bool, pacer: Pacer, charge: Charge | None = None) -> None:
         """Grow a topic to `count` partitions, on the given replicas or spread like creation
-        does, giving other clients a turn between new partitions."""
+        does, giving other clients a turn between new partitions; `charge` is given the new
+        partitions once valid (as in `create_paced`)."""
         record = self.require(name)
         new = self._new_partitions(record, count, assignment)
         if validate_only:
             return
+        if charge is not None:
+            charge(len(new))
         grown = dataclasses.replace(record, assignment={**record.assignment, **new})
         if self.cluster is not None:
             await self.writer.run(self._add_in_store, name, new, self._initial_states(grown, set(new)))

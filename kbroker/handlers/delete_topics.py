@@ -4,13 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from kbroker.cluster.topics import Charge
 from kbroker.handlers import Pacer, RequestContext
 from kbroker.handlers.authorize import Op, Resource, allowed
+from kbroker.handlers.mutation_quota import charger, quota_for, throttle
 from protocol.errors import ErrorCode, KafkaError
 
 API_KEY = 20
 MIN_VERSION = 0
 MAX_VERSION = 6
+STRICT_QUOTA_SINCE = 5  # the first version that knows THROTTLING_QUOTA_EXCEEDED
 
 
 async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
@@ -19,11 +22,14 @@ async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
     else:
         targets = [(name, None) for name in request.topic_names]
     pacer = Pacer()
-    return {"throttle_time_ms": 0,
-            "responses": [await _delete(ctx, name, topic_id, pacer) for name, topic_id in targets]}
+    quota = quota_for(ctx, STRICT_QUOTA_SINCE)
+    charge = charger(ctx, quota)
+    responses = [await _delete(ctx, name, topic_id, pacer, charge) for name, topic_id in targets]
+    return {"throttle_time_ms": throttle(ctx, quota), "responses": responses}
 
 
-async def _delete(ctx: RequestContext, name: str | None, topic_id: Any, pacer: Pacer) -> dict[str, Any]:
+async def _delete(ctx: RequestContext, name: str | None, topic_id: Any, pacer: Pacer,
+                  charge: Charge | None) -> dict[str, Any]:
     topics = ctx.broker.topics
     try:
         if not ctx.broker.config.delete_topic_enable:
@@ -40,7 +46,7 @@ async def _delete(ctx: RequestContext, name: str | None, topic_id: Any, pacer: P
         if not allowed(ctx, Op.DELETE, Resource.TOPIC, name):
             raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
         await pacer.tick()
-        record = await topics.delete_paced(name, pacer)
+        record = await topics.delete_paced(name, pacer, charge)
     except KafkaError as e:
         return {"name": name, "topic_id": topic_id, "error_code": e.code, "error_message": e.message}
     return {"name": name, "topic_id": record.topic_id, "error_code": ErrorCode.NO_ERROR, "error_message": None}
