@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 
 import pytest
@@ -154,6 +155,46 @@ def test_producer_is_held_to_its_client_id_quota(make_broker: Callable[..., Brok
     assert len(delivered) == produced
     ids = _ids(broker.bootstrap, limited_topic, produced)
     assert sorted(ids) == list(range(produced)), "a message was lost or delivered twice"
+
+
+def test_kafka_python_producer_is_held_to_its_quota(make_broker: Callable[..., BrokerProcess]) -> None:
+    from kafka import KafkaProducer
+
+    broker = make_broker()
+    topic = create_topic(broker.bootstrap, "quota-kafka-python-producer")
+    _set_quota(broker.bootstrap, "limited-kafka-python-producer", "producer_byte_rate", 1 * MB)
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap, client_id="limited-kafka-python-producer",
+                             linger_ms=5, batch_size=65536, acks=1)
+    delivered: list[tuple[float, int]] = []
+    failed: list[BaseException] = []
+    in_flight: deque = deque()
+    start = time.monotonic()
+    produced = 0
+    try:
+        while time.monotonic() - start < RUN_S:
+            # At most 2 MB unacknowledged (this client's buffer has no bound of its own): what is
+            # still queued when the run ends is sent within a few seconds.
+            if len(in_flight) >= 2000:
+                in_flight.popleft().get(timeout=60)
+            future = producer.send(topic, _value(produced))
+            future.add_callback(lambda _meta: delivered.append((time.monotonic() - start, VALUE_SIZE)))
+            future.add_errback(failed.append)
+            in_flight.append(future)
+            produced += 1
+        producer.flush(60)
+        # Its network layer's throttle-time sensor records the answers' throttle_time_ms.
+        throttle_max = max(value for group in producer.metrics().values() for name, value in group.items()
+                           if name.endswith("throttle-time-max"))
+    finally:
+        producer.close()
+    rate = _rate(delivered)
+    print("per second:", _per_second(delivered))
+    print(f"kafka-python producer: {rate / MB:.3f} MB/s over {SPAN_S:g} s; throttle max {throttle_max} ms")
+    assert not failed, failed[:3]
+    assert abs(rate - MB) <= TOLERANCE * MB, f"{rate / MB:.3f} MB/s is not 1 MB/s within 10 %"
+    assert throttle_max > 0  # the client heard of it
+    assert len(delivered) == produced
+    assert sorted(_ids(broker.bootstrap, topic, produced)) == list(range(produced))
 
 
 @pytest.fixture
