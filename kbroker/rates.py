@@ -7,16 +7,14 @@ from __future__ import annotations
 
 
 class _Sample:
-    __slots__ = ("events", "start_ms", "value")
+    __slots__ = ("start_ms", "value")
 
     def __init__(self, now_ms: int) -> None:
         self.value = 0.0
-        self.events = 0
         self.start_ms = now_ms
 
     def reset(self, now_ms: int) -> None:
         self.value = 0.0
-        self.events = 0
         self.start_ms = now_ms
 
 
@@ -40,8 +38,18 @@ class Rate:
             end = sample.start_ms + self.window_ms
             sample = self._advance(now_ms - (now_ms - end) % self.window_ms)
         sample.value += value
-        sample.events += 1
         self.last_record_ms = now_ms
+
+    def record_over(self, value: float, bound: float, now_ms: int, max_throttle_ms: int | None = None) -> int:
+        """Record `value` and return the throttle time (ms) that brings the rate back to
+        `bound`, at most `max_throttle_ms` when given; 0 while the rate is within it (Kafka's
+        Sensor.record with a quota, and the throttle time of its QuotaViolationException)."""
+        self.record(value, now_ms)
+        observed = self.measure(now_ms)
+        if observed <= bound:
+            return 0
+        throttle = throttle_time_ms(observed, bound, self.window_size(now_ms))
+        return throttle if max_throttle_ms is None else min(throttle, max_throttle_ms)
 
     def measure(self, now_ms: int) -> float:
         """Bytes (or units) per second."""

@@ -65,8 +65,8 @@ ALLOWED: dict[str, frozenset[str]] = {
                                    "kbroker.dynamic_config", "kbroker.kafka_configs", "kbroker.log_limiter",
                                    "kbroker.pacing", "kbroker.security", "kbroker.storage", "protocol"}),
     # The network server dispatches to the handlers (one way: handlers never import it).
-    "kbroker.server": frozenset({"kbroker.config", "kbroker.handlers", "kbroker.log_limiter", "kbroker.metrics",
-                                 "kbroker.rates", "kbroker.security", "protocol"}),
+    "kbroker.server": frozenset({"kbroker.clock", "kbroker.config", "kbroker.handlers", "kbroker.log_limiter",
+                                 "kbroker.metrics", "kbroker.rates", "kbroker.security", "protocol"}),
     # The wiring of one broker.
     "kbroker.broker": frozenset({"kbroker.clock", "kbroker.cluster", "kbroker.config", "kbroker.coordinator",
                                  "kbroker.meta_properties", "kbroker.metadata", "kbroker.metrics", "kbroker.security",

@@ -33,7 +33,7 @@ from typing import Any
 from kbroker.clock import WallClock, monotonic_ms
 from kbroker.cluster.store_writer import StoreWriter
 from kbroker.metadata.store import MetadataStore, desanitize_entity_name, sanitize_entity_name
-from kbroker.rates import Rate, TokenBucket, throttle_time_ms
+from kbroker.rates import Rate, TokenBucket
 from protocol.errors import ErrorCode, KafkaError
 
 log = logging.getLogger("kbroker.quotas")
@@ -230,15 +230,11 @@ class QuotaManager:
         (0 within its quota): Kafka's recordAndGetThrottleTimeMs."""
         tags = self.metric_tags(_sanitized(principal_user(principal)), _sanitized(client_id))
         rate = self._sensor(tags, now_ms)
-        rate.record(value, now_ms)
         bound = self.limit(tags)
         if bound >= UNLIMITED:
+            rate.record(value, now_ms)
             return 0
-        observed = rate.measure(now_ms)
-        if observed <= bound:
-            return 0
-        throttle = throttle_time_ms(observed, bound, rate.window_size(now_ms))
-        return throttle if self.max_throttle_ms is None else min(throttle, self.max_throttle_ms)
+        return rate.record_over(value, bound, now_ms, self.max_throttle_ms)
 
     def unrecord(self, principal: str, client_id: str, value: float, now_ms: int) -> None:
         """Take back a recorded value (a throttled fetch answers without its data)."""

@@ -21,11 +21,12 @@ import time
 from collections import Counter
 from typing import TYPE_CHECKING
 
+from kbroker.clock import monotonic_ms
 from kbroker.config import parse_ip_overrides
 from kbroker.handlers import api_versions
 from kbroker.log_limiter import RateLimitedLog
 from kbroker.metrics.stats import BrokerStats
-from kbroker.rates import Rate, throttle_time_ms
+from kbroker.rates import Rate
 from kbroker.security.sasl_config import SaslListenerSettings
 from kbroker.security.sasl_server import SaslSession
 from kbroker.security.tls import TlsSettings
@@ -59,12 +60,9 @@ class ConnectionCreationRate:
         self._max_delay_ms = window_s * 1000
 
     def record(self, now_ms: int) -> int:
-        """Count a new connection at `now_ms`; the ms accepting must wait (0: none)."""
-        self._rate.record(1.0, now_ms)  # always: a limit set later has the history
-        observed = self._rate.measure(now_ms)
-        if observed <= self.limit:
-            return 0
-        return min(throttle_time_ms(observed, self.limit, self._rate.window_size(now_ms)), self._max_delay_ms)
+        """Count a new connection at `now_ms`; the ms accepting must wait (0: none). Every
+        connection is recorded, so a limit set later has the history."""
+        return self._rate.record_over(1.0, self.limit, now_ms, self._max_delay_ms)
 
 
 class _Listener:
@@ -171,7 +169,7 @@ class Server:
                     return
                 limited_log.warning("accept", "accepting a connection failed: %s", e)
                 return
-            delay_ms = self.connection_rate.record(int(time.monotonic() * 1000))
+            delay_ms = self.connection_rate.record(monotonic_ms())
             if delay_ms:
                 self._delay_accepting(conn, address[0], listener, delay_ms)
                 return
