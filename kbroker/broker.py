@@ -131,6 +131,7 @@ class Broker:
             max_bytes=config.get("replica.fetch.response.max.bytes"),
             partition_max_bytes=config.get("replica.fetch.max.bytes"), backoff_ms=config.get("replica.fetch.backoff.ms"),
         ), stats=self.stats)
+        self.replicas.views = self.metadata_cache.views  # filtered views are served from their sources
         self.retry_forwarder = RetryForwarder(
             self.replicas, self.metadata_cache,
             PartitionWriter(self.replicas, self._leader_endpoint, self._inter_broker_client),

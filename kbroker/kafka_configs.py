@@ -435,4 +435,8 @@ TOPIC_CONFIG_TYPES: dict[str, str] = {
     "retry.target.topic": "STRING",
     "retry.backoff.ms": "LIST",
     "retry.dead.letter.topic": "STRING",
+    # Filtered view topics (docs/views.md): kbroker's own.
+    "view.source.topic": "STRING",
+    "view.filter": "STRING",
+    "view.tag.header": "STRING",
 }

@@ -50,10 +50,12 @@ ALLOWED: dict[str, frozenset[str]] = {
     "kbroker.dynamic_config": frozenset({"kbroker.config", "kbroker.kafka_configs", "kbroker.security", "protocol"}),
     "kbroker.metadata": frozenset({"kbroker.clock", "kbroker.config", "kbroker.fsutil", "kbroker.meta_properties",
                                    "kbroker.ports", "kbroker.security", "protocol"}),
+    # Filtered views: the filter language, batches filtered, a view's read of its source's log.
+    "kbroker.views": frozenset({"kbroker.pacing", "kbroker.storage", "protocol"}),
     # Replica manager, partitions, fetch sessions, replication, topics, the controller.
     "kbroker.cluster": frozenset({"kbroker.clock", "kbroker.config", "kbroker.delay", "kbroker.dynamic_config", "kbroker.fsutil",
                                   "kbroker.metadata", "kbroker.metrics", "kbroker.pacing", "kbroker.rates",
-                                  "kbroker.security", "kbroker.storage", "protocol"}),
+                                  "kbroker.security", "kbroker.storage", "kbroker.views", "protocol"}),
     # Share groups' pure state: share partitions, sessions, the assignor.
     "kbroker.share": frozenset({"kbroker.clock", "protocol"}),
     # Group and transaction coordinators, over the replica manager.
@@ -84,7 +86,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     "kbroker.cli": frozenset({"kbroker.clock", "kbroker.bench", "kbroker.broker", "kbroker.client", "kbroker.config",
                               "kbroker.console",
                               "kbroker.fsutil", "kbroker.launcher", "kbroker.malloc_tuning", "kbroker.metadata",
-                              "kbroker.partitioner",
+                              "kbroker.partitioner", "kbroker.views",
                               "kbroker.ports", "kbroker.properties", "kbroker.security", "protocol"}),
 }
 

@@ -11,6 +11,7 @@ from kbroker.cli.common import CommandError, add_bootstrap_argument, connect, de
 from kbroker.client import Client
 from kbroker.client.admin import TOPIC_RESOURCE, ConfigEntry
 from kbroker.client.cluster import TopicMetadata
+from kbroker.views.view import SOURCE_CONFIG as VIEW_SOURCE_CONFIG
 from protocol.errors import ErrorCode, KafkaError
 
 _ACTIONS = ("create", "list", "describe", "alter", "delete")
@@ -33,6 +34,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a topic config override (create); repeatable")
     parser.add_argument("--if-not-exists", action="store_true", help="create only if the topic is new")
     parser.add_argument("--if-exists", action="store_true", help="alter or delete only if the topic exists")
+    parser.add_argument("--force", action="store_true",
+                        help="delete: also delete the filtered views of the topics deleted (docs/views.md)")
     parser.add_argument("--exclude-internal", action="store_true", help="leave internal topics out")
     parser.add_argument("--under-replicated-partitions", action="store_true",
                         help="describe only partitions whose ISR is smaller than their replica set")
@@ -125,6 +128,16 @@ def _alter(client: Client, args: argparse.Namespace) -> None:
 
 def _delete(client: Client, args: argparse.Namespace) -> None:
     names = _existing_topics(client, args)
+    if args.force:
+        # A source with views is refused; its views go first, in their own request.
+        views = _views_of(client, names)
+        _delete_now(client, [v for v in views if v not in names])
+    _delete_now(client, names)
+
+
+def _delete_now(client: Client, names: list[str]) -> None:
+    if not names:
+        return
     failures = [f"{name}: {describe_error(error)}"
                 for name, error in client.delete_topics(names).items() if error is not None]
     if failures:
@@ -156,6 +169,17 @@ def _existing_topics(client: Client, args: argparse.Namespace) -> list[str]:
     if not names and args.topic is not None and not args.if_exists:
         raise CommandError(f"UNKNOWN_TOPIC_OR_PARTITION: Topic '{args.topic}' does not exist as expected")
     return names
+
+
+def _views_of(client: Client, sources: list[str]) -> list[str]:
+    """The filtered views that read any of `sources`: the topics whose view.source.topic names one."""
+    wanted = set(sources)
+    views = []
+    for name in _matching_topics(client, None, exclude_internal=True):
+        source = next((e.value for e in _overrides(client, name) if e.name == VIEW_SOURCE_CONFIG), None)
+        if source in wanted:
+            views.append(name)
+    return views
 
 
 def _overrides(client: Client, topic: str) -> list[ConfigEntry]:

@@ -265,7 +265,9 @@ class Controller:
 
     def _watch_states(self, record: TopicRecord) -> None:
         """Watch the state of each partition of `record` not watched yet, and then read the
-        topic again if there were any."""
+        topic again if there were any. A view has no states of its own: its source's are its."""
+        if record.name in self.cache.views:
+            return
         new = [index for index in sorted(record.assignment) if (record.name, index) not in self._state_watches]
         for index in new:
             key = (record.name, index)

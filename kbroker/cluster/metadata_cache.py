@@ -13,15 +13,21 @@ Who feeds it:
   store, once the write has succeeded, so the request that made a change sees it when it is
   answered (read your writes); the watch brings the same value again later.
 
+Filtered views (kbroker/views) are topics whose partitions are their source's: the cache
+keeps each view's record with its source's current assignment, so every lookup of a view's
+partitions follows the source (grown, reassigned) without asking which kind of topic it is.
+
 It is touched on the event loop only.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections.abc import Iterable
 
 from kbroker.metadata.store import BrokerRegistration, PartitionState, TopicRecord
+from kbroker.views.view import View, loaded_view
 from protocol.errors import ErrorCode, KafkaError
 
 
@@ -32,6 +38,7 @@ class MetadataCache:
         self.states: dict[tuple[str, int], PartitionState] = {}
         self.brokers: dict[int, BrokerRegistration] = {}
         self.controller_id: int | None = None
+        self.views: dict[str, View] = {}  # by the view's name
 
     # -- topics -----------------------------------------------------------------------------------
 
@@ -44,9 +51,36 @@ class MetadataCache:
             return False
         if previous is not None and previous.topic_id != record.topic_id:
             self.remove_topic(record.name)  # re-created: the old topic's states are not its own
+        view = loaded_view(record.name, record.configs)
+        if view is not None:
+            self.views[record.name] = view
+            record = self._following_source(record, view)
+        else:
+            self.views.pop(record.name, None)
         self.topics[record.name] = record
         self._by_id[record.topic_id] = record
+        self._update_views_of(record.name)
         return True
+
+    def _following_source(self, record: TopicRecord, view: View) -> TopicRecord:
+        source = self.topics.get(view.source)
+        if source is None or source.assignment == record.assignment:
+            return record
+        return dataclasses.replace(record, assignment={i: list(r) for i, r in source.assignment.items()})
+
+    def _update_views_of(self, source: str) -> None:
+        """A source's partitions changed (created, grown, reassigned): its views follow."""
+        for view in self.views.values():
+            if view.source == source and (record := self.topics.get(view.name)) is not None:
+                followed = self._following_source(record, view)
+                self.topics[view.name] = followed
+                self._by_id[followed.topic_id] = followed
+
+    def view(self, name: str | None) -> View | None:
+        return self.views.get(name) if name is not None else None
+
+    def views_of(self, source: str) -> list[str]:
+        return sorted(v.name for v in self.views.values() if v.source == source)
 
     def remove_topic(self, name: str) -> TopicRecord | None:
         """Forget a topic and its partitions' states; returns what was known of it."""
@@ -54,6 +88,7 @@ class MetadataCache:
         if record is None:
             return None
         self._by_id.pop(record.topic_id, None)
+        self.views.pop(name, None)
         for index in record.assignment:
             self.states.pop((name, index), None)
         return record

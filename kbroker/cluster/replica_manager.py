@@ -20,7 +20,7 @@ import shutil
 import ssl
 import uuid
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -41,6 +41,8 @@ from kbroker.storage.log_config import LogConfig
 from kbroker.storage.log_manager import LogManager
 from kbroker.storage.log_validator import RecordValidationError
 from kbroker.storage.producer_state import AppendOrigin, ProducerView
+from kbroker.views.view import View
+from kbroker.views.view_reader import ViewReader
 from protocol.errors import ErrorCode, KafkaError
 from protocol.records import ATTRIBUTES_OFFSET, HEADER_SIZE, TRANSACTIONAL_BIT, read_header
 
@@ -120,6 +122,7 @@ class PartitionFetch:
     fetch_offset: int
     max_bytes: int
     current_leader_epoch: int = -1
+    view: View | None = None  # a consumer's read of a filtered view: `topic` is the view
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,6 +163,10 @@ class ReplicaManager:
         # Delayed delivery's wake-up, handed to every partition (see delayed_delivery.py).
         self.on_delayed: Callable[[Partition], None] | None = None
         self._fetchers: dict[int, ReplicaFetcher] = {}
+        # Filtered views by name (the metadata cache's, set by the broker): read-only topics
+        # served from their source's partitions.
+        self.views: Mapping[str, View] = {}
+        self.view_reader = ViewReader()
 
     def host(
         self,
@@ -317,6 +324,9 @@ class ReplicaManager:
             try:
                 if topic in INTERNAL_TOPICS and not internal_topics_allowed:
                     raise KafkaError(ErrorCode.INVALID_TOPIC, f"Cannot append to internal topic {topic}")
+                if topic in self.views:
+                    raise KafkaError(ErrorCode.INVALID_TOPIC, f"Cannot append to {topic}: it is a view of "
+                                     f"{self.views[topic].source}, and views are read-only")
                 partition = self.get(topic, index)
                 if partition.log.writing:  # the previous append to it is published first
                     await partition.log.wait_idle()
@@ -386,6 +396,8 @@ class ReplicaManager:
                     counted.bytes_out += result.records.size
 
     def _lookup(self, wanted: PartitionFetch) -> Partition | None:
+        if wanted.view is not None:
+            return self._partitions.get((wanted.view.source, wanted.index))
         return None if wanted.topic is None else self._partitions.get((wanted.topic, wanted.index))
 
     async def _hosted(self, partitions: Sequence[PartitionFetch], pacer: Pacer) -> list[Partition | None]:
@@ -437,8 +449,7 @@ class ReplicaManager:
                 budget = min(wanted.max_bytes, max(params.max_bytes - total, 0))
                 # The first partition with data returns a whole batch even over the limits, so a
                 # fetcher always makes progress.
-                result = partition.read_records(wanted.fetch_offset, budget, wanted.current_leader_epoch, isolation,
-                                                total == 0)
+                result = await self._read(partition, wanted, budget, isolation, total == 0, pacer)
             results.append(result)
             if result.error:
                 errors = True
@@ -446,24 +457,43 @@ class ReplicaManager:
                 total += result.records.size
         return results, total, errors
 
+    async def _read(self, partition: Partition, wanted: PartitionFetch, budget: int, isolation: FetchIsolation,
+                    first: bool, pacer: Pacer) -> LogReadResult:
+        def read_at(offset: int) -> LogReadResult:
+            return partition.read_records(offset, budget, wanted.current_leader_epoch, isolation, first)
+
+        if wanted.view is None:
+            return read_at(wanted.fetch_offset)
+        result = await self.view_reader.read(wanted.view, wanted.fetch_offset, read_at, pacer)
+        assert isinstance(result, LogReadResult)
+        return result
+
     # -- other reads and writes of partition state -------------------------------------------------
 
     def fetch_offset_for_timestamp(self, topic: str, index: int, timestamp: int, current_leader_epoch: int,
                                    committed: bool) -> TimestampAndOffset:
-        """ListOffsets (Kafka's fetchOffsetForTimestamp)."""
-        return self.get(topic, index).fetch_offset_for_timestamp(timestamp, current_leader_epoch, committed)
+        """ListOffsets (Kafka's fetchOffsetForTimestamp); a view answers with its source's offsets."""
+        return self._readable(topic, index).fetch_offset_for_timestamp(timestamp, current_leader_epoch, committed)
 
     def last_offset_for_leader_epoch(self, topic: str, index: int, current_leader_epoch: int,
                                      leader_epoch: int) -> tuple[int, int]:
         """OffsetForLeaderEpoch: the largest epoch <= `leader_epoch` the leader knows, and its end offset."""
-        partition = self.get(topic, index)
+        partition = self._readable(topic, index)
         partition.require_leader()
         partition.check_leader_epoch(current_leader_epoch)
         return partition.end_offset_for_epoch(leader_epoch)
 
     def delete_records(self, topic: str, index: int, before_offset: int) -> int:
         """DeleteRecords: the partition's new log start offset (its low watermark)."""
+        if topic in self.views:
+            raise KafkaError(ErrorCode.INVALID_TOPIC, f"{topic} is a view: delete records of its source "
+                             f"{self.views[topic].source}")
         return self.get(topic, index).delete_records(before_offset)
+
+    def _readable(self, topic: str, index: int) -> Partition:
+        """The partition a read of `topic` reads: a view's source's."""
+        view = self.views.get(topic)
+        return self.get(view.source if view is not None else topic, index)
 
     def active_producers(self, topic: str, index: int) -> list[ProducerView]:
         """DescribeProducers: the idempotent and transactional producers a partition knows."""

@@ -25,6 +25,7 @@ from kbroker.cluster.store_writer import StoreWriter
 from kbroker.metadata.store import MetadataStore, PartitionState, TopicRecord
 from kbroker.pacing import Pacer
 from kbroker.storage.log_config import LogConfig
+from kbroker.views.view import SOURCE_CONFIG, VIEW_CONFIGS, view_of
 from protocol.errors import ErrorCode, KafkaError
 
 log = logging.getLogger("kbroker.topics")
@@ -99,7 +100,10 @@ class TopicManager:
             pass
 
     def _host_steps(self, record: TopicRecord) -> Iterator[None]:
-        """Host the record's partitions here, one step per partition (see `create_paced`)."""
+        """Host the record's partitions here, one step per partition (see `create_paced`). A
+        view has no partitions of its own to host: its source's serve it."""
+        if record.name in self.cache.views:
+            return
         if self.cluster is not None:
             self._create_partition_states(record)  # each replica takes its role from the state's watch
             return
@@ -146,7 +150,7 @@ class TopicManager:
         if self.cluster is not None:
             # The topic and its partitions' first states, on the writer's thread; each replica
             # takes its role from the states' watch.
-            states = self._initial_states(record)
+            states = {} if view_of(record.name, record.configs) else self._initial_states(record)
             await self.writer.run(self._create_in_store, record, states)
             self._created(record)
             return record
@@ -189,8 +193,47 @@ class TopicManager:
             raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{spec.name}' already exists.")
         configs = dict(spec.configs or {})
         self._check_retry_topic(spec.name, self.log_config(configs))  # raises INVALID_CONFIG
-        assignment = self._check_assignment(spec.assignment) if spec.assignment else self._plan(spec)
+        if view_of(spec.name, configs) is not None:
+            assignment = self._view_assignment(spec, configs)
+        else:
+            assignment = self._check_assignment(spec.assignment) if spec.assignment else self._plan(spec)
         return TopicRecord(name=spec.name, topic_id=uuid.uuid4(), assignment=assignment, configs=configs)
+
+    def _view_assignment(self, spec: TopicSpec, configs: Mapping[str, str]) -> dict[int, list[int]]:
+        """A view's partitions are its source's: the source must be a plain topic of clients'
+        records, and a view takes no settings of a log it does not have."""
+        self._check_view_configs(spec.name, configs)
+        source = self.cache.topic(configs[SOURCE_CONFIG])
+        assert source is not None
+        count = len(source.assignment)
+        if spec.num_partitions not in (-1, count) or spec.assignment:
+            raise KafkaError(ErrorCode.INVALID_PARTITIONS,
+                             f"view {spec.name} has the {count} partition(s) of its source {source.name}")
+        factor = len(source.assignment[0]) if source.assignment else 0
+        if spec.replication_factor not in (-1, factor):
+            raise KafkaError(ErrorCode.INVALID_REPLICATION_FACTOR,
+                             f"view {spec.name} is served by the {factor} replica(s) of its source {source.name}")
+        return {index: list(replicas) for index, replicas in source.assignment.items()}
+
+    def _check_view_configs(self, name: str, configs: Mapping[str, str]) -> None:
+        """INVALID_CONFIG unless `configs` make `name` a view of an existing plain topic."""
+        others = sorted(set(configs) - VIEW_CONFIGS)
+        if others:
+            raise KafkaError(ErrorCode.INVALID_CONFIG,
+                             f"{others[0]} has no meaning on view {name}: a view has no log of its own")
+        source_name = configs[SOURCE_CONFIG]
+        if source_name == name:
+            raise KafkaError(ErrorCode.INVALID_CONFIG, f"view {name} cannot read itself")
+        source = self.cache.topic(source_name)
+        if source is None:
+            raise KafkaError(ErrorCode.INVALID_CONFIG, f"the source topic {source_name} of view {name} does not exist")
+        if source_name in self.cache.views:
+            raise KafkaError(ErrorCode.INVALID_CONFIG,
+                             f"{source_name} is itself a view: a view reads a topic, not another view")
+        if source_name in INTERNAL_TOPICS or source_name.startswith("__"):
+            raise KafkaError(ErrorCode.INVALID_CONFIG, f"{source_name} is an internal topic: it cannot have views")
+        if self.log_config(source.configs).is_retry_topic:
+            raise KafkaError(ErrorCode.INVALID_CONFIG, f"{source_name} is a retry topic: it cannot have views")
 
     def _commit(self, record: TopicRecord, host: Callable[[TopicRecord], None]) -> None:
         self.store.create_topic(record.name, record.topic_id, record.assignment, record.configs)
@@ -267,6 +310,11 @@ class TopicManager:
         """Delete a topic, giving other clients a turn between partitions; `charge` is given its
         partitions first (as in `create_paced`)."""
         record = self.require(name)
+        views = self.cache.views_of(name)
+        if views:
+            raise KafkaError(ErrorCode.POLICY_VIOLATION,
+                             f"topic {name} has views ({', '.join(views)}): delete them first "
+                             "(`kbroker topics --delete --force` deletes them with it)")
         if charge is not None:
             charge(len(record.assignment))
         await self.writer.run(self.store.delete_topic, name)
@@ -287,6 +335,9 @@ class TopicManager:
         does, giving other clients a turn between new partitions; `charge` is given the new
         partitions once valid (as in `create_paced`)."""
         record = self.require(name)
+        if name in self.cache.views:
+            raise KafkaError(ErrorCode.INVALID_TOPIC, f"view {name} has the partitions of its source "
+                             f"{self.cache.views[name].source}: add partitions to the source")
         new = self._new_partitions(record, count, assignment)
         if validate_only:
             return
@@ -360,14 +411,30 @@ class TopicManager:
             self.replicas.update_config(record.name, self.log_config(record.configs))
 
     async def set_configs(self, name: str, configs: Mapping[str, str], validate_only: bool = False) -> None:
-        self.require(name)
+        record = self.require(name)
         config = self.log_config(configs)
         self._check_retry_topic(name, config)
+        self._check_view_change(record, configs)
         if validate_only:
             return
         await self.writer.run(self.store.set_topic_configs, name, dict(configs))
         self.configs_changed(name, configs)
         self.replicas.update_config(name, config)
+
+    def _check_view_change(self, record: TopicRecord, configs: Mapping[str, str]) -> None:
+        """A view's filter and tag header may change (its consumers' offsets stay valid: they are
+        the source's); what it reads may not, and a topic never turns into a view or back."""
+        view = self.cache.views.get(record.name)
+        changed = view_of(record.name, configs)  # INVALID_CONFIG for a filter that does not parse
+        if view is None:
+            if changed is not None:
+                raise KafkaError(ErrorCode.INVALID_CONFIG, f"{record.name} is a topic with its own log: "
+                                 f"{SOURCE_CONFIG} is set only when a view is created")
+            return
+        if changed is None or changed.source != view.source:
+            raise KafkaError(ErrorCode.INVALID_CONFIG,
+                             f"view {record.name} reads {view.source}: {SOURCE_CONFIG} cannot change")
+        self._check_view_configs(record.name, configs)
 
     def _check_retry_topic(self, name: str, config: LogConfig) -> None:
         """A retry topic's target and dead-letter topics must exist and be plain topics, so a
@@ -383,6 +450,8 @@ class TopicManager:
                                  "its records would be retried in a loop")
             if other.startswith("__"):
                 raise KafkaError(ErrorCode.INVALID_CONFIG, f"{setting} {other} is an internal topic")
+            if other in self.cache.views:
+                raise KafkaError(ErrorCode.INVALID_CONFIG, f"{setting} {other} is a view: views are read-only")
             record = self.cache.topic(other)
             if record is None:
                 raise KafkaError(ErrorCode.INVALID_CONFIG, f"{setting} {other} of retry topic {name} does not exist: "

@@ -7,7 +7,7 @@ from typing import Any
 from kbroker.cluster.topics import INTERNAL_TOPICS, validate_topic_name
 from kbroker.handlers import RequestContext
 from kbroker.handlers.authorize import Op, Resource, allowed, allowed_names, operations
-from kbroker.handlers.metadata import describe_partition
+from kbroker.handlers.metadata import describe_partition, served_by
 from protocol.errors import ErrorCode, KafkaError
 
 API_KEY = 75
@@ -58,7 +58,7 @@ def _page(ctx: RequestContext, names: list[str], first_partition: int, limit: in
             "name": name,
             "topic_id": record.topic_id,
             "is_internal": name in INTERNAL_TOPICS,
-            "partitions": [describe_partition(ctx, name, i, record.assignment[i]) for i in shown],
+            "partitions": [describe_partition(ctx, served_by(ctx, name), i, record.assignment[i]) for i in shown],
             "topic_authorized_operations": operations(ctx, Resource.TOPIC, name),  # always reported by this API
         })
         if len(shown) < len(indexes):

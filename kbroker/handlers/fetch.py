@@ -64,7 +64,7 @@ async def handle(ctx: RequestContext, request: Any) -> FetchResponse:
             sessions.remove(session.id)  # nothing left to fetch: the session ends
             session = None
     keys = list(wanted)
-    names, partitions = await _partition_fetches(ctx, wanted, pacer)
+    names, partitions = await _partition_fetches(ctx, wanted, pacer, consumer=replica_id < 0)
     quota = ctx.broker.quotas.fetch
     limited = replica_id < 0 and quota.enabled  # consumers' consumer_byte_rate quotas
     max_bytes, min_bytes = request.max_bytes, request.min_bytes
@@ -169,8 +169,9 @@ def _forgotten(ctx: RequestContext, request: Any) -> list[PartitionKey]:
 
 
 async def _partition_fetches(ctx: RequestContext, wanted: dict[PartitionKey, CachedPartition],
-                             pacer: Pacer) -> tuple[list[str | None], list[PartitionFetch]]:
-    """What to ask the replica manager, by topic name: v13+ fetchers name topics by id."""
+                             pacer: Pacer, consumer: bool) -> tuple[list[str | None], list[PartitionFetch]]:
+    """What to ask the replica manager, by topic name: v13+ fetchers name topics by id. A
+    consumer's read of a filtered view reads its source (followers never replicate a view)."""
     by_id: dict[uuid.UUID, str | None] = {}
     names: list[str | None] = []
     partitions: list[PartitionFetch] = []
@@ -181,7 +182,8 @@ async def _partition_fetches(ctx: RequestContext, wanted: dict[PartitionKey, Cac
                 by_id[topic_id] = _topic_name(ctx, topic_id)
             name = by_id[topic_id]
         names.append(name)
-        partitions.append(PartitionFetch(name, index, entry.fetch_offset, entry.max_bytes, entry.leader_epoch))
+        view = ctx.broker.metadata_cache.view(name) if consumer else None
+        partitions.append(PartitionFetch(name, index, entry.fetch_offset, entry.max_bytes, entry.leader_epoch, view))
     return names, partitions
 
 

@@ -140,15 +140,22 @@ async def _describe_topic(ctx: RequestContext, name: str, auto_create: bool, ope
 
 def _describe_record(ctx: RequestContext, name: str, record: TopicRecord,
                      operations: bool) -> MetadataResponseTopic:
+    source = served_by(ctx, name)
     return {
         "error_code": ErrorCode.NO_ERROR,
         "name": name,
         "topic_id": record.topic_id,
         "is_internal": name in INTERNAL_TOPICS,
-        "partitions": [describe_partition(ctx, name, i, r) for i, r in sorted(record.assignment.items())],
+        "partitions": [describe_partition(ctx, source, i, r) for i, r in sorted(record.assignment.items())],
         "topic_authorized_operations": (authorized_operations(ctx, Resource.TOPIC, name)
                                         if operations and ctx.version >= 8 else NOT_REQUESTED),
     }
+
+
+def served_by(ctx: RequestContext, name: str) -> str:
+    """The topic whose partitions' leaders serve `name`: a filtered view's source, or itself."""
+    view = ctx.broker.metadata_cache.view(name)
+    return view.source if view is not None else name
 
 
 def _controller(ctx: RequestContext) -> int:

@@ -73,6 +73,11 @@ class LogConfig:
     retry_target_topic: str = ""
     retry_backoff_ms: tuple[int, ...] = (1000, 10000, 60000)
     retry_dead_letter_topic: str = ""
+    # Filtered view topics (docs/views.md): the topic a view reads, its filter and the header
+    # its `tag` means. A view has no log; these are read by kbroker/views, not by the log.
+    view_source_topic: str = ""
+    view_filter: str = ""
+    view_tag_header: str = "tag"
 
     @property
     def compact(self) -> bool:
@@ -241,6 +246,9 @@ _SPECS: dict[str, _Spec] = {
     "retry.backoff.ms": _Spec(_backoffs, lambda v: all(0 <= b <= LONG_MAX for b in v),
                               "A list of one or more delays in ms, each >= 0"),
     "retry.dead.letter.topic": _Spec(_str),
+    "view.source.topic": _Spec(_str),
+    "view.filter": _Spec(_str),
+    "view.tag.header": _Spec(_str),
 }
 
 

@@ -1,0 +1,92 @@
+"""A consumer's read of a view: its source partition's log, read and filtered.
+
+Each read of the source (a file slice, or decrypted batches) is read into memory once and its
+batches pass through `filter_batches`: whole when every record matches, rebuilt with the
+matching ones, or emptied. Offsets, the high watermark, the LSO and the aborted transactions
+are the source's (the partition's read sets them).
+
+An answer always ends with a record the consumer is given: its last kept record, or a *gap
+marker* after it (see `filter_batches`' `seal`), so every client's position reaches the end of
+what was read. Reads that match nothing are the hard case. A consumer must not get a partition answer made
+of empty batches only: librdkafka takes an answer without a single message for a size limit
+that was too small, doubles its fetch size and, after ten of them, reports MSG_SIZE_TOO_LARGE
+to the application (rd_kafka_msgset_reader_run). So a read that matched nothing reads on
+through the source, up to `MAX_SCAN_BYTES`, and if it still has nothing to give, its answer is
+one *gap marker*: a control batch spanning every offset it skipped, holding a COMMIT marker of
+no producer (producer id -1). Every client moves its position past a control batch without
+showing it to the application (librdkafka always ignores COMMIT markers; the Java client and
+kafka-python skip control batches, and a batch without a producer id takes no part in
+read_committed's bookkeeping), so a consumer's position reaches the high watermark even when
+the last records do not match: lag reaches 0 and a batch reader (Spark) finds the end.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from kbroker.pacing import Pacer
+from kbroker.storage.read_results import BatchBytes
+from kbroker.views.batch_filter import FilterStats, filter_batches, gap_marker
+from kbroker.views.view import View
+
+# How many bytes of the source one fetch of one view partition filters before it answers with a
+# gap marker: a fetch must not hold the event loop's other clients, nor the consumer's answer,
+# for long. About 30-80 ms of filtering.
+MAX_SCAN_BYTES = 16 << 20
+
+
+class SourceRead(Protocol):
+    """What a partition's read returns (the replica manager's LogReadResult)."""
+
+    error: int
+    records: Any
+
+
+ReadAt = Callable[[int], SourceRead]  # a read of the source from an offset, with the fetch's other terms
+
+
+class ViewReader:
+    def __init__(self, max_scan_bytes: int = MAX_SCAN_BYTES) -> None:
+        self.max_scan_bytes = max_scan_bytes
+        self.stats = FilterStats()  # every read's, added up (the metrics)
+
+    async def read(self, view: View, fetch_offset: int, read_at: ReadAt, pacer: Pacer) -> SourceRead:
+        """The view's answer for one partition from `fetch_offset`."""
+        offset = fetch_offset
+        scanned = 0
+        first: SourceRead | None = None
+        while True:
+            result = read_at(offset)
+            if first is None:
+                first = result
+            if result.error or result.records is None or result.records.size == 0:
+                if offset == fetch_offset:
+                    return result  # nothing to read: the consumer waits for news
+                # Read to the end (or the source failed meanwhile): the skipped offsets are answered.
+                first.records = BatchBytes(gap_marker(fetch_offset, offset), fetch_offset)
+                return first
+            stats = FilterStats()
+            data = filter_batches(result.records.read_bytes(), view.filter.matches, stats, seal=True)
+            self._count(stats)
+            if stats.records_kept or stats.control_batches:
+                result.records = BatchBytes(data, result.records.first_offset)
+                return result
+            if stats.next_offset <= offset:  # not one complete batch (a byte limit): as the source would
+                return result
+            scanned += result.records.size
+            offset = stats.next_offset
+            if scanned >= self.max_scan_bytes:
+                result.records = BatchBytes(gap_marker(fetch_offset, offset), fetch_offset)
+                return result
+            await pacer.tick()
+
+    def _count(self, stats: FilterStats) -> None:
+        total = self.stats
+        total.batches_whole += stats.batches_whole
+        total.batches_rebuilt += stats.batches_rebuilt
+        total.batches_emptied += stats.batches_emptied
+        total.records_in += stats.records_in
+        total.records_kept += stats.records_kept
+        total.control_batches += stats.control_batches
+
