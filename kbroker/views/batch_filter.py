@@ -21,8 +21,9 @@ A kept record's bytes are copied as they are: the rebuilt batch keeps the origin
 timestamp, so every record's timestamp and offset delta stay valid. (Kafka's builder re-encodes
 records against the first kept record's timestamp; clients read base + delta either way.)
 
-This runs on the fetch path, on the event loop: the scanner reads each record's key and header
-slices with inline varint decoding and skips values by their length, never building records.
+This runs on the fetch path, on the event loop: each batch's records are read in C by aiokafka's
+record iterator (the log validator's), and only a rebuilt batch's record lengths are walked in
+Python, to copy the kept records' bytes as they are.
 """
 
 from __future__ import annotations
@@ -33,20 +34,21 @@ from dataclasses import dataclass
 
 import cramjam
 import crc32c
+from aiokafka.errors import CorruptRecordException
+from aiokafka.record.default_records import DefaultRecordBatch
 
 from protocol.record_batch import (
     GZIP,
     LZ4,
-    NONE,
     ZSTD,
     ControlType,
     CorruptRecordError,
     Record,
     compress,
-    decompress,
     encode_batch,
     encode_control_key,
     encode_end_txn_marker,
+    uncompressed_batch,
 )
 from protocol.records import (
     ATTRIBUTES_OFFSET,
@@ -76,8 +78,6 @@ _LAST_OFFSET_DELTA_AT = 23  # base offset 8, length 4, leader epoch 4, magic 1, 
 # The attribute bits Kafka's empty batch keeps (its computeAttributes): no codec, no delete
 # horizon, none of the bits Kafka does not define. A control batch never gets here.
 _EMPTY_BATCH_ATTRIBUTES = TIMESTAMP_TYPE_BIT | TRANSACTIONAL_BIT
-# One shared value for the common record without headers, so it costs no list.
-_NO_HEADERS: tuple[Header, ...] = ()
 # A rebuilt batch goes to one consumer and is never stored, and it is compressed on the event
 # loop: fast levels. At the codecs' default levels lz4 costs ~8x as much for ~10% smaller output,
 # gzip ~4x, zstd ~1.3x for the same size. Snappy has no levels.
@@ -215,8 +215,9 @@ def _filter_batch(buf: bytes, pos: int, size: int, keep: Keep, stats: FilterStat
     if header.is_control or header.record_count == 0:
         stats.batches_whole += 1
         return None
-    records, start, end = _records_section(buf, pos, size, header)
-    spans, kept, max_delta, last_kept_delta = _scan_records(records, start, end, header.record_count, keep)
+    plain = uncompressed_batch(memoryview(buf)[pos : pos + size], header)
+    verdicts, max_delta, last_kept_delta = _verdicts(plain, header, keep)
+    kept = verdicts.count(True)
     stats.records_in += header.record_count
     stats.records_kept += kept
     if kept:
@@ -228,111 +229,58 @@ def _filter_batch(buf: bytes, pos: int, size: int, keep: Keep, stats: FilterStat
         stats.batches_emptied += 1
         return _empty_batch(header)
     stats.batches_rebuilt += 1
-    return _rebuilt_batch(header, records, spans, kept, max_delta)
+    spans = _kept_spans(plain, HEADER_SIZE, len(plain), verdicts)
+    return _rebuilt_batch(header, plain, spans, kept, max_delta)
 
 
-def _records_section(buf: bytes, pos: int, size: int, header: BatchHeader) -> tuple[bytes, int, int]:
-    """The bytes holding the batch's records and where they start and end in them: the read
-    itself when uncompressed (nothing copied), else the decompressed records."""
-    start, end = pos + HEADER_SIZE, pos + size
-    if header.compression == NONE:
-        return buf, start, end
-    records = decompress(header.compression, memoryview(buf)[start:end])
-    return records, 0, len(records)
+def _verdicts(batch: bytes | memoryview, header: BatchHeader, keep: Keep) -> tuple[list[bool], int, int]:
+    """Ask `keep` about each record of the (uncompressed) batch: the answers, the largest
+    timestamp delta among the kept records (a rebuilt CreateTime batch's max timestamp) and the
+    last kept record's offset delta (-1 if none).
 
-
-def _scan_records(buf: bytes, pos: int, end: int, count: int, keep: Keep) -> tuple[list[int], int, int, int]:
-    """Ask `keep` about each of the `count` records in buf[pos:end].
-
-    Returns the byte ranges of the kept records, merged where they touch, as a flat list
-    [start, end, start, end, ...]; how many were kept; and the largest timestamp delta among
-    them (a rebuilt CreateTime batch's max timestamp); and the last kept record's offset delta.
-    Values are skipped, never sliced.
-    """
-    spans: list[int] = []
-    kept = 0
-    max_delta = -(1 << 63)
-    offset_at = last_kept_at = -1
-    tail = _varint_tail
+    The records are walked in C by aiokafka's record iterator, as the log validator walks them:
+    about 0.4 us a record against 1.8 us for the same walk in Python."""
+    verdicts = []
+    max_timestamp = -(1 << 63)
+    last_kept = -1
+    base = header.base_offset
     try:
-        for _ in range(count):
-            begin = pos
-            # Varints are inline, one and two bytes (lengths below 8 KiB): a call per field
-            # would cost as much as the rest of the walk. Lengths are zigzag: -1 (null) is raw 1.
-            raw = buf[pos]
-            if raw < 0x80:
-                pos += 1
-            elif (byte := buf[pos + 1]) < 0x80:
-                raw = (raw & 0x7F) | byte << 7
-                pos += 2
+        for record in DefaultRecordBatch(batch):
+            if keep(record.key, record.headers):
+                verdicts.append(True)
+                last_kept = record.offset - base
+                if record.timestamp > max_timestamp:
+                    max_timestamp = record.timestamp
             else:
-                raw, pos = tail(buf, pos + 1, raw)
-            record_end = pos + ((raw >> 1) ^ -(raw & 1))
-            if record_end <= pos or record_end > end:
-                raise CorruptRecordError(f"record length {(raw >> 1) ^ -(raw & 1)} does not fit its batch")
-            # Attributes (unused), then the timestamp and offset deltas, skipped: the kept
-            # record's bytes carry them; the timestamp is read again only if the record is kept.
-            timestamp_at = pos = pos + 1
-            while buf[pos] >= 0x80:
-                pos += 1
-            offset_at = pos = pos + 1
-            while buf[pos] >= 0x80:
-                pos += 1
+                verdicts.append(False)
+    except CorruptRecordException as e:
+        raise CorruptRecordError(f"batch at offset {base}: {e}") from None
+    if len(verdicts) != header.record_count:
+        raise CorruptRecordError(f"batch at offset {base} holds {len(verdicts)} records, not {header.record_count}")
+    return verdicts, max_timestamp - header.base_timestamp, last_kept
+
+
+def _kept_spans(buf: bytes | memoryview, pos: int, end: int, verdicts: list[bool]) -> list[int]:
+    """The byte ranges of the kept records in buf[pos:end], merged where they touch, as a flat
+    list [start, end, start, end, ...]. Only record lengths are read (the records were read by
+    `_verdicts` already)."""
+    spans: list[int] = []
+    for kept in verdicts:
+        begin = pos
+        raw = buf[pos]
+        if raw < 0x80:
             pos += 1
-            raw = buf[pos]
-            if raw < 0x80:
-                pos += 1
-            elif (byte := buf[pos + 1]) < 0x80:
-                raw = (raw & 0x7F) | byte << 7
-                pos += 2
+        else:
+            raw, pos = _varint_tail(buf, pos + 1, raw)
+        pos += (raw >> 1) ^ -(raw & 1)
+        if kept:
+            if spans and spans[-1] == begin:
+                spans[-1] = pos
             else:
-                raw, pos = tail(buf, pos + 1, raw)
-            if raw & 1:
-                key = None
-            else:
-                key = buf[pos : pos + (raw >> 1)]
-                pos += raw >> 1
-            raw = buf[pos]  # the value's length: the value itself is never read
-            if raw < 0x80:
-                pos += 1
-            elif (byte := buf[pos + 1]) < 0x80:
-                raw = (raw & 0x7F) | byte << 7
-                pos += 2
-            else:
-                raw, pos = tail(buf, pos + 1, raw)
-            if not raw & 1:
-                pos += raw >> 1
-            if buf[pos] == 0:
-                headers: Sequence[Header] = _NO_HEADERS
-                pos += 1
-            else:
-                headers, pos = _headers(buf, pos)
-            if pos != record_end:
-                raise CorruptRecordError(f"record of {record_end - begin} bytes disagrees with its fields")
-            if keep(key, headers):
-                kept += 1
-                last_kept_at = offset_at
-                delta = _varint(buf, timestamp_at)
-                if delta > max_delta:
-                    max_delta = delta
-                if spans and spans[-1] == begin:
-                    spans[-1] = record_end
-                else:
-                    spans += (begin, record_end)
-    except IndexError:
-        raise CorruptRecordError("a record runs past the end of its batch") from None
+                spans += (begin, pos)
     if pos != end:
-        raise CorruptRecordError(f"{end - pos} bytes left after the batch's {count} records")
-    last_kept_delta = _varint(buf, last_kept_at) if kept else -1
-    return spans, kept, max_delta, last_kept_delta
-
-
-def _varint(buf: bytes, pos: int) -> int:
-    """The zigzag varint at `pos`."""
-    raw = buf[pos]
-    if raw >= 0x80:
-        raw = _varint_tail(buf, pos + 1, raw)[0]
-    return (raw >> 1) ^ -(raw & 1)
+        raise CorruptRecordError(f"{end - pos} bytes left after the batch's {len(verdicts)} records")
+    return spans
 
 
 def _varint_tail(buf: bytes, pos: int, first: int) -> tuple[int, int]:
@@ -348,42 +296,6 @@ def _varint_tail(buf: bytes, pos: int, first: int) -> tuple[int, int]:
         shift += 7
         if shift > 63:
             raise CorruptRecordError("varint longer than 10 bytes")
-
-
-def _headers(buf: bytes, pos: int) -> tuple[list[Header], int]:
-    """The headers of a record starting at its header count (not zero): (headers, next pos)."""
-    raw = buf[pos]
-    pos += 1
-    if raw >= 0x80:
-        raw, pos = _varint_tail(buf, pos, raw)
-    count = (raw >> 1) ^ -(raw & 1)
-    if count < 0:
-        raise CorruptRecordError(f"negative header count {count}")
-    headers = []
-    for _ in range(count):
-        raw = buf[pos]
-        pos += 1
-        if raw >= 0x80:
-            raw, pos = _varint_tail(buf, pos, raw)
-        length = (raw >> 1) ^ -(raw & 1)
-        if length < 0:
-            raise CorruptRecordError("null record header key")
-        try:
-            name = buf[pos : pos + length].decode()
-        except UnicodeDecodeError:
-            raise CorruptRecordError("record header key is not UTF-8") from None
-        pos += length
-        raw = buf[pos]
-        pos += 1
-        if raw >= 0x80:
-            raw, pos = _varint_tail(buf, pos, raw)
-        length = (raw >> 1) ^ -(raw & 1)
-        if length >= 0:
-            headers.append((name, buf[pos : pos + length]))
-            pos += length
-        else:
-            headers.append((name, None))
-    return headers, pos
 
 
 def _rebuilt_batch(header: BatchHeader, records: bytes, spans: list[int], kept: int, max_delta: int) -> bytearray:
