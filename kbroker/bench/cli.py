@@ -16,6 +16,7 @@ from typing import Any
 from kbroker.bench import benchmarks, report
 from kbroker.bench import delayed as delayed_bench
 from kbroker.bench import share as share_bench
+from kbroker.bench import views as views_bench
 from kbroker.bench.benchmarks import MIB, BenchError, Env
 from kbroker.bench.certificates import create_local_tls
 from kbroker.bench.delayed_kill import KILLS
@@ -147,6 +148,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="a librdkafka property of the classic consumer; repeatable")
     share.add_argument("--share-consumer-config", action="append", default=[], metavar="KEY=VALUE",
                        help="a librdkafka property of the share consumers; repeatable")
+
+    views = command("views", "filtered views (kbroker alone): a view keeping every record, one keeping ~10 %% and "
+                    "one keeping none, each read from start to end beside the source in the same run: read rate, "
+                    "bytes over the wire and broker CPU per MB as ratios to the source's")
+    views.add_argument("--records", type=int, default=200_000,
+                       help="records preloaded per case, spread over the partitions (default 200,000)")
+    views.add_argument("--message-size", type=int, default=1024)
+    views.add_argument("--partitions", type=int, nargs="+", default=[1, 4], help="one case per count (default 1 4)")
+    views.add_argument("--compression", nargs="+", default=["lz4", "none"], choices=COMPRESSIONS,
+                       help="the preload's codec, one case per codec (default lz4 none)")
+    views.add_argument("--views", nargs="+", default=list(views_bench.VIEWS), choices=list(views_bench.VIEWS),
+                       help="the views read beside the source (default all ten none)")
+    views.add_argument("--consumer-config", action="append", default=[], metavar="KEY=VALUE",
+                       help="a librdkafka property of every reader; repeatable")
+    views.add_argument("--profile", action="store_true",
+                       help="after each case's runs, py-spy on the broker while the views all and ten are read again")
 
     delayed = command("delayed", "delayed delivery (kbroker alone): lateness and exactly-once at volume, "
                       "memory and restart time with pending records, plain produce throughput with the "
@@ -549,6 +566,26 @@ def bench_delayed(session: Session, args: argparse.Namespace) -> dict[str, Any]:
     return {"delayed": delayed_bench.run(env, start_broker, args, *clients)}
 
 
+def bench_views(session: Session, args: argparse.Namespace) -> dict[str, Any]:
+    """kbroker alone (neither the mock cluster nor Kafka has views): each view's reads as ratios
+    to its source's, one case per codec and partition count."""
+    if args.records < 1 or min(args.partitions) < 1:
+        raise BenchError("--records and --partitions must be at least 1")
+    if args.benchmark == "views":
+        session.skipped.setdefault("kafka", "filtered views are measured on kbroker alone, against their source")
+    server = session.kbroker(args.server_config)
+    env = Env([server], session.ui, args.runs, args.out, args.work_dir, session.notes)
+    # As the consume benchmark's preload: batches of about a megabyte.
+    preload = {"acks": "1", "linger.ms": 50, "batch.size": 1_000_000}
+    consumer = _pairs(args.consumer_config, "--consumer-config")
+    try:
+        return {"views": [views_bench.views_case(env, partitions, args.records, args.message_size, compression,
+                                                 args.views, consumer, preload, args.profile)
+                          for compression in args.compression for partitions in args.partitions]}
+    finally:
+        server.close()  # an idle broker would share the machine with later benchmarks
+
+
 def bench_all(session: Session, args: argparse.Namespace) -> dict[str, Any]:
     smoke = args.smoke
     sizes = [1024, 4096] if smoke else [100, 1024, 10_240]
@@ -600,6 +637,11 @@ def bench_all(session: Session, args: argparse.Namespace) -> dict[str, Any]:
                                   "partitions": 1, "share_consumers": [1, 4], "consumer_config": [],
                                   "share_consumer_config": []})
     results.update(bench_share(session, share))
+    # Short: the one-partition lz4 case that answers the acceptance targets.
+    views = argparse.Namespace(**{**vars(args), "records": 2000 if smoke else 50_000, "message_size": 1024,
+                                  "partitions": [1], "compression": ["lz4"], "views": ["all", "ten"],
+                                  "consumer_config": [], "profile": False})
+    results.update(bench_views(session, views))
     return results
 
 
@@ -636,6 +678,7 @@ BENCHMARKS: dict[str, Callable[[Session, argparse.Namespace], dict[str, Any]]] =
     "produce": bench_produce, "consume": bench_consume, "latency": bench_latency,
     "partitions": bench_partitions, "memory": bench_memory, "profiles": bench_profiles,
     "encryption": bench_encryption, "tls": bench_tls, "share": bench_share, "delayed": bench_delayed,
+    "views": bench_views,
     "all": bench_all,
 }
 
@@ -686,13 +729,17 @@ def run(args: argparse.Namespace) -> int:
         "duration_s": round(time.time() - started, 1), "servers": servers, "skipped": session.skipped,
         "notes": session.notes,
     })
-    results["targets"] = report.targets(results)
+    results["targets"] = report.targets(results) + views_bench.targets(results.get("views"))
     args.out.mkdir(parents=True, exist_ok=True)
     results["plots"] = report.plot(results, args.out)
     if not report.can_plot():
         results["notes"].append("no plots: matplotlib is not installed (pip install 'kbroker[bench]')")
     path = report.write(results, args.out)
-    summary = "\n".join(report.summary_lines(results)) + "\n"
+    lines = report.summary_lines(results)
+    # The views' tables go before the targets (or the notes), as the other benchmarks' do.
+    at = next((i for i, line in enumerate(lines) if line == "## targets" or line.startswith("- note:")), len(lines))
+    lines[at:at] = views_bench.summary_lines(results.get("views"))
+    summary = "\n".join(lines) + "\n"
     (args.out / "summary.md").write_text(summary)
     if not args.quiet:
         print(summary)

@@ -11,6 +11,7 @@ of the machine, which is what lets a consumer process compare a producer process
 from __future__ import annotations
 
 import importlib
+import json
 import multiprocessing
 import queue
 import random
@@ -334,12 +335,154 @@ def latency_produce(ch: Channel, bootstrap: str, topic: str, partitions: int, ra
             "first_error": errors[0] if errors else None, "rate": sent / ((time.monotonic_ns() - start) / 1e9)}
 
 
+# -- filtered views (kbroker/bench/views.py) ------------------------------------------------------------
+
+TAG_HEADER = "tag"
+# Distinct values a tagged preload draws from: few enough to build quickly, enough that two
+# records with the same value rarely share lz4's 64 KiB window (64 records of 1 KB).
+TEXT_VALUES = 4096
+# librdkafka's statistics while a view is read: its brokers' `rxbytes` are the bytes received.
+STATS_INTERVAL_MS = 100
+
+
+def text_values(count: int, size: int, seed: int) -> list[bytes]:
+    """`count` distinct values of `size` bytes: words of random capital letters (workers.payload's
+    alphabet) from one vocabulary, so that lz4 compresses them about as it compresses text,
+    rather than not at all (random letters) or a hundredfold (one value repeated)."""
+    rng = random.Random(seed)
+    words = ["".join(rng.choices(string.ascii_uppercase, k=rng.randint(2, 9))) for _ in range(2000)]
+    values = []
+    for _ in range(count):
+        text = " ".join(rng.choices(words, k=size // 3))  # words average 6.5 bytes: always enough
+        values.append(text.encode()[:size])
+    return values
+
+
+def tagged_produce(ch: Channel, bootstrap: str, topic: str, partitions: int, per_partition: int,
+                   message_size: int, tags: int, seed: int, config: dict[str, Any]) -> dict[str, Any]:
+    """Preload `per_partition` records into each partition, each with a header `tag` = t0..t{tags-1}
+    drawn per record from a seeded generator (a batch holds every tag, in no pattern a batch
+    boundary follows), and a value drawn from `text_values`. Returns how many records of each
+    tag went to each partition, which is what each view must give."""
+    producer, errors = _producer(bootstrap, config, topic)
+    values = text_values(TEXT_VALUES, message_size, seed)
+    headers = [[(TAG_HEADER, b"t%d" % t)] for t in range(tags)]
+    counts = [[0] * tags for _ in range(partitions)]
+    rng = random.Random(seed)
+    send = producer.produce
+    ch.ready_and_wait()
+
+    start = time.monotonic()
+    cpu_start = time.process_time()
+    sent = 0
+    for partition in range(partitions):
+        for _ in range(per_partition):
+            tag = rng.randrange(tags)
+            value = values[rng.randrange(TEXT_VALUES)]
+            while True:
+                try:
+                    send(topic, value, partition=partition, headers=headers[tag])
+                    break
+                except BufferError:
+                    producer.poll(QUEUE_FULL_WAIT_S)  # the client's queue is full: let it drain
+            counts[partition][tag] += 1
+            sent += 1
+            if not sent & 1023:
+                producer.poll(0)
+                ch.progress(sent)
+    unsent = producer.flush(120)
+    return {"sent": sent, "acked": sent - len(errors) - unsent, "errors": len(errors) + unsent,
+            "first_error": errors[0] if errors else None, "tag_counts": counts, "start": start,
+            "end": time.monotonic(), "cpu_s": time.process_time() - cpu_start}
+
+
+def read_to_end(ch: Channel, bootstrap: str, topic: str, partitions: int, config: dict[str, Any]) -> dict[str, Any]:
+    """Read every partition of `topic` (a topic or a view) from its start until the consumer's
+    position reaches the high watermark each had when the worker connected.
+
+    A view has fewer records than its offsets span, so the end is the position, not a count:
+    a view's answers end with a gap marker where the newest records did not match, which moves
+    librdkafka's position on when the application polls past it. The bytes received are
+    librdkafka's `rxbytes` of all its brokers, from the statistics: the first two callbacks
+    after the setup (the second emitted after it) and after the end bracket the read.
+    """
+    from confluent_kafka import Consumer, TopicPartition
+
+    received_bytes: list[int] = []
+
+    def on_stats(text: str) -> None:
+        brokers = json.loads(text)["brokers"].values()
+        received_bytes.append(sum(b.get("rxbytes", 0) for b in brokers))
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": BENCH_GROUP, "enable.auto.commit": False,
+                         "enable.partition.eof": False, "statistics.interval.ms": STATS_INTERVAL_MS,
+                         "stats_cb": on_stats, **config})
+    marks = [consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30) for p in range(partitions)]
+    rx_before = _settled_rx(consumer, received_bytes)
+    ch.ready_and_wait()
+
+    start = time.monotonic()
+    cpu_start = time.process_time()
+    consumer.assign([TopicPartition(topic, p, low) for p, (low, _high) in enumerate(marks)])
+    messages, first_message = _read_positions_to(consumer, topic, [high for _low, high in marks], ch)
+    end = time.monotonic()
+    cpu_s = time.process_time() - cpu_start
+    rx_bytes = _settled_rx(consumer, received_bytes) - rx_before
+    consumer.close()
+    return {"messages": messages, "start": start, "end": end, "first_message": first_message, "cpu_s": cpu_s,
+            "rx_bytes": rx_bytes, "offsets": sum(high - low for low, high in marks)}
+
+
+def _read_positions_to(consumer: Any, topic: str, ends: list[int], ch: Channel) -> tuple[int, float | None]:
+    """Consume until every partition's position is at its end; (messages, first message's time)."""
+    from confluent_kafka import TopicPartition
+
+    wanted = [TopicPartition(topic, p) for p, end in enumerate(ends)]
+    messages = 0
+    first_message: float | None = None
+    moved, moved_at = -1, time.monotonic()
+    while True:
+        # A short timeout: consume() waits for a full batch or its timeout, and a view's last
+        # answer may hold nothing but a gap marker, which fills no batch.
+        batch = consumer.consume(10_000, 0.005)
+        for message in batch:
+            if message.error():
+                raise WorkerError(str(message.error()))
+        if batch:
+            messages += len(batch)
+            first_message = first_message or time.monotonic()
+            ch.progress(messages)
+        positions = [tp.offset for tp in consumer.position(wanted)]
+        if all(position >= end for position, end in zip(positions, ends, strict=True)):
+            return messages, first_message
+        now = time.monotonic()
+        if sum(positions) != moved:
+            moved, moved_at = sum(positions), now
+        elif now - moved_at > STALL_TIMEOUT_S:
+            raise WorkerError(f"positions {positions} stopped short of {ends} for {STALL_TIMEOUT_S}s "
+                              f"({messages} messages received)")
+
+
+def _settled_rx(consumer: Any, received_bytes: list[int]) -> int:
+    """The bytes received as of now: the second statistics callback from here was emitted
+    after this call (the first may have been queued before it)."""
+    wanted = len(received_bytes) + 2
+    deadline = time.monotonic() + 30
+    while len(received_bytes) < wanted:
+        if time.monotonic() > deadline:
+            raise WorkerError("no librdkafka statistics within 30s")
+        consumer.poll(STATS_INTERVAL_MS / 1000)  # serves the statistics callback; nothing is left to read
+    return received_bytes[-1]
+
+
 WORKERS: dict[str, Callable[..., dict[str, Any]]] = {
     "produce": produce,
     "consume": consume,
     "share_consume": share_consume,
     "latency_consume": latency_consume,
     "latency_produce": latency_produce,
+    "tagged_produce": tagged_produce,
+    "read_to_end": read_to_end,
 }
 
 

@@ -298,6 +298,7 @@ class ReplicaManager:
             self.log_manager.delete_log(topic, partition.index)
             yield
         self.stats.forget_topic(topic)
+        self.view_reader.forget(topic)
 
     def update_config(self, topic: str, config: LogConfig) -> None:
         self.log_manager.update_config(topic, config)

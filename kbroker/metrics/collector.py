@@ -63,7 +63,7 @@ class BrokerCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         sections: list[Callable[[], list[Metric]]] = [
             self._traffic, self._requests, self._event_loop, self._partitions, self._logs, self._groups,
-            self._connections, self._throttles]
+            self._connections, self._throttles, self._views]
         for section in sections:
             yield from self._guarded(section)
 
@@ -233,6 +233,21 @@ class BrokerCollector(Collector):
         for listener, number in sorted(self.stats.authentication_failures.items()):
             failures.add_metric([listener], number)
         return [connections, failures]
+
+    def _views(self) -> list[Metric]:
+        records = CounterMetricFamily("kbroker_view_records", "Source records a filtered view's fetches read, "
+                                      "per view and outcome (kept for the consumer, or filtered out).",
+                                      labels=["view", "outcome"])
+        batches = CounterMetricFamily("kbroker_view_batches", "Source batches a filtered view's fetches read, per "
+                                      "view and what the consumer got: whole, rebuilt or emptied.",
+                                      labels=["view", "outcome"])
+        for view, counted in list(self.broker.replicas.view_reader.stats.items()):
+            records.add_metric([view, "kept"], counted.records_kept)
+            records.add_metric([view, "filtered"], counted.records_in - counted.records_kept)
+            batches.add_metric([view, "whole"], counted.batches_whole)
+            batches.add_metric([view, "rebuilt"], counted.batches_rebuilt)
+            batches.add_metric([view, "emptied"], counted.batches_emptied)
+        return [records, batches]
 
     def _throttles(self) -> list[Metric]:
         throttled = CounterMetricFamily("kbroker_throttled_requests", "Answers a quota throttled, per quota "

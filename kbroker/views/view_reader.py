@@ -49,7 +49,7 @@ ReadAt = Callable[[int], SourceRead]  # a read of the source from an offset, wit
 class ViewReader:
     def __init__(self, max_scan_bytes: int = MAX_SCAN_BYTES) -> None:
         self.max_scan_bytes = max_scan_bytes
-        self.stats = FilterStats()  # every read's, added up (the metrics)
+        self.stats: dict[str, FilterStats] = {}  # every read's, added up per view (the metrics)
 
     async def read(self, view: View, fetch_offset: int, read_at: ReadAt, pacer: Pacer) -> SourceRead:
         """The view's answer for one partition from `fetch_offset`."""
@@ -68,7 +68,7 @@ class ViewReader:
                 return first
             stats = FilterStats()
             data = filter_batches(result.records.read_bytes(), view.filter.matches, stats, seal=True)
-            self._count(stats)
+            self._count(view.name, stats)
             if stats.records_kept or stats.control_batches:
                 result.records = BatchBytes(data, result.records.first_offset)
                 return result
@@ -81,12 +81,17 @@ class ViewReader:
                 return result
             await pacer.tick()
 
-    def _count(self, stats: FilterStats) -> None:
-        total = self.stats
+    def forget(self, view: str) -> None:
+        """A deleted view's counters go with it."""
+        self.stats.pop(view, None)
+
+    def _count(self, view: str, stats: FilterStats) -> None:
+        total = self.stats.get(view)
+        if total is None:
+            total = self.stats[view] = FilterStats()
         total.batches_whole += stats.batches_whole
         total.batches_rebuilt += stats.batches_rebuilt
         total.batches_emptied += stats.batches_emptied
         total.records_in += stats.records_in
         total.records_kept += stats.records_kept
         total.control_batches += stats.control_batches
-
