@@ -269,6 +269,36 @@ def test_share_groups_against_the_classic_consumer(tmp_path: Path) -> None:
     assert "| share x2 |" in (tmp_path / "share" / "summary.md").read_text()
 
 
+def test_filtered_views_against_their_source(tmp_path: Path) -> None:
+    """The source and its views read from start to end: each reader received exactly the records
+    its filter keeps (the benchmark fails otherwise) and reached the end by its position, and
+    every ratio to the source is computed (none compared with its target)."""
+    results = bench(tmp_path, "views", "views", "--records", "3000", "--partitions", "2",
+                    "--compression", "lz4")
+    (case,) = results["views"]
+    assert case["params"]["records"] == 3000 and case["params"]["compression"] == "lz4"
+    assert case["params"]["source_log_mb"] > 0
+    assert list(case["readers"]) == ["source", "all", "ten", "none"]
+    assert case["expected"]["source"] == case["expected"]["all"] == 3000
+    assert 150 < case["expected"]["ten"] < 450 and case["expected"]["none"] == 0  # one tag of ten
+    for name, summary in case["readers"].items():
+        (run,) = summary["runs"]
+        assert run["records"] == case["expected"][name], name
+        assert run["mb_per_s"] > 0 and run["wire_bytes"] > 0 and run["server_cpu_ms_per_mb"] >= 0, (name, run)
+    wire = {name: s["median"]["wire_bytes"] for name, s in case["readers"].items()}
+    assert wire["all"] > wire["ten"] > wire["none"]
+    for name in ("all", "ten", "none"):
+        ratios = case["ratios"][name]
+        assert ratios["rate"] > 0 and ratios["wire"] > 0 and ratios["log_to_wire"] > 0, (name, ratios)
+        assert ratios["filter_cpu_ms_per_mb"] is not None
+    targets = {t["name"]: t for t in results["targets"]}
+    wire_target = targets["filtered view keeping ~10 %: source bytes / view bytes over the wire"]
+    assert wire_target["measured"] == case["ratios"]["ten"]["wire"] and wire_target["met"] in (True, False)
+    rate_target = targets["view matching everything: read rate / the source's"]
+    assert rate_target["measured"] == case["ratios"]["all"]["rate"] and rate_target["met"] in (True, False)
+    assert "| ten (`tag = 't3'`) |" in (tmp_path / "views" / "summary.md").read_text()
+
+
 def test_share_check_finds_missing_and_doubled_records() -> None:
     from array import array
 

@@ -63,7 +63,7 @@ ALLOWED: dict[str, frozenset[str]] = {
                                       "protocol"}),
     # One module per API, over the services.
     "kbroker.handlers": frozenset({"kbroker.clock", "kbroker.cluster", "kbroker.config", "kbroker.coordinator",
-                                   "kbroker.share",
+                                   "kbroker.share", "kbroker.views",
                                    "kbroker.dynamic_config", "kbroker.kafka_configs", "kbroker.log_limiter",
                                    "kbroker.pacing", "kbroker.security", "kbroker.storage", "protocol"}),
     # The network server dispatches to the handlers (one way: handlers never import it).

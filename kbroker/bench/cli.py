@@ -638,7 +638,7 @@ def bench_all(session: Session, args: argparse.Namespace) -> dict[str, Any]:
                                   "share_consumer_config": []})
     results.update(bench_share(session, share))
     # Short: the one-partition lz4 case that answers the acceptance targets.
-    views = argparse.Namespace(**{**vars(args), "records": 2000 if smoke else 50_000, "message_size": 1024,
+    views = argparse.Namespace(**{**vars(args), "records": 2000 if smoke else 100_000, "message_size": 1024,
                                   "partitions": [1], "compression": ["lz4"], "views": ["all", "ten"],
                                   "consumer_config": [], "profile": False})
     results.update(bench_views(session, views))

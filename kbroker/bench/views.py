@@ -50,7 +50,7 @@ VIEWS = {
     "ten": ViewSpec(f"tag = 't{KEPT_TAG}'", (KEPT_TAG,)),  # ~10 %: every batch rebuilt
     "none": ViewSpec("tag = 'no-such-tag'", ()),  # every batch emptied, gap markers
 }
-METRICS = ["elapsed_s", "mb_per_s", "records_per_s", "wire_mb", "server_cpu", "server_cpu_ms_per_mb", "client_cpu",
+METRICS = ["elapsed_s", "mb_per_s", "records_per_s", "wire_bytes", "server_cpu", "server_cpu_ms_per_mb", "client_cpu",
            "first_message_ms"]
 
 
@@ -71,12 +71,13 @@ def views_case(env: Env, partitions: int, records: int, message_size: int, compr
         expected = {SOURCE: per_partition * partitions,
                     **{name: VIEWS[name].expected(preloaded["tag_counts"]) for name in views}}
         source_mb = per_partition * partitions * message_size / MB
+        log_mb = source_log_mb(server, source, partitions)
 
         def read(name: str, step: Step) -> dict[str, Any]:
             return read_once(server, readers[name], partitions, consumer_config, source_mb, expected[name], step)
 
         runs = _alternate(env, label, list(readers), read)
-        case = _summarize(runs, views)
+        case = _summarize(runs, views, log_mb)
         if profile:
             slug = f"views-{compression}-p{partitions}"
             case["profiles"] = {name: profile_reads(env, label, f"{slug}-{name}", lambda step, n=name: read(n, step))
@@ -86,7 +87,8 @@ def views_case(env: Env, partitions: int, records: int, message_size: int, compr
             server.delete_topic(topic)
     case.update(name=label, views={name: VIEWS[name].filter for name in views}, expected=expected,
                 params={"partitions": partitions, "records": per_partition * partitions, "message_size": message_size,
-                        "compression": compression, "tags": TAGS, "kept_tag": f"t{KEPT_TAG}", "seed": SEED},
+                        "compression": compression, "tags": TAGS, "kept_tag": f"t{KEPT_TAG}", "seed": SEED,
+                        "source_mb": round(source_mb, 3), "source_log_mb": log_mb},
                 consumer_config=consumer_config, preload_config=preload_config)
     return case
 
@@ -101,6 +103,17 @@ def _preload(env: Env, server: Server, topic: str, partitions: int, per_partitio
         raise BenchError(f"preload of {topic}: {result['acked']} of {per_partition * partitions} acknowledged "
                          f"({result['first_error']})")
     return result
+
+
+def source_log_mb(server: Server, topic: str, partitions: int) -> float | None:
+    """The size of the source's log (its segment files), None for a broker elsewhere. A consumer
+    of the source receives more: a fetch answer ends with the part of a batch that did not fit
+    its byte limit, which the client drops and fetches again (Kafka answers the same way)."""
+    if not server.log_dirs:
+        return None
+    directory = server.log_dirs[0]
+    size = sum(f.stat().st_size for p in range(partitions) for f in (directory / f"{topic}-{p}").glob("*.log"))
+    return round(size / MB, 3)
 
 
 def create_views(server: Server, source: str, filters: dict[str, str], timeout_s: float = 60) -> None:
@@ -133,7 +146,7 @@ def read_once(server: Server, topic: str, partitions: int, config: dict[str, Any
     return {
         "records": result["messages"], "elapsed_s": round(elapsed, 3),
         "mb_per_s": round(source_mb / elapsed, 3), "records_per_s": round(result["messages"] / elapsed, 1),
-        "wire_mb": round(result["rx_bytes"] / MB, 3),
+        "wire_bytes": result["rx_bytes"],
         "server_cpu": round(cpu_s / elapsed, 3) if cpu_s is not None else None,
         "server_cpu_ms_per_mb": round(cpu_s * 1000 / source_mb, 3) if cpu_s is not None else None,
         "client_cpu": round(result["cpu_s"] / elapsed, 3),
@@ -160,17 +173,19 @@ def _alternate(env: Env, label: str, readers: list[str], read: Any) -> list[dict
 def describe(result: dict[str, Any]) -> str:
     cpu = f", broker CPU {result['server_cpu']:.0%}" if result.get("server_cpu") is not None else ""
     return (f"{result['mb_per_s']:.1f} MB/s of source, {result['records_per_s']:,.0f} records/s, "
-            f"{result['wire_mb']:.1f} MB over the wire{cpu}, client CPU {result['client_cpu']:.0%}")
+            f"{result['wire_bytes'] / MB:.1f} MB over the wire{cpu}, client CPU {result['client_cpu']:.0%}")
 
 
-def _summarize(rounds: list[dict[str, dict[str, Any]]], views: list[str]) -> dict[str, Any]:
-    """Medians per reader; per view, the median over the rounds of its ratios to the source."""
+def _summarize(rounds: list[dict[str, dict[str, Any]]], views: list[str], log_mb: float | None) -> dict[str, Any]:
+    """Medians per reader; per view, the median over the rounds of its ratios to the source (and
+    of the source's log size to its bytes over the wire)."""
     readers = {name: [r[name] for r in rounds] for name in rounds[0]}
     summary = {name: {"runs": runs, "median": {m: _median([r.get(m) for r in runs]) for m in METRICS}}
                for name, runs in readers.items()}
     ratios = {name: {
         "rate": _median([_ratio(r[name]["mb_per_s"], r[SOURCE]["mb_per_s"]) for r in rounds]),
-        "wire": _median([_ratio(r[SOURCE]["wire_mb"], r[name]["wire_mb"]) for r in rounds]),
+        "wire": _median([_ratio(r[SOURCE]["wire_bytes"], r[name]["wire_bytes"]) for r in rounds]),
+        "log_to_wire": _median([_ratio(log_mb * MB if log_mb else None, r[name]["wire_bytes"]) for r in rounds]),
         "filter_cpu_ms_per_mb": _median([_difference(r[name]["server_cpu_ms_per_mb"],
                                                      r[SOURCE]["server_cpu_ms_per_mb"]) for r in rounds]),
     } for name in views}
@@ -185,7 +200,7 @@ def _difference(ours: float | None, reference: float | None) -> float | None:
     return round(ours - reference, 3) if ours is not None and reference is not None else None
 
 
-def profile_reads(env: Env, label: str, name: str, read: Any, seconds: float = 6.0) -> dict[str, Any]:
+def profile_reads(env: Env, label: str, name: str, read: Any, seconds: float = 15.0) -> dict[str, Any]:
     """py-spy on the broker for `seconds` while a reader reads again and again (not in the
     medians: sampling costs the broker a little); its samples go to profile-NAME.txt. Between
     reads the broker idles, which py-spy does not sample, so every sample is of a read."""
@@ -235,19 +250,24 @@ def _target(name: str, goal: str, measured: float | None, unit: str, met: bool, 
 def summary_lines(cases: list[dict[str, Any]] | None) -> list[str]:
     lines: list[str] = []
     for case in cases or []:
+        params = case["params"]
+        log = f"{params['source_log_mb']:.1f} MB" if params["source_log_mb"] is not None else "an unknown size"
         lines += [f"## {case['name']}", "",
+                  f"{params['source_mb']:.1f} MB of records in {log} of {params['compression']} log; each view's "
+                  "ratios are per round, against the source read in the same round, then the median.", "",
                   "| reader | records | MB/s of source | records/s | MB over the wire | broker CPU | "
-                  "broker CPU ms/MB | filtering ms/MB | client CPU | rate / source | source bytes / view's |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|"]
+                  "broker CPU ms/MB | filtering ms/MB | client CPU | rate / source | source bytes / view's "
+                  "| log / view's |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for name, summary in case["readers"].items():
             m = summary["median"]
             ratios = case["ratios"].get(name, {})
             filters = f" (`{case['views'][name]}`)" if name in case["views"] else ""
             lines.append(
                 f"| {name}{filters} | {case['expected'][name]:,} | {m['mb_per_s']:.1f} | {m['records_per_s']:,.0f} | "
-                f"{m['wire_mb']:.1f} | {_pct(m['server_cpu'])} | {_fmt(m['server_cpu_ms_per_mb'])} | "
+                f"{m['wire_bytes'] / MB:.2f} | {_pct(m['server_cpu'])} | {_fmt(m['server_cpu_ms_per_mb'])} | "
                 f"{_fmt(ratios.get('filter_cpu_ms_per_mb'))} | {_pct(m['client_cpu'])} | "
-                f"{_times(ratios.get('rate'))} | {_times(ratios.get('wire'))} |")
+                f"{_times(ratios.get('rate'))} | {_times(ratios.get('wire'))} | {_times(ratios.get('log_to_wire'))} |")
         lines.append("")
         for name, profile in case.get("profiles", {}).items():
             top = ", ".join(f"{f['function']} {f['share']:.0%}" for f in profile.get("self", [])[:5])

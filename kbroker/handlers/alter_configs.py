@@ -31,11 +31,16 @@ def with_repeats(resources: Any) -> list[tuple[Any, bool]]:
 
 def check_config_access(ctx: RequestContext, resource: Any, operation: authorize.Op) -> None:
     """Kafka: a topic's configs need the operation on the topic, a broker's (and its loggers')
-    on the cluster."""
+    on the cluster. Altering a view's also needs READ on its source."""
     kind = resource.resource_type
     if kind == ResourceType.TOPIC and not authorize.allowed(ctx, operation, authorize.Resource.TOPIC,
                                                             resource.resource_name):
         raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Topic authorization failed.")
+    view = ctx.broker.metadata_cache.view(resource.resource_name) if kind == ResourceType.TOPIC else None
+    if view is not None and operation == authorize.Op.ALTER_CONFIGS and not authorize.allowed(
+            ctx, authorize.Op.READ, authorize.Resource.TOPIC, view.source):
+        # Its filter decides which of the source's records the view shows (see CreateTopics).
+        raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, f"Changing view {view.name} needs READ on {view.source}.")
     if kind in (ResourceType.BROKER, ResourceType.BROKER_LOGGER) and not authorize.cluster_allowed(ctx, operation):
         raise KafkaError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed.")
     if kind == ResourceType.GROUP and not authorize.allowed(ctx, operation, authorize.Resource.GROUP,

@@ -9,6 +9,7 @@ from kbroker.cluster.topics import MAX_PARTITIONS_PER_REQUEST, Charge, TopicSpec
 from kbroker.handlers import Pacer, RequestContext
 from kbroker.handlers.authorize import Op, Resource, allowed, cluster_allowed
 from kbroker.handlers.mutation_quota import charger, quota_for, throttle
+from kbroker.views.view import SOURCE_CONFIG as VIEW_SOURCE_CONFIG
 from protocol.errors import ErrorCode, KafkaError
 
 API_KEY = 19
@@ -71,6 +72,12 @@ async def _create(ctx: RequestContext, topic: Any, validate_only: bool, pacer: P
             "Both numPartitions or replicationFactor and replicasAssignments were set.",
         )
         return _error(topic.name, error)
+    source = configs.get(VIEW_SOURCE_CONFIG)
+    if source and not allowed(ctx, Op.READ, Resource.TOPIC, source):
+        # A view shows its source's records to whoever may read the view: only a caller who may
+        # read the source can make one, or CREATE on a prefix would read any topic.
+        return _error(topic.name, KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                                             f"A view of {source} needs READ on {source}."))
     spec = TopicSpec(topic.name, topic.num_partitions, topic.replication_factor, assignment, configs)
     try:
         record = await ctx.broker.topics.create_paced(spec, pacer, validate_only=validate_only, charge=charge)

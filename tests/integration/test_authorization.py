@@ -482,3 +482,34 @@ def test_share_group_apis_need_read_on_the_group(secured: Secured) -> None:
         wait_until(lambda: answers.append(admin.request(76, 1, heartbeat))
                    or answers[-1].error_code != ErrorCode.COORDINATOR_NOT_AVAILABLE, 30, "the coordinator")
         assert (answers[-1].error_code, answers[-1].member_epoch) == (0, 1)
+
+
+def test_a_view_needs_read_on_its_source_to_be_created_or_changed(secured: Secured) -> None:
+    """A view shows its source's records to whoever may read the view, so making one (or changing
+    its filter) needs READ on the source: `prefixed` may create any `pre-*` topic but not read
+    `secret-views`, so it may not make a `pre-*` view of it."""
+    source, view = "secret-views", "pre-view-of-secret"
+
+    def create(client: RawClient, name: str, validate_only: bool) -> int:
+        answer = client.request(19, 5, {"topics": [{"name": name, "num_partitions": -1, "replication_factor": -1,
+                                                    "assignments": [], "configs": [
+                                                        {"name": "view.source.topic", "value": source},
+                                                        {"name": "view.filter", "value": "tag = 'x'"}]}],
+                                        "timeout_ms": 10000, "validate_only": validate_only})
+        return answer.topics[0].error_code
+
+    with secured.raw("admin") as admin:
+        admin.request(19, 5, {"topics": [{"name": source, "num_partitions": 1, "replication_factor": 1,
+                                          "assignments": [], "configs": []}], "timeout_ms": 10000,
+                              "validate_only": False})
+        assert create(admin, view, validate_only=False) in (ErrorCode.NO_ERROR, ErrorCode.TOPIC_ALREADY_EXISTS)
+    outcomes = {}
+    for principal in PRINCIPALS:
+        with secured.raw(principal) as client:
+            created = create(client, "pre-another-view", validate_only=True)
+            altered = client.request(44, 1, {"resources": [{"resource_type": 2, "resource_name": view, "configs": [
+                {"name": "view.filter", "config_operation": 0, "value": "tag = 'y'"}]}], "validate_only": True})
+        outcomes[principal] = (outcome_name(created), outcome_name(altered.responses[0].error_code))
+    assert outcomes == {"admin": (OK, OK), "producer": (TOPIC_DENIED, TOPIC_DENIED),
+                        "consumer": (TOPIC_DENIED, TOPIC_DENIED), "prefixed": (TOPIC_DENIED, TOPIC_DENIED),
+                        "nobody": (TOPIC_DENIED, TOPIC_DENIED)}
