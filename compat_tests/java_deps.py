@@ -29,7 +29,8 @@ PROJECT_ROOT = Path(__file__).resolve().parent.parent
 CACHE_DIR = PROJECT_ROOT / ".cache" / "java"
 LIB_DIR = CACHE_DIR / "lib"
 CLASSES_DIR = CACHE_DIR / "classes"
-HARNESS_SOURCE = Path(__file__).resolve().parent / "java" / "KafkaHarness.java"
+JAVA_DIR = Path(__file__).resolve().parent / "java"
+HARNESS_SOURCE = JAVA_DIR / "KafkaHarness.java"
 HARNESS_CLASS = "KafkaHarness"
 
 WHEEL_REQUIREMENT = "shigawire-apache-flink-libraries==2.0.0.post1"
@@ -129,9 +130,18 @@ def java_tools() -> tuple[str, str] | None:
     return (java, javac) if java and javac else None
 
 
+def harness_sources() -> list[Path]:
+    """KafkaHarness.java and the scenario files beside it (e.g. ViewScenarios.java, which adds
+    scenarios to the harness and serves them through its loop), compiled together."""
+    return sorted(JAVA_DIR.glob("*.java"))
+
+
 def compile_harness(jars: list[Path], javac: str) -> Path:
-    """Compile KafkaHarness.java once per source (and jar set); returns the classes directory."""
-    digest = hashlib.sha256(HARNESS_SOURCE.read_bytes())
+    """Compile the harness sources once per source set (and jar set); returns the classes directory."""
+    sources = harness_sources()
+    digest = hashlib.sha256()
+    for source in sources:
+        digest.update(source.name.encode() + b"\0" + source.read_bytes() + b"\0")
     for name in sorted(JARS):
         digest.update(JARS[name].encode())
     out = CLASSES_DIR / digest.hexdigest()[:16]
@@ -142,7 +152,7 @@ def compile_harness(jars: list[Path], javac: str) -> Path:
     try:
         result = subprocess.run(
             [javac, "-nowarn", "-encoding", "UTF-8", "--release", "17", "-cp", classpath(jars), "-d", str(staging),
-             str(HARNESS_SOURCE)],
+             *(str(source) for source in sources)],
             capture_output=True, text=True,
         )
         if result.returncode != 0:
