@@ -19,6 +19,12 @@ gap marker). A view per tag is read by the Java consumer with `isolation.level=r
 The view's batches are also fetched from Python and classified, so each test knows it went
 through every layout a view serves (whole, rebuilt per codec, emptied, transaction markers, the
 gap marker).
+
+At scale (slow, on a broker of its own): the million-record source of tests/views_million.py (10
+tags, every codec, aborted transactions) and a view per tag, each read by the Java consumer from
+the beginning with read_committed: per partition exactly the expected offsets in order, the values
+(compared through a SHA-256 over them in order), only the view's tag, and the position at the
+high watermark.
 """
 
 from __future__ import annotations
@@ -37,6 +43,8 @@ from compat_tests.conftest import Target, create_topic
 from compat_tests.harness import JavaHarness
 from protocol.errors import ErrorCode
 from protocol.record_batch import RecordBatch, decode_batches
+from tests import views_million
+from tests.brokers import BrokerProcess
 from tests.rawclient import RawClient
 
 pytestmark = pytest.mark.timeout(300)
@@ -350,3 +358,46 @@ def test_java_offsets_of_a_view_are_its_sources(java_views: JavaHarness, kbroker
         first_kept = next(s for s in expected if s.partition == p and s.offset > probes[p].offset)
         assert as_read([result[view]["first_record_from_found"][str(p)]]) == [first_kept.as_read()]
         assert as_read([result[source.name]["first_record_from_found"][str(p)]]) == [probes[p].as_read()]
+
+
+# -- at scale (slow) --------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def million_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    process = BrokerProcess(tmp_path_factory.mktemp("java-views-1m"),
+                            overrides=views_million.BROKER_OVERRIDES).start()
+    yield process
+    if process.alive:
+        assert process.stop() == 0, process.log_tail()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+def test_java_reads_exactly_each_views_committed_records_of_a_million(
+        java_views: JavaHarness, million_broker: BrokerProcess) -> None:
+    bootstrap = million_broker.bootstrap
+    name, expected = views_million.build_source(bootstrap)
+    hw = views_million.high_watermarks(bootstrap, name)
+    assert sum(len(rows) for rows in expected.values()) == views_million.RECORDS - (
+        views_million.TRANSACTIONS // 2 * views_million.TXN_RECORDS), "the premise: the aborted records are no tag's"
+    for tag in views_million.TAGS:
+        view = views_million.view_name(name, tag)
+        # ~95,000 records a view: answered as offsets and a digest per partition, not record by record.
+        result = java_views.run("consume_digest", timeout=330, bootstrap=bootstrap, topic=view,
+                                isolation="read_committed", wait_ms=300_000)
+        assert result["beginning"] == {str(p): 0 for p in range(views_million.PARTITIONS)}, tag
+        assert result["end"] == by_partition(hw), tag
+        assert sorted(result["partitions"]) == [str(p) for p in range(views_million.PARTITIONS)], tag
+        for p in range(views_million.PARTITIONS):
+            rows = [row for row in expected[tag] if row[0] == p]
+            assert rows, f"the premise: {tag} has records in partition {p}"
+            got = result["partitions"][str(p)]
+            # Exactly the committed records of the tag, each once, in offset order ...
+            assert got["count"] == len(rows), f"{tag} p{p}"
+            assert got["offsets"] == [offset for _, offset, _ in rows], f"{tag} p{p}"
+            # ... with their values, byte for byte, and nothing of another tag ...
+            assert got["sha256"] == views_million.values_digest(value for _, _, value in rows), f"{tag} p{p}"
+            assert got["tags"] == {tag: len(rows)}, f"{tag} p{p}"
+            # ... and the consumer's position reached the high watermark.
+            assert got["position"] == hw[p], f"{tag} p{p}"

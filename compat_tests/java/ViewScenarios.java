@@ -4,14 +4,20 @@
 // A view is read as any topic is read; what these scenarios add to KafkaHarness's is a consumer
 // group that stops after part of a topic and a second member that must resume exactly where the
 // first one's commit left it, and the offset lookups (earliest, latest under both isolation
-// levels, by timestamp, then a seek to the offset found) asked of several topics side by side.
+// levels, by timestamp, then a seek to the offset found) asked of several topics side by side,
+// and a read of a large view answered compactly (offsets and a digest of the values, not every
+// record as JSON).
 //
 // It runs through KafkaHarness's serve loop: `java -cp CLASSPATH ViewScenarios --serve` adds
 // these scenarios to KafkaHarness.SCENARIOS, then serves every scenario of both files.
 
+import java.nio.ByteBuffer;
+import java.nio.charset.StandardCharsets;
+import java.security.MessageDigest;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.HashMap;
+import java.util.HexFormat;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
@@ -22,6 +28,7 @@ import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.clients.consumer.OffsetAndTimestamp;
 import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.header.Header;
 
 final class ViewScenarios {
     private ViewScenarios() {
@@ -30,6 +37,7 @@ final class ViewScenarios {
     public static void main(String[] argv) throws Exception {
         KafkaHarness.SCENARIOS.put("group_resume", ViewScenarios::groupResume);
         KafkaHarness.SCENARIOS.put("topic_offsets", ViewScenarios::topicOffsets);
+        KafkaHarness.SCENARIOS.put("consume_digest", ViewScenarios::consumeDigest);
         KafkaHarness.main(argv);
     }
 
@@ -86,6 +94,66 @@ final class ViewScenarios {
             out.put("second_committed", KafkaHarness.offsets(member.committed(new java.util.HashSet<>(all))));
         }
         return out;
+    }
+
+    /**
+     * consume_all's read (assign every partition of `topic`, seekToBeginning, poll until the
+     * positions reach the end offsets), at `isolation` (read_committed by default), within
+     * `wait_ms`, answered per partition by what it received in order: the offsets, the count, a
+     * SHA-256 over the values (each as a 4-byte big-endian length, then its bytes), and how many
+     * records had each value of their last `tag` header ("" for none). Bounded in size whatever
+     * the number of records, for views of a hundred thousand records.
+     */
+    static Map<String, Object> consumeDigest(KafkaHarness.Args args) throws Exception {
+        String topic = args.get("topic");
+        String isolation = args.getOr("isolation", "read_committed");
+        long waitMs = Long.parseLong(args.getOr("wait_ms", Long.toString(KafkaHarness.WAIT_MS)));
+        try (KafkaConsumer<byte[], byte[]> consumer = KafkaHarness.consumer(args, Map.of(
+                ConsumerConfig.ISOLATION_LEVEL_CONFIG, isolation, ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false"))) {
+            List<TopicPartition> tps = new ArrayList<>();
+            consumer.partitionsFor(topic, Duration.ofMillis(KafkaHarness.WAIT_MS))
+                .forEach(p -> tps.add(new TopicPartition(topic, p.partition())));
+            tps.sort((a, b) -> Integer.compare(a.partition(), b.partition()));
+            consumer.assign(tps);
+            consumer.seekToBeginning(tps);
+            Map<TopicPartition, Long> begin = consumer.beginningOffsets(tps);
+            Map<TopicPartition, Long> end = consumer.endOffsets(tps);
+            Map<Integer, List<Long>> offsets = new TreeMap<>();
+            Map<Integer, MessageDigest> digests = new TreeMap<>();
+            Map<Integer, Map<String, Long>> tags = new TreeMap<>();
+            for (TopicPartition tp : tps) {
+                offsets.put(tp.partition(), new ArrayList<>());
+                digests.put(tp.partition(), MessageDigest.getInstance("SHA-256"));
+                tags.put(tp.partition(), new TreeMap<>());
+            }
+            long deadline = System.currentTimeMillis() + waitMs;
+            int polls = 0;
+            while (!KafkaHarness.reached(consumer, end)) {
+                if (System.currentTimeMillis() > deadline) {
+                    throw new IllegalStateException("positions did not reach " + end + " in " + waitMs + " ms");
+                }
+                polls++;
+                for (ConsumerRecord<byte[], byte[]> r : consumer.poll(Duration.ofMillis(200))) {
+                    offsets.get(r.partition()).add(r.offset());
+                    byte[] value = r.value() == null ? new byte[0] : r.value();
+                    MessageDigest digest = digests.get(r.partition());
+                    digest.update(ByteBuffer.allocate(4).putInt(value.length).array());
+                    digest.update(value);
+                    Header tag = r.headers().lastHeader("tag");
+                    String tagValue = tag == null ? "" : new String(tag.value(), StandardCharsets.UTF_8);
+                    tags.get(r.partition()).merge(tagValue, 1L, Long::sum);
+                }
+            }
+            Map<String, Object> partitions = new TreeMap<>();
+            for (TopicPartition tp : tps) {
+                int p = tp.partition();
+                partitions.put(Integer.toString(p), KafkaHarness.map("count", offsets.get(p).size(),
+                    "offsets", offsets.get(p), "sha256", HexFormat.of().formatHex(digests.get(p).digest()),
+                    "tags", tags.get(p), "position", consumer.position(tp)));
+            }
+            return KafkaHarness.map("isolation", isolation, "beginning", KafkaHarness.byPartition(begin),
+                "end", KafkaHarness.byPartition(end), "polls", polls, "partitions", partitions);
+        }
     }
 
     /**

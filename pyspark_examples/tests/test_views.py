@@ -10,12 +10,19 @@ offset it planned (the high watermark), must find the end of the range through t
 the broker ends the view's answer with, and the streaming query, cut into micro-batches by
 maxOffsetsPerTrigger, starts and ends ranges on offsets the view filtered out.
 
+At scale (slow): the million-record source of tests/views_million.py (10 tags over four
+partitions, every codec, aborted transactions) and a view per tag, all ten read by one batch
+query (subscribePattern, earliest to latest, read_committed, failOnDataLoss): per view and
+partition exactly the expected offsets, and the values, compared through a SHA-256 over them in
+offset order, computed by Spark.
+
 They need Spark's Kafka connector, as test_kafka_end_to_end.py does: without it they skip and say
 how to provide it (see connector.py and pyspark_examples/README.md).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 import uuid
@@ -36,6 +43,7 @@ from pyspark.sql import functions as F  # noqa: E402
 
 from protocol.errors import ErrorCode  # noqa: E402
 from protocol.record_batch import decode_batches  # noqa: E402
+from tests import views_million  # noqa: E402
 from tests.brokers import BrokerProcess  # noqa: E402
 from tests.conftest import create_topic  # noqa: E402
 from tests.rawclient import RawClient  # noqa: E402
@@ -222,3 +230,48 @@ def test_streaming_read_of_a_view_with_available_now(kafka_spark: SparkSession, 
     assert progress[-1]["sources"][0]["endOffset"] == {
         view: {str(p): hw for p, hw in source.high_watermarks.items()}}, "the query read to the high watermark"
     assert sum(p["numInputRows"] for p in progress) == len(source.expected(VIEW_TAG))
+
+
+# -- at scale (slow) --------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def million(broker: BrokerProcess) -> tuple[str, dict[str, list[views_million.Row]]]:
+    return views_million.build_source(broker.bootstrap)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+def test_batch_read_of_ten_views_of_a_million_records(kafka_spark: SparkSession, broker: BrokerProcess,
+                                                      million: tuple[str, dict[str, list[views_million.Row]]]) -> None:
+    name, expected = million
+    views = {views_million.view_name(name, tag): tag for tag in views_million.TAGS}
+    reader = (kafka_spark.read.format("kafka").option("kafka.bootstrap.servers", broker.bootstrap)
+              # The ten views, not their source (a pattern matches the whole topic name).
+              .option("subscribePattern", f"{name}-t[0-9]")
+              .option("startingOffsets", "earliest").option("endingOffsets", "latest"))
+    for key, value in VIEW_OPTIONS.items():
+        reader = reader.option(key, value)
+    rows = reader.load().select(
+        "topic", "partition", "offset", F.hex("value").alias("value"),
+        F.expr("try_element_at(filter(headers, h -> h.key = 'tag'), 1).value").cast("string").alias("tag"))
+    # ~950,000 rows, summed up by Spark per view and partition: the offsets, in order, and a
+    # SHA-256 over the values (in hex, comma-separated) in offset order.
+    summary = (rows.groupBy("topic", "partition")
+               .agg(F.count("*").alias("n"), F.collect_set("tag").alias("tags"),
+                    F.sort_array(F.collect_list(F.struct("offset", "value"))).alias("records"))
+               .select("topic", "partition", "n", "tags", F.col("records.offset").alias("offsets"),
+                       F.sha2(F.array_join(F.col("records.value"), ","), 256).alias("sha256")))
+    got = {(r.topic, r.partition): r for r in summary.collect()}
+
+    assert set(got) == {(view, p) for view in views for p in range(views_million.PARTITIONS)}
+    for view, tag in views.items():
+        for p in range(views_million.PARTITIONS):
+            want = [row for row in expected[tag] if row[0] == p]
+            found = got[(view, p)]
+            assert found.n == len(want), f"{view} p{p}"
+            assert found.offsets == [offset for _, offset, _ in want], f"{view} p{p}"
+            assert found.sha256 == hashlib.sha256(",".join(value.hex().upper() for _, _, value in want).encode()
+                                                  ).hexdigest(), f"{view} p{p}"
+            assert found.tags == [tag], f"{view} p{p}"
+    assert sum(r.n for r in got.values()) == sum(len(rows) for rows in expected.values())
