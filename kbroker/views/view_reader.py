@@ -5,7 +5,8 @@ batches pass through `filter_batches`: whole when every record matches, rebuilt 
 matching ones, or emptied. Offsets, the high watermark, the LSO and the aborted transactions
 are the source's (the partition's read sets them).
 
-An answer always ends with a record the consumer is given: its last kept record, or a *gap
+When nothing was filtered out of a read, the answer is the log's own slice, sent with sendfile
+like the source's. An answer always ends with a record the consumer is given: its last kept record, or a *gap
 marker* after it (see `filter_batches`' `seal`), so every client's position reaches the end of
 what was read. Reads that match nothing are the hard case. A consumer must not get a partition answer made
 of empty batches only: librdkafka takes an answer without a single message for a size limit
@@ -22,11 +23,12 @@ the last records do not match: lag reaches 0 and a batch reader (Spark) finds th
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any, Protocol
 
 from kbroker.pacing import Pacer
-from kbroker.storage.read_results import BatchBytes
+from kbroker.storage.read_results import BatchBytes, Read, ReadResult
 from kbroker.views.batch_filter import FilterStats, filter_batches, gap_marker
 from kbroker.views.view import View
 
@@ -70,9 +72,12 @@ class ViewReader:
             data = filter_batches(result.records.read_bytes(), view.filter.matches, stats, seal=True)
             self._count(view.name, stats)
             if stats.records_kept or stats.control_batches:
-                result.records = BatchBytes(data, result.records.first_offset)
+                result.records = _answer(result.records, data, stats)
                 return result
-            if stats.next_offset <= offset:  # not one complete batch (a byte limit): as the source would
+            if stats.next_offset <= offset:
+                # Not one complete batch within the byte limit: none of the source's bytes go out.
+                result.records = BatchBytes(gap_marker(fetch_offset, offset), fetch_offset) \
+                    if offset > fetch_offset else None
                 return result
             scanned += result.records.size
             offset = stats.next_offset
@@ -95,3 +100,14 @@ class ViewReader:
         total.records_in += stats.records_in
         total.records_kept += stats.records_kept
         total.control_batches += stats.control_batches
+
+
+def _answer(read: Read, data: bytes, stats: FilterStats) -> Read:
+    """What the consumer is sent: when every batch went as it was and the answer needed no gap
+    marker, `data` is the read's own bytes (less a partial batch at the end), so the log's slice
+    of them is sent instead, with sendfile, as for the source: no second copy through the event
+    loop's write buffer."""
+    unchanged = not (stats.batches_rebuilt or stats.batches_emptied) and stats.last_given_offset + 1 >= stats.next_offset
+    if unchanged and isinstance(read, ReadResult):
+        return dataclasses.replace(read, size=len(data))
+    return BatchBytes(data, read.first_offset)

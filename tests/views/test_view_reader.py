@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from kbroker.pacing import Pacer
-from kbroker.storage.read_results import BatchBytes
+from kbroker.storage.read_results import BatchBytes, ReadResult
 from kbroker.views.filter import parse_filter
 from kbroker.views.view import View
 from kbroker.views.view_reader import ViewReader
@@ -118,3 +119,28 @@ def test_counters_add_up_per_view_and_go_with_a_deleted_view() -> None:
     assert (counted.batches_whole, counted.batches_rebuilt, counted.batches_emptied) == (1, 1, 1)
     reader.forget("v")
     assert reader.stats == {}
+
+
+def test_a_read_kept_whole_is_sent_as_the_logs_own_slice(tmp_path: Path) -> None:
+    """Nothing filtered out: the answer is the file slice (sendfile), less a partial batch at its
+    end; a read with something filtered out is sent from memory."""
+    whole, partial = batch(0, ["a"] * 5 + ["b"] * 5), batch(10, ["a"] * 10)
+    path = tmp_path / "segment"
+    path.write_bytes(whole + partial)
+    with path.open("rb") as file:
+        def read_at(offset: int) -> Read:
+            return Read(records=ReadResult(file, 0, len(whole) + len(partial) // 2, offset))
+
+        kept = asyncio.run(ViewReader().read(view("tag in ('a', 'b')"), 0, read_at, Pacer()))
+        assert isinstance(kept.records, ReadResult)
+        assert (kept.records.position, kept.records.size) == (0, len(whole))
+        filtered = asyncio.run(ViewReader().read(view("tag = 'a'"), 0, read_at, Pacer()))
+        assert isinstance(filtered.records, BatchBytes)
+        assert offsets(filtered) == [("data", 0, 4, [0, 1, 2, 3, 4]), ("marker", 5, 9, [9])]
+
+
+def test_a_read_without_one_complete_batch_sends_none_of_the_sources_bytes() -> None:
+    data = batch(0, ["b"] * 10)
+    result = asyncio.run(ViewReader().read(view("tag = 'a'"), 0, lambda offset: Read(
+        records=BatchBytes(data[: len(data) // 2], offset)), Pacer()))
+    assert result.records is None
