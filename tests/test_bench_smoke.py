@@ -292,9 +292,9 @@ def test_filtered_views_against_their_source(tmp_path: Path) -> None:
         assert ratios["rate"] > 0 and ratios["wire"] > 0 and ratios["log_to_wire"] > 0, (name, ratios)
         assert ratios["filter_cpu_ms_per_mb"] is not None
     targets = {t["name"]: t for t in results["targets"]}
-    wire_target = targets["filtered view keeping ~10 %: source bytes / view bytes over the wire"]
+    wire_target = targets["filtered view keeping ~10 %: source bytes / view bytes over the wire (lz4, p=2)"]
     assert wire_target["measured"] == case["ratios"]["ten"]["wire"] and wire_target["met"] in (True, False)
-    rate_target = targets["view matching everything: read rate / the source's"]
+    rate_target = targets["view matching everything: read rate / the source's (lz4, p=2)"]
     assert rate_target["measured"] == case["ratios"]["all"]["rate"] and rate_target["met"] in (True, False)
     assert "| ten (`tag = 't3'`) |" in (tmp_path / "views" / "summary.md").read_text()
 

@@ -152,8 +152,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     views = command("views", "filtered views (kbroker alone): a view keeping every record, one keeping ~10 %% and "
                     "one keeping none, each read from start to end beside the source in the same run: read rate, "
                     "bytes over the wire and broker CPU per MB as ratios to the source's")
-    views.add_argument("--records", type=int, default=200_000,
-                       help="records preloaded per case, spread over the partitions (default 200,000)")
+    views.add_argument("--records", type=int, default=400_000,
+                       help="records preloaded per case, spread over the partitions (default 400,000)")
     views.add_argument("--message-size", type=int, default=1024)
     views.add_argument("--partitions", type=int, nargs="+", default=[1, 4], help="one case per count (default 1 4)")
     views.add_argument("--compression", nargs="+", default=["lz4", "none"], choices=COMPRESSIONS,
