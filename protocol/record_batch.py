@@ -474,7 +474,7 @@ def decode_batches(data: bytes | bytearray | memoryview) -> list[RecordBatch]:
     view = memoryview(data)
     batches = []
     pos = 0
-    while (size := _complete_batch_size(view, pos)) is not None:
+    while (size := complete_batch_size(view, pos)) is not None:
         batches.append(_decode_at(view, pos, size))
         pos += size
     return batches
@@ -483,19 +483,22 @@ def decode_batches(data: bytes | bytearray | memoryview) -> list[RecordBatch]:
 def decode_batch(data: bytes | bytearray | memoryview, pos: int = 0) -> RecordBatch:
     """The one batch starting at `pos`, which must be complete; bytes after it are left alone."""
     view = memoryview(data)
-    size = _complete_batch_size(view, pos)
+    size = complete_batch_size(view, pos)
     if size is None:
         raise CorruptRecordError(f"truncated batch: {len(view) - pos} bytes at position {pos}")
     return _decode_at(view, pos, size)
 
 
-def _complete_batch_size(view: memoryview, pos: int) -> int | None:
-    left = len(view) - pos
+def complete_batch_size(buf: bytes | bytearray | memoryview, pos: int,
+                        min_length: int = _LEGACY_RECORD_OVERHEAD_V0) -> int | None:
+    """The size of the batch at `pos`, or None when fewer bytes are left than it needs; a length
+    field below `min_length` is corrupt."""
+    left = len(buf) - pos
     if left < LOG_OVERHEAD:
         return None
-    (length,) = _LENGTH.unpack_from(view, pos + LOG_OVERHEAD - _LENGTH.size)
-    if length < _LEGACY_RECORD_OVERHEAD_V0:
-        raise CorruptRecordError(f"batch length {length} at position {pos} is below the minimum")
+    (length,) = _LENGTH.unpack_from(buf, pos + LOG_OVERHEAD - _LENGTH.size)
+    if length < min_length:
+        raise CorruptRecordError(f"batch length {length} at position {pos} is below the minimum {min_length}")
     size = LOG_OVERHEAD + length
     return size if size <= left else None
 

@@ -25,7 +25,7 @@ from kbroker.cluster.store_writer import StoreWriter
 from kbroker.metadata.store import MetadataStore, PartitionState, TopicRecord
 from kbroker.pacing import Pacer
 from kbroker.storage.log_config import LogConfig
-from kbroker.views.view import SOURCE_CONFIG, VIEW_CONFIGS, view_of
+from kbroker.views.view import SOURCE_CONFIG, VIEW_CONFIGS, is_view, view_of
 from protocol.errors import ErrorCode, KafkaError
 
 log = logging.getLogger("kbroker.topics")
@@ -150,7 +150,7 @@ class TopicManager:
         if self.cluster is not None:
             # The topic and its partitions' first states, on the writer's thread; each replica
             # takes its role from the states' watch.
-            states = {} if view_of(record.name, record.configs) else self._initial_states(record)
+            states = {} if is_view(record.configs) else self._initial_states(record)
             await self.writer.run(self._create_in_store, record, states)
             self._created(record)
             return record

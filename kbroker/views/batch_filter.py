@@ -37,6 +37,7 @@ import crc32c
 from aiokafka.errors import CorruptRecordException
 from aiokafka.record.default_records import DefaultRecordBatch
 
+from kbroker.storage.batch_scan import MIN_BATCH_LENGTH
 from protocol.record_batch import (
     GZIP,
     LZ4,
@@ -44,6 +45,7 @@ from protocol.record_batch import (
     ControlType,
     CorruptRecordError,
     Record,
+    complete_batch_size,
     compress,
     encode_batch,
     encode_control_key,
@@ -55,7 +57,6 @@ from protocol.records import (
     CRC_OFFSET,
     CURRENT_MAGIC,
     HEADER_SIZE,
-    LOG_OVERHEAD,
     NO_TIMESTAMP,
     TIMESTAMP_TYPE_BIT,
     TRANSACTIONAL_BIT,
@@ -68,9 +69,6 @@ Header = tuple[str, bytes | None]
 Keep = Callable[[bytes | None, Sequence[Header]], bool]
 Piece = bytes | bytearray | memoryview
 
-# Everything after the length field of a batch: the least its length can say.
-_MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD
-_LENGTH = struct.Struct(">i")
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 _UINT32 = struct.Struct(">I")
 _LAST_OFFSET_DELTA = struct.Struct(">i")
@@ -113,6 +111,15 @@ class FilterStats:
     # The offset of the last record a consumer is given (kept, or a control record); -1 if none.
     last_given_offset: int = -1
 
+    def add(self, other: FilterStats) -> None:
+        """Add `other`'s counts (not its offsets, which describe one read)."""
+        self.batches_whole += other.batches_whole
+        self.batches_rebuilt += other.batches_rebuilt
+        self.batches_emptied += other.batches_emptied
+        self.records_in += other.records_in
+        self.records_kept += other.records_kept
+        self.control_batches += other.control_batches
+
 
 def filter_batches(data: bytes | memoryview, keep: Keep, stats: FilterStats | None = None, *,
                    seal: bool = False) -> bytes:
@@ -135,7 +142,7 @@ def filter_batches(data: bytes | memoryview, keep: Keep, stats: FilterStats | No
     pos = 0
     last_given = -1  # the index of the last piece with a record the consumer is given
     first_offset = -1
-    while (size := _complete_batch_size(buf, pos)) is not None:
+    while (size := complete_batch_size(buf, pos, MIN_BATCH_LENGTH)) is not None:
         given_before = stats.last_given_offset
         if first_offset < 0:
             first_offset = read_header(buf, pos).base_offset
@@ -189,18 +196,6 @@ def gap_marker(first: int, next_offset: int) -> bytes:
     marker = Record(last_delta, NO_TIMESTAMP, encode_control_key(ControlType.COMMIT), encode_end_txn_marker(0))
     return encode_batch([marker], base_offset=first, transactional=True, control=True,
                         base_timestamp=NO_TIMESTAMP, max_timestamp=NO_TIMESTAMP, last_offset_delta=last_delta)
-
-
-def _complete_batch_size(buf: bytes, pos: int) -> int | None:
-    """The size of the batch at `pos`, or None when fewer bytes are left than it needs."""
-    left = len(buf) - pos
-    if left < LOG_OVERHEAD:
-        return None
-    (length,) = _LENGTH.unpack_from(buf, pos + LOG_OVERHEAD - _LENGTH.size)
-    if length < _MIN_BATCH_LENGTH:
-        raise CorruptRecordError(f"batch length {length} at position {pos} is below the v2 header's")
-    size = LOG_OVERHEAD + length
-    return size if size <= left else None
 
 
 def _filter_batch(buf: bytes, pos: int, size: int, keep: Keep, stats: FilterStats) -> Piece | None:
@@ -322,7 +317,7 @@ def _seal(
     records, and its CRC."""
     batch = bytearray(HEADER_SIZE + len(payload))
     _HEADER.pack_into(
-        batch, 0, header.base_offset, _MIN_BATCH_LENGTH + len(payload), header.partition_leader_epoch,
+        batch, 0, header.base_offset, MIN_BATCH_LENGTH + len(payload), header.partition_leader_epoch,
         CURRENT_MAGIC, 0, attributes, header.last_offset_delta, base_timestamp, max_timestamp,
         header.producer_id, header.producer_epoch, header.base_sequence, count,
     )

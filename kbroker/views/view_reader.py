@@ -91,15 +91,7 @@ class ViewReader:
         self.stats.pop(view, None)
 
     def _count(self, view: str, stats: FilterStats) -> None:
-        total = self.stats.get(view)
-        if total is None:
-            total = self.stats[view] = FilterStats()
-        total.batches_whole += stats.batches_whole
-        total.batches_rebuilt += stats.batches_rebuilt
-        total.batches_emptied += stats.batches_emptied
-        total.records_in += stats.records_in
-        total.records_kept += stats.records_kept
-        total.control_batches += stats.control_batches
+        self.stats.setdefault(view, FilterStats()).add(stats)
 
 
 def _answer(read: Read, data: bytes, stats: FilterStats) -> Read:
