@@ -465,7 +465,7 @@ class ReplicaManager:
 
         if wanted.view is None:
             return read_at(wanted.fetch_offset)
-        result = await self.view_reader.read(wanted.view, wanted.fetch_offset, read_at, pacer)
+        result = await self.view_reader.read(wanted.view, wanted.index, wanted.fetch_offset, read_at, pacer)
         assert isinstance(result, LogReadResult)
         return result
 

@@ -241,13 +241,17 @@ class BrokerCollector(Collector):
         batches = CounterMetricFamily("kbroker_view_batches", "Source batches a filtered view's fetches read, per "
                                       "view and what the consumer got: whole, rebuilt or emptied.",
                                       labels=["view", "outcome"])
-        for view, counted in list(self.broker.replicas.view_reader.stats.items()):
+        reader = self.broker.replicas.view_reader
+        remembered = GaugeMetricFamily("kbroker_view_verdicts", "Source batches whose verdict (kept whole, or "
+                                       "emptied) the views remember, all views together: read again, they are "
+                                       "answered without being decoded.", value=len(reader.verdicts))
+        for view, counted in list(reader.stats.items()):
             records.add_metric([view, "kept"], counted.records_kept)
             records.add_metric([view, "filtered"], counted.records_in - counted.records_kept)
             batches.add_metric([view, "whole"], counted.batches_whole)
             batches.add_metric([view, "rebuilt"], counted.batches_rebuilt)
             batches.add_metric([view, "emptied"], counted.batches_emptied)
-        return [records, batches]
+        return [records, batches, remembered]
 
     def _throttles(self) -> list[Metric]:
         throttled = CounterMetricFamily("kbroker_throttled_requests", "Answers a quota throttled, per quota "

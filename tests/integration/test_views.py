@@ -12,6 +12,7 @@ import itertools
 import shutil
 import subprocess
 import sys
+import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -20,8 +21,9 @@ from pathlib import Path
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewPartitions, NewTopic, ResourceType
+from prometheus_client.parser import text_string_to_metric_families
 
-from tests.brokers import BrokerProcess
+from tests.brokers import BrokerProcess, free_port
 
 KBROKER = str(Path(sys.executable).parent / "kbroker")
 TAGS = ("paid", "refunded", "created", "shipped")
@@ -32,7 +34,8 @@ PER_PRODUCER = 3000
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     process = BrokerProcess(tmp_path_factory.mktemp("views"), overrides={
-        "offsets.topic.num.partitions": "1", "transaction.state.log.num.partitions": "1"}).start()
+        "offsets.topic.num.partitions": "1", "transaction.state.log.num.partitions": "1",
+        "metrics.listener": f"http://127.0.0.1:{free_port()}"}).start()
     yield process
     if process.alive:
         assert process.stop() == 0, process.log_tail()
@@ -162,6 +165,44 @@ def test_a_view_gives_exactly_the_matching_committed_records(broker: BrokerProce
     view = f"view-{uuid.uuid4().hex[:8]}"
     _create(broker.bootstrap, view, -1, **{"view.source.topic": name, "view.filter": flt})
     assert _consume_all(broker.bootstrap, view) == _expected(written, keep)
+    # Read again: batches kept whole or emptied are now answered from remembered verdicts.
+    assert _consume_all(broker.bootstrap, view) == _expected(written, keep)
+
+
+def _view_metrics(broker: BrokerProcess, view: str) -> dict[tuple[str, str], float]:
+    """The view's batch and record counters by (sample name, outcome), and the verdict gauge."""
+    port = broker.overrides["metrics.listener"].rsplit(":", 1)[1]
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
+        text = answer.read().decode()
+    found = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.labels.get("view") == view or sample.name == "kbroker_view_verdicts":
+                found[(sample.name, sample.labels.get("outcome", ""))] = sample.value
+    return found
+
+
+def test_a_view_read_again_decodes_only_the_batches_it_rebuilds(broker: BrokerProcess,
+                                                                source: tuple[str, list[Written]]) -> None:
+    """The second read sends the same records and counts the same batch outcomes; the broker
+    remembers a verdict for every batch kept whole or emptied, and none for rebuilt ones."""
+    name, written = source
+    view = f"view-{uuid.uuid4().hex[:8]}"
+    _create(broker.bootstrap, view, -1, **{"view.source.topic": name, "view.filter": "tag = 'paid'"})
+    remembered_before = _view_metrics(broker, view)[("kbroker_view_verdicts", "")]
+    expected = _expected(written, lambda w: w.tag == "paid")
+    assert _consume_all(broker.bootstrap, view) == expected
+    first = _view_metrics(broker, view)
+    batches = {o: first[("kbroker_view_batches_total", o)] for o in ("whole", "rebuilt", "emptied")}
+    assert batches["rebuilt"] > 0 and batches["emptied"] > 0, batches  # the source has both kinds
+    remembered = first[("kbroker_view_verdicts", "")] - remembered_before
+    # Whole batches include the source's control batches (transaction markers), never remembered.
+    assert batches["emptied"] <= remembered <= batches["emptied"] + batches["whole"]
+    assert _consume_all(broker.bootstrap, view) == expected
+    again = _view_metrics(broker, view)
+    for outcome in ("whole", "rebuilt", "emptied"):
+        assert again[("kbroker_view_batches_total", outcome)] == 2 * batches[outcome]
+    assert again[("kbroker_view_verdicts", "")] == first[("kbroker_view_verdicts", "")]
 
 
 def test_kafka_python_reads_a_view_and_a_group_resumes_after_a_restart(
@@ -277,6 +318,8 @@ def test_a_views_filter_can_change(broker: BrokerProcess, source: tuple[str, lis
     name, written = source
     view = f"view-{uuid.uuid4().hex[:8]}"
     _create(broker.bootstrap, view, -1, **{"view.source.topic": name, "view.filter": "tag = 'paid'"})
+    # Read first, so the broker remembers the old filter's verdicts: the new one must not use them.
+    assert _consume_all(broker.bootstrap, view) == _expected(written, lambda w: w.tag == "paid")
     resource = ConfigResource(ResourceType.TOPIC, view, set_config={
         "view.source.topic": name, "view.filter": "tag = 'created'"})
     admin = _admin(broker.bootstrap)

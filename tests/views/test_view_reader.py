@@ -5,6 +5,8 @@ answers a run of offsets without a match with one gap marker, bounded by its sca
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,7 +16,7 @@ from kbroker.storage.read_results import BatchBytes, ReadResult
 from kbroker.views.filter import parse_filter
 from kbroker.views.view import View
 from kbroker.views.view_reader import ViewReader
-from protocol.record_batch import Record, decode_batches, encode_batch
+from protocol.record_batch import ControlType, Record, decode_batches, encode_batch, encode_end_txn_batch
 from protocol.records import read_header
 
 BATCH = 10  # records per batch
@@ -58,7 +60,7 @@ def view(flt: str) -> View:
 
 
 def read(reader: ViewReader, log: Log, flt: str, offset: int) -> Read:
-    return asyncio.run(reader.read(view(flt), offset, log.read_at, Pacer()))
+    return asyncio.run(reader.read(view(flt), 0, offset, log.read_at, Pacer()))
 
 
 def offsets(result: Read) -> list[tuple[str, int, int, list[int]]]:
@@ -106,7 +108,7 @@ def test_a_source_error_is_the_answer() -> None:
     def failing(offset: int) -> Read:
         return Read(error=6)  # NOT_LEADER_OR_FOLLOWER
 
-    result = asyncio.run(ViewReader().read(view("tag = 'a'"), 0, failing, Pacer()))
+    result = asyncio.run(ViewReader().read(view("tag = 'a'"), 0, 0, failing, Pacer()))
     assert (result.error, result.records) == (6, None)
 
 
@@ -131,16 +133,71 @@ def test_a_read_kept_whole_is_sent_as_the_logs_own_slice(tmp_path: Path) -> None
         def read_at(offset: int) -> Read:
             return Read(records=ReadResult(file, 0, len(whole) + len(partial) // 2, offset))
 
-        kept = asyncio.run(ViewReader().read(view("tag in ('a', 'b')"), 0, read_at, Pacer()))
+        kept = asyncio.run(ViewReader().read(view("tag in ('a', 'b')"), 0, 0, read_at, Pacer()))
         assert isinstance(kept.records, ReadResult)
         assert (kept.records.position, kept.records.size) == (0, len(whole))
-        filtered = asyncio.run(ViewReader().read(view("tag = 'a'"), 0, read_at, Pacer()))
+        filtered = asyncio.run(ViewReader().read(view("tag = 'a'"), 0, 0, read_at, Pacer()))
         assert isinstance(filtered.records, BatchBytes)
         assert offsets(filtered) == [("data", 0, 4, [0, 1, 2, 3, 4]), ("marker", 5, 9, [9])]
 
 
 def test_a_read_without_one_complete_batch_sends_none_of_the_sources_bytes() -> None:
     data = batch(0, ["b"] * 10)
-    result = asyncio.run(ViewReader().read(view("tag = 'a'"), 0, lambda offset: Read(
+    result = asyncio.run(ViewReader().read(view("tag = 'a'"), 0, 0, lambda offset: Read(
         records=BatchBytes(data[: len(data) // 2], offset)), Pacer()))
     assert result.records is None
+
+
+READS: list[int] = []
+
+
+@dataclass(frozen=True, slots=True)
+class CountedRead(ReadResult):
+    """A file slice that records each time its bytes are read into memory."""
+
+    def read_bytes(self) -> bytes:
+        READS.append(self.size)
+        return ReadResult.read_bytes(self)
+
+
+class CountingKeep:
+    def __init__(self, tag: bytes) -> None:
+        self.tag = tag
+        self.asked = 0
+
+    def __call__(self, key: bytes | None, headers: Any) -> bool:
+        self.asked += 1
+        return ("tag", self.tag) in headers
+
+
+def test_a_slice_read_again_is_answered_from_its_headers(tmp_path: Path) -> None:
+    """Batches kept whole before: the second read asks the filter nothing and answers the same
+    file slice; a slice with a batch the view rebuilds is filtered again (and only that batch
+    asks the filter)."""
+    whole, control = batch(0, ["a"] * 10), encode_end_txn_batch(
+        ControlType.COMMIT, producer_id=7, producer_epoch=0, coordinator_epoch=0, timestamp=1, base_offset=10)
+    mixed = batch(11, ["a"] * 5 + ["b"] * 5)
+    path = tmp_path / "segment"
+    path.write_bytes(whole + control + mixed)
+    keep = CountingKeep(b"a")
+    counted = View("v", "src", dataclasses.replace(parse_filter("tag = 'a'"), matches=keep))
+    reader = ViewReader()
+    with path.open("rb") as file:
+        def slice_of(size: int) -> Callable[[int], Read]:
+            return lambda offset: Read(records=CountedRead(file, 0, size, offset))
+
+        READS.clear()
+        first = asyncio.run(reader.read(counted, 0, 0, slice_of(len(whole) + len(control) + 30), Pacer()))
+        assert len(READS) == 1
+        again = asyncio.run(reader.read(counted, 0, 0, slice_of(len(whole) + len(control) + 30), Pacer()))
+        assert len(READS) == 1  # the second read read the headers only
+        assert keep.asked == 10
+        for answer in (first, again):
+            assert isinstance(answer.records, ReadResult)
+            assert (answer.records.position, answer.records.size) == (0, len(whole) + len(control))
+        assert reader.stats["v"].records_kept == 20 and reader.stats["v"].control_batches == 2
+        with_mixed = asyncio.run(reader.read(counted, 0, 0, slice_of(len(whole) + len(control) + len(mixed)),
+                                             Pacer()))
+        assert keep.asked == 20  # the whole batch was not decoded again; the mixed one was
+        assert isinstance(with_mixed.records, BatchBytes)
+        assert offsets(with_mixed)[-2:] == [("data", 11, 15, [11, 12, 13, 14, 15]), ("marker", 16, 20, [20])]
