@@ -61,6 +61,8 @@ from kbroker.storage.log_manager import LogManager
 from kbroker.storage.log_mover import LogDirMover
 
 if TYPE_CHECKING:
+    from kbroker.archive.archiver import Archiver, ArchiveSettings
+    from kbroker.archive.object_store import ObjectStoreConfig
     from kbroker.metrics.endpoint import MetricsEndpoint
 
 log = logging.getLogger("kbroker")
@@ -73,6 +75,9 @@ class BrokerNode:
     port: int
 
 TICK_SECONDS = 1.0
+# In the first log dir: chunks and indexes of archived segments read by consumers. Not a
+# partition's name (no "-<number>" at its end), so the log manager passes it by.
+ARCHIVE_CACHE_DIR = "remote-log-cache"
 GC_YOUNG_THRESHOLD = 20_000
 
 
@@ -112,6 +117,7 @@ class Broker:
         except BaseException:
             self.store.close()
             raise
+        self._archive_config = self._check_archive(config)
         try:
             self.log_manager = LogManager(
                 log_dirs,
@@ -120,6 +126,7 @@ class Broker:
                 checkpoint_interval_ms=config.checkpoint_interval_ms,
                 initial_task_delay_ms=config.log_initial_task_delay_ms,
                 keyring=config.encryption_keyring,
+                archiving=self._archive_config is not None,
             )
         except MissingKey as e:  # encrypted data this broker cannot read: serve nothing, delete nothing
             self.store.close()
@@ -148,6 +155,8 @@ class Broker:
             self.metadata_cache,
             self.store_writer,
         )
+        self.topics.archiving = self._archive_config is not None
+        self.archiver: Archiver | None = None  # started with the broker (docs/archive.md)
         self.cluster: Controller | None = None
         if config.zookeeper_connect:
             tls = config.inter_broker_tls()
@@ -399,6 +408,7 @@ class Broker:
             self.cluster.on_leadership_change = self._on_leadership_change
             self.cluster.start()
         self._ticker = asyncio.create_task(self._tick_forever())
+        self._start_archiver()
         self.delayed_deliveries.start()
         self.log_mover.start()  # moves between log dirs that a restart interrupted
         # What start built (logs, indexes, coordinator state) lives as long as the broker: keep
@@ -408,6 +418,33 @@ class Broker:
         # Fewer, larger young collections: a request's tens of thousands of short-lived entries
         # otherwise trigger a cascade of collections, each a pause for every client.
         gc.set_threshold(GC_YOUNG_THRESHOLD, 20, 20)
+
+    def _check_archive(self, config: BrokerConfig) -> tuple[ObjectStoreConfig, ArchiveSettings] | None:
+        """The archive's settings when remote.log.storage.system.enable; a setting that makes it
+        impossible stops the start (before any log is opened, so no local retention runs)."""
+        if not config.get("remote.log.storage.system.enable"):
+            return None
+        from kbroker.archive.settings import archive_settings  # boto3: only for a broker that archives
+
+        try:
+            return archive_settings(config.get, encrypting=config.encryption_keyring is not None)
+        except ValueError as e:
+            self.store.close()
+            raise ConfigError(f"refusing to start: {e}") from None
+
+    def _start_archiver(self) -> None:
+        if self._archive_config is None:
+            return
+        from kbroker.archive.archiver import Archiver
+        from kbroker.archive.object_store import ObjectStore
+
+        store_config, settings = self._archive_config
+        self.archiver = Archiver(settings, ObjectStore(store_config), self.store, self.store_writer,
+                                 lambda: iter(self.replicas.partitions()),
+                                 Path(self.config.log_dirs[0]) / ARCHIVE_CACHE_DIR)
+        self.replicas.archive = self.archiver
+        self.archiver.start()
+        log.info("archiving tiered topics to %s", store_config.where)
 
     def _start_metrics(self) -> None:
         """Serve the metrics on metrics.listener, if set (docs/operations.md, "Metrics")."""
@@ -609,6 +646,8 @@ class Broker:
         await self.server.stop()
         self.groups.stop()
         await self.delayed_deliveries.stop()
+        if self.archiver is not None:
+            await self.archiver.stop()
         await self.replicas.stop()
         await self.log_mover.stop()
         self.log_manager.shutdown()

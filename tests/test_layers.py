@@ -52,8 +52,11 @@ ALLOWED: dict[str, frozenset[str]] = {
                                    "kbroker.ports", "kbroker.security", "protocol"}),
     # Filtered views: the filter language, batches filtered, a view's read of its source's log.
     "kbroker.views": frozenset({"kbroker.pacing", "kbroker.storage", "protocol"}),
+    # The archive (tiered storage): the object store, remote log metadata, copies and reads.
+    "kbroker.archive": frozenset({"kbroker.clock", "kbroker.log_limiter", "kbroker.metadata", "kbroker.storage",
+                                  "protocol"}),
     # Replica manager, partitions, fetch sessions, replication, topics, the controller.
-    "kbroker.cluster": frozenset({"kbroker.clock", "kbroker.config", "kbroker.delay", "kbroker.dynamic_config", "kbroker.fsutil",
+    "kbroker.cluster": frozenset({"kbroker.archive", "kbroker.clock", "kbroker.config", "kbroker.delay", "kbroker.dynamic_config", "kbroker.fsutil",
                                   "kbroker.metadata", "kbroker.metrics", "kbroker.pacing", "kbroker.rates",
                                   "kbroker.security", "kbroker.storage", "kbroker.views", "protocol"}),
     # Share groups' pure state: share partitions, sessions, the assignor.
@@ -70,7 +73,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     "kbroker.server": frozenset({"kbroker.clock", "kbroker.config", "kbroker.handlers", "kbroker.log_limiter",
                                  "kbroker.metrics", "kbroker.rates", "kbroker.security", "protocol"}),
     # The wiring of one broker.
-    "kbroker.broker": frozenset({"kbroker.clock", "kbroker.cluster", "kbroker.config", "kbroker.coordinator",
+    "kbroker.broker": frozenset({"kbroker.archive", "kbroker.clock", "kbroker.cluster", "kbroker.config", "kbroker.coordinator",
                                  "kbroker.meta_properties", "kbroker.metadata", "kbroker.metrics", "kbroker.security",
                                  "kbroker.server",
                                  "kbroker.share", "kbroker.storage"}),

@@ -437,10 +437,13 @@ class Partition:
         upper = self.last_stable_offset if committed else self.high_watermark
         if timestamp == LATEST_TIMESTAMP:
             found: tuple[int, int] | None = (upper, -1)
-        elif timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
-            found = (self.log_start_offset, -1)
+        elif timestamp == EARLIEST_TIMESTAMP:
+            found = (self.log_start_offset, -1)  # a tiered log's is in the archive
+        elif timestamp == EARLIEST_LOCAL_TIMESTAMP:
+            found = (self.log.local_log_start_offset, -1)
         elif timestamp == LATEST_TIERED_TIMESTAMP:
-            found = None
+            highest = self.log.highest_offset_in_remote
+            found = (highest, -1) if highest >= 0 else None
         elif timestamp == MAX_TIMESTAMP:
             found = self._visible(self.log.max_timestamp_offset(), upper)
         elif timestamp < 0:
@@ -450,6 +453,8 @@ class Partition:
         if found is None:
             return TimestampAndOffset(-1, -1, -1)
         offset, found_timestamp = found
+        if timestamp == LATEST_TIERED_TIMESTAMP:  # as Kafka: the epoch of that offset
+            return TimestampAndOffset(offset, found_timestamp, self.log.epochs.epoch_for_offset(offset))
         return TimestampAndOffset(offset, found_timestamp, self.leader_epoch if offset >= 0 else -1)
 
     @staticmethod

@@ -23,6 +23,7 @@ from collections import defaultdict
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kbroker.cluster.partition import (
     DelayedSummary,
@@ -41,10 +42,14 @@ from kbroker.storage.log_config import LogConfig
 from kbroker.storage.log_manager import LogManager
 from kbroker.storage.log_validator import RecordValidationError
 from kbroker.storage.producer_state import AppendOrigin, ProducerView
+from kbroker.storage.read_results import BatchBytes
 from kbroker.views.view import View
 from kbroker.views.view_reader import ViewReader
 from protocol.errors import ErrorCode, KafkaError
 from protocol.records import ATTRIBUTES_OFFSET, HEADER_SIZE, TRANSACTIONAL_BIT, read_header
+
+if TYPE_CHECKING:  # the archive brings boto3: imported only by a broker that archives
+    from kbroker.archive.archiver import Archiver
 
 log = logging.getLogger("kbroker.replication")
 
@@ -167,6 +172,7 @@ class ReplicaManager:
         # served from their source's partitions.
         self.views: Mapping[str, View] = {}
         self.view_reader = ViewReader()
+        self.archive: Archiver | None = None  # tiered storage (remote.log.storage.system.enable)
 
     def host(
         self,
@@ -464,9 +470,29 @@ class ReplicaManager:
             return partition.read_records(offset, budget, wanted.current_leader_epoch, isolation, first)
 
         if wanted.view is None:
-            return read_at(wanted.fetch_offset)
+            result = read_at(wanted.fetch_offset)
+            if result.error == ErrorCode.OFFSET_MOVED_TO_TIERED_STORAGE and isolation is not FetchIsolation.LOG_END:
+                return await self._read_archived(partition, result, wanted.fetch_offset, budget, isolation)
+            return result  # a follower behind the local log start is told so (as Kafka)
         result = await self.view_reader.read(wanted.view, wanted.index, wanted.fetch_offset, read_at, pacer)
         assert isinstance(result, LogReadResult)
+        return result
+
+    async def _read_archived(self, partition: Partition, result: LogReadResult, offset: int, budget: int,
+                             isolation: FetchIsolation) -> LogReadResult:
+        """A consumer's read below the local log start, from the archive (its errors: see
+        `Archiver.read`)."""
+        if self.archive is None:
+            return result
+        try:
+            read = await self.archive.read(partition, offset, budget, isolation is FetchIsolation.TXN_COMMITTED)
+        except KafkaError as e:
+            result.error = e.code
+            return result
+        result.error = ErrorCode.NO_ERROR
+        result.records = BatchBytes(read.data, read.first_offset) if read.data else None
+        if isolation is FetchIsolation.TXN_COMMITTED:
+            result.aborted_transactions = read.aborted
         return result
 
     # -- other reads and writes of partition state -------------------------------------------------

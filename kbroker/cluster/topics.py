@@ -78,6 +78,7 @@ class TopicManager:
         self.default_partitions = default_partitions
         self.default_replication_factor = default_replication_factor
         self.cluster: Controller | None = None  # set in a ZooKeeper cluster
+        self.archiving = False  # remote.log.storage.system.enable: topics may be tiered (docs/archive.md)
 
     def _placement_order(self) -> list[int]:
         return self.cluster.placement_order() if self.cluster is not None else self.live_brokers()
@@ -192,7 +193,9 @@ class TopicManager:
         if self.cache.topic(spec.name) is not None:
             raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{spec.name}' already exists.")
         configs = dict(spec.configs or {})
-        self._check_retry_topic(spec.name, self.log_config(configs))  # raises INVALID_CONFIG
+        config = self.log_config(configs)  # raises INVALID_CONFIG
+        self._check_retry_topic(spec.name, config)
+        self._check_tiering(config, None)
         if view_of(spec.name, configs) is not None:
             assignment = self._view_assignment(spec, configs)
         else:
@@ -414,12 +417,23 @@ class TopicManager:
         record = self.require(name)
         config = self.log_config(configs)
         self._check_retry_topic(name, config)
+        self._check_tiering(config, self.log_config(record.configs))
         self._check_view_change(record, configs)
         if validate_only:
             return
         await self.writer.run(self.store.set_topic_configs, name, dict(configs))
         self.configs_changed(name, configs)
         self.replicas.update_config(name, config)
+
+    def _check_tiering(self, config: LogConfig, before: LogConfig | None) -> None:
+        """A tiered topic needs an archiving broker; once tiered, a topic stays tiered (its
+        archived segments would be left where no fetch reads them)."""
+        if config.remote_storage_enable and not self.archiving:
+            raise KafkaError(ErrorCode.INVALID_CONFIG, "Tiered Storage functionality is disabled in the broker. "
+                             "Topic cannot be configured with remote log storage.")
+        if before is not None and before.remote_storage_enable and not config.remote_storage_enable:
+            raise KafkaError(ErrorCode.INVALID_CONFIG, "remote.storage.enable cannot be turned off: the topic's "
+                             "archived segments would no longer be read or deleted")
 
     def _check_view_change(self, record: TopicRecord, configs: Mapping[str, str]) -> None:
         """A view's filter and tag header may change (its consumers' offsets stay valid: they are

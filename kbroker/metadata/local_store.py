@@ -8,6 +8,7 @@ restarts as they do in ZooKeeper.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import uuid
@@ -26,6 +27,7 @@ from kbroker.metadata.store import (
     TopicRecord,
     Unwatch,
     VersionConflict,
+    check_remote_log,
     decode_acl_entries,
     desanitize_entity_name,
     encode_acl_entries,
@@ -41,7 +43,9 @@ from kbroker.security.acl import (
 from protocol.errors import ErrorCode, KafkaError
 
 STORE_FILE = "__kbroker_metadata.json"
-FORMAT_VERSION = 1  # later keys (partition_states, controller_epoch, cluster_id) are optional
+# Later keys (partition_states, controller_epoch, cluster_id, ..., remote_logs) are optional: a file
+# without them loads as empty.
+FORMAT_VERSION = 1
 CLUSTER_DEFAULT = "<default>"
 
 T = TypeVar("T")
@@ -84,6 +88,8 @@ class LocalMetadataStore(MetadataStore):
         self._entity_configs: dict[str, dict[str, str]] = {}
         self._group_configs: dict[str, dict[str, str]] = {}
         self._partition_states: dict[tuple[str, int], PartitionState] = {}
+        # (topic, partition) -> (the archive's document, its version); see set_remote_log.
+        self._remote_logs: dict[tuple[str, int], tuple[dict[str, Any], int]] = {}
         self._controller_epoch = 0
         self._cluster_id: str | None = None
         # The "session": gone when the process is.
@@ -121,6 +127,11 @@ class LocalMetadataStore(MetadataStore):
                 self._partition_states[(topic, int(partition))] = PartitionState(
                     s["leader"], s["leader_epoch"], list(s["isr"]), s["controller_epoch"], s["version"]
                 )
+        self._remote_logs = {
+            (topic, int(partition)): (dict(entry["document"]), int(entry["version"]))
+            for topic, partitions in document.get("remote_logs", {}).items()
+            for partition, entry in partitions.items()
+        }
         self._controller_epoch = document.get("controller_epoch", 0)
         self._cluster_id = document.get("cluster_id")
         self._acls = _decode_acls(document.get("acls", []))
@@ -141,6 +152,7 @@ class LocalMetadataStore(MetadataStore):
         self._entity_configs = {}
         self._group_configs = {}
         self._partition_states = {}
+        self._remote_logs = {}
         self._controller_epoch = 0
         self._cluster_id = None
         self._acls = {}
@@ -181,6 +193,8 @@ class LocalMetadataStore(MetadataStore):
             document["entity_configs"] = self._entity_configs
         if self._cluster_id is not None:
             document["cluster_id"] = self._cluster_id
+        if self._remote_logs:
+            document["remote_logs"] = _encode_remote_logs(self._remote_logs)
         if self._acls:
             document["acls"] = [
                 {"resource_type": resource_type_name(p.resource_type), "pattern_type": p.pattern_type.name,
@@ -206,6 +220,8 @@ class LocalMetadataStore(MetadataStore):
         removed = [key for key in self._partition_states if key[0] == name]
         for key in removed:
             del self._partition_states[key]
+        # The remote log metadata stays, as in ZooKeeper: it goes with delete_remote_logs, once the
+        # archived objects it points to are removed.
         self._save()
         self._topic_watchers.fire(set(self._topics))
         for key in removed:
@@ -380,6 +396,38 @@ class LocalMetadataStore(MetadataStore):
         if watchers:
             watchers.fire(state)
 
+    # -- remote log metadata --------------------------------------------------------------------
+
+    def get_remote_log(self, topic: str, partition: int) -> tuple[dict[str, Any] | None, int]:
+        found = self._remote_logs.get((topic, partition))
+        return (None, -1) if found is None else (copy.deepcopy(found[0]), found[1])
+
+    def set_remote_log(self, topic: str, partition: int, document: Mapping[str, Any], expected_version: int) -> int:
+        # Through JSON as ZooKeeper does: the same documents are refused (too large, not JSON), the
+        # same come back (integer keys as strings), and the caller keeps no alias of what is stored.
+        encoded = json.dumps(dict(document), separators=(",", ":")).encode()
+        check_remote_log(topic, partition, expected_version, encoded)
+        current = self._remote_logs.get((topic, partition))
+        actual = -1 if current is None else current[1]
+        if actual != expected_version:
+            raise VersionConflict(f"remote log metadata of {topic}-{partition}", expected_version,
+                                  None if current is None else actual)
+        self._remote_logs[(topic, partition)] = (json.loads(encoded), actual + 1)
+        self._save()
+        return actual + 1
+
+    def delete_remote_logs(self, topic: str) -> None:
+        removed = [key for key in self._remote_logs if key[0] == topic]
+        if not removed:
+            return  # no save: nothing changed
+        for key in removed:
+            del self._remote_logs[key]
+        self._save()
+
+    def list_remote_logs(self, topic: str) -> dict[int, tuple[dict[str, Any], int]]:
+        return {partition: (copy.deepcopy(document), version)
+                for (t, partition), (document, version) in sorted(self._remote_logs.items()) if t == topic}
+
     # -- brokers --------------------------------------------------------------------------------
 
     def register_broker(self, registration: BrokerRegistration) -> None:
@@ -445,6 +493,14 @@ def _named_user(entity_path: str) -> str | None:
     if entity_type != "users" or "/" in name or name == CLUSTER_DEFAULT:
         return None
     return desanitize_entity_name(name)
+
+
+def _encode_remote_logs(remote_logs: Mapping[tuple[str, int], tuple[dict[str, Any], int]]) -> dict[str, Any]:
+    """{"<topic>": {"<partition>": {"version": v, "document": {...}}}}, the file's `remote_logs`."""
+    encoded: dict[str, dict[str, Any]] = {}
+    for (topic, partition), (document, version) in sorted(remote_logs.items()):
+        encoded.setdefault(topic, {})[str(partition)] = {"version": version, "document": document}
+    return encoded
 
 
 def _with_version(state: PartitionState, version: int) -> PartitionState:

@@ -112,6 +112,39 @@ class BrokerIdInUse(MetadataConflict):
     """Another live broker (another ZooKeeper session) is registered with this id."""
 
 
+# ZooKeeper refuses a packet over jute.maxbuffer (~1 MiB by default) and kazoo then reports only a
+# lost connection; a remote log document stays well below, path and request header included.
+REMOTE_LOG_MAX_BYTES = 900_000
+
+
+class RemoteLogTooLarge(MetadataConflict):
+    """A remote log document is too large to store (over REMOTE_LOG_MAX_BYTES as compact JSON).
+
+    A MetadataConflict rather than a ValueError: the document grows with the data archived, so this
+    is a write the store refuses at run time, not a caller's mistake, and callers already treat a
+    refused metadata write as "this partition's archiving failed, back off" without stopping the
+    others. Unlike a VersionConflict, re-reading and retrying does not help: fewer segments must be
+    recorded (the archive's retention must catch up)."""
+
+    def __init__(self, topic: str, partition: int, size: int) -> None:
+        super().__init__(f"remote log metadata of {topic}-{partition} is {size} bytes as JSON, over the "
+                         f"{REMOTE_LOG_MAX_BYTES} bytes the metadata store keeps in one document")
+        self.size = size
+
+
+def check_remote_log(topic: str, partition: int, expected_version: int, encoded: bytes) -> None:
+    """Refuse, the same way in every store, a write no store can take: a document ZooKeeper would
+    fail on obscurely (a dropped connection) is refused by the local store too, so a single node
+    never holds what a cluster could not; and ZooKeeper's set reads version -1 as "any version",
+    so no other negative version may pass for one."""
+    if partition < 0:
+        raise ValueError(f"partition {partition} of {topic} is negative")
+    if expected_version < -1:
+        raise ValueError(f"expected_version {expected_version} is neither -1 (create) nor a version")
+    if len(encoded) > REMOTE_LOG_MAX_BYTES:
+        raise RemoteLogTooLarge(topic, partition, len(encoded))
+
+
 _SANITIZE_SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-_")
 
 
@@ -137,7 +170,9 @@ class MetadataStore(ABC):
 
     @abstractmethod
     def delete_topic(self, name: str) -> None:
-        """Remove the topic, its configs and its partition states; UNKNOWN_TOPIC_OR_PARTITION if absent."""
+        """Remove the topic, its configs and its partition states; UNKNOWN_TOPIC_OR_PARTITION if absent.
+        Its remote log metadata stays: it is what finds the archived objects, so it goes only with
+        an explicit `delete_remote_logs`, once they are removed."""
 
     @abstractmethod
     def get_topic(self, name: str) -> TopicRecord | None: ...
@@ -247,6 +282,33 @@ class MetadataStore(ABC):
         self, topic: str, partition: int, callback: Callable[[PartitionState | None], None]
     ) -> Unwatch:
         """Call `callback(state)` now and after every change (None while it does not exist)."""
+
+    # -- remote log metadata (the tiered-storage archive) ------------------------------------------
+    # Kafka keeps it in the __remote_log_metadata topic; here one JSON document per partition,
+    # written with compare-and-set so that of two brokers that both believe they lead a partition
+    # (a deposed leader that has not noticed yet) only one can record what it archived.
+
+    @abstractmethod
+    def get_remote_log(self, topic: str, partition: int) -> tuple[dict[str, Any] | None, int]:
+        """The partition's document and its version (ZooKeeper's znode version); (None, -1) when
+        there is none. The document is the caller's own copy."""
+
+    @abstractmethod
+    def set_remote_log(self, topic: str, partition: int, document: Mapping[str, Any], expected_version: int) -> int:
+        """Write the document if the stored one is still at `expected_version` (-1: only if there is
+        none yet, which creates it at version 0); returns the new version. Raises VersionConflict
+        otherwise, RemoteLogTooLarge when it is over REMOTE_LOG_MAX_BYTES as compact JSON. The
+        document must be JSON (dicts with string keys, lists, strings, numbers)."""
+
+    @abstractmethod
+    def delete_remote_logs(self, topic: str) -> None:
+        """Remove the documents of every partition of the topic (nothing to do when there are
+        none): called when the topic is gone and so are its archived objects. A document created
+        afterwards starts again at version 0."""
+
+    @abstractmethod
+    def list_remote_logs(self, topic: str) -> dict[int, tuple[dict[str, Any], int]]:
+        """partition -> (document, version) for every partition of the topic that has one."""
 
     # -- brokers --------------------------------------------------------------------------------
 

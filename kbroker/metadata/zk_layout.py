@@ -26,6 +26,15 @@ The layout and JSON are Kafka's (`kafka.zk.ZkData`), so an operator's habits (`z
     /kafka-acl-changes/acl_changes_<seq>          "Topic:<name>" (a LITERAL pattern changed)
     /kafka-acl-extended-changes/acl_changes_<seq> {"version":1,"resourceType":"Topic","name":..,
                                                    "patternType":"PREFIXED"}
+
+Under /kbroker, znodes of kbroker's own, not Kafka's (a Kafka broker neither reads nor writes
+them; Kafka has no such znodes):
+
+    /kbroker/remote_log/<topic>/<partition>       the archive's remote log metadata of a partition
+                                                  (Kafka keeps it in the __remote_log_metadata topic):
+                                                  the archive's JSON document, written with
+                                                  compare-and-set on the znode version; kept when the
+                                                  topic is deleted, until its archived objects are gone
 """
 
 from __future__ import annotations
@@ -75,6 +84,9 @@ ACL_CHANGE_PREFIX = "acl_changes_"
 TOP_LEVEL_PATHS = (BROKER_IDS_PATH, TOPICS_PATH, TOPIC_CONFIGS_PATH, BROKER_CONFIGS_PATH, CONFIG_CHANGES_PATH,
                    DELETE_TOPICS_PATH, LITERAL_ACL_PATH, PREFIXED_ACL_PATH, LITERAL_ACL_CHANGES_PATH,
                    PREFIXED_ACL_CHANGES_PATH)
+# kbroker's own znodes (not Kafka's): created on first use, never by a Kafka broker.
+KBROKER_ROOT = "/kbroker"
+REMOTE_LOG_PATH = f"{KBROKER_ROOT}/remote_log"
 CLUSTER_DEFAULT = "<default>"
 # Kafka's brokers purge change notifications older than this (changeExpirationMs).
 CONFIG_CHANGE_EXPIRATION_MS = 15 * 60 * 1000
@@ -87,6 +99,15 @@ def topic_path(topic: str) -> str:
 
 def partition_state_path(topic: str, partition: int) -> str:
     return f"{TOPICS_PATH}/{topic}/partitions/{partition}/state"
+
+
+def remote_logs_path(topic: str) -> str:
+    """The parent of a topic's remote log documents, one child per partition."""
+    return f"{REMOTE_LOG_PATH}/{topic}"
+
+
+def remote_log_path(topic: str, partition: int) -> str:
+    return f"{REMOTE_LOG_PATH}/{topic}/{partition}"
 
 
 def broker_path(broker_id: int) -> str:

@@ -21,6 +21,7 @@ from kazoo.exceptions import (
     BadVersionError,
     NodeExistsError,
     NoNodeError,
+    NotEmptyError,
     RolledBackError,
     RuntimeInconsistency,
 )
@@ -40,6 +41,7 @@ from kbroker.metadata.store import (
     TopicRecord,
     Unwatch,
     VersionConflict,
+    check_remote_log,
     desanitize_entity_name,
     sanitize_entity_name,
 )
@@ -72,6 +74,8 @@ from kbroker.metadata.zk_layout import (
     encode_topic,
     legal_topic,
     partition_state_path,
+    remote_log_path,
+    remote_logs_path,
     topic_path,
 )
 from kbroker.metadata.zk_watch import CancellableWatch, call_guarded
@@ -260,7 +264,8 @@ class ZooKeeperMetadataStore(MetadataStore):
     def delete_topic(self, name: str) -> None:
         if not legal_topic(name) or self._client.exists(topic_path(name)) is None:
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{name}' does not exist.")
-        # Kafka's controller order: the topic with its partition states, then its config.
+        # Kafka's controller order: the topic with its partition states, then its config. The
+        # remote log metadata under /kbroker/remote_log stays (see `delete_remote_logs`).
         try:
             self._client.delete(topic_path(name), recursive=True)
         except NoNodeError:
@@ -519,6 +524,70 @@ class ZooKeeperMetadataStore(MetadataStore):
         DataWatch(self._client, partition_state_path(topic, partition), on_data)
         return watch.cancel
 
+    # -- remote log metadata --------------------------------------------------------------------
+
+    def get_remote_log(self, topic: str, partition: int) -> tuple[dict[str, Any] | None, int]:
+        found = self._get(remote_log_path(topic, partition)) if legal_topic(topic) else None
+        return (None, -1) if found is None else (found[0], found[1].version)
+
+    def set_remote_log(self, topic: str, partition: int, document: Mapping[str, Any], expected_version: int) -> int:
+        if not legal_topic(topic):
+            raise KafkaError(ErrorCode.INVALID_TOPIC, f"topic name {topic!r} is illegal")
+        data = encode_json(dict(document))
+        check_remote_log(topic, partition, expected_version, data)
+        if expected_version == -1:  # never passed to set, where it would mean "any version"
+            return self._create_remote_log(topic, partition, data)
+        path = remote_log_path(topic, partition)
+        try:
+            stat = self._client.set(path, data, version=expected_version)
+        except BadVersionError:
+            current = self._client.exists(path)
+            raise VersionConflict(_remote_log_what(topic, partition), expected_version,
+                                  None if current is None else current.version) from None
+        except NoNodeError:
+            raise VersionConflict(_remote_log_what(topic, partition), expected_version, None) from None
+        return stat.version
+
+    def _create_remote_log(self, topic: str, partition: int, data: bytes) -> int:
+        """The first document: version 0, as every new znode. Like the other writes, not wrapped
+        in kazoo's retry: a create that landed before the connection dropped would be retried into
+        a false conflict; the caller re-reads instead."""
+        path = remote_log_path(topic, partition)
+        try:
+            self._client.create(path, data, makepath=True)
+        except NodeExistsError:
+            current = self._client.exists(path)
+            raise VersionConflict(_remote_log_what(topic, partition), -1,
+                                  None if current is None else current.version) from None
+        return 0
+
+    def delete_remote_logs(self, topic: str) -> None:
+        if not legal_topic(topic):
+            return
+        for _ in range(_CAS_ATTEMPTS):
+            try:
+                # kazoo deletes the children first, then the parent; a document created between
+                # the two (a broker still archiving) fails the parent's delete: go round again.
+                self._client.delete(remote_logs_path(topic), recursive=True)
+                return
+            except NoNodeError:
+                return
+            except NotEmptyError:
+                continue
+        raise MetadataConflict(f"the remote log metadata of {topic} keeps being written while it is deleted")
+
+    def list_remote_logs(self, topic: str) -> dict[int, tuple[dict[str, Any], int]]:
+        if not legal_topic(topic):
+            return {}
+        try:
+            children = self._client.retry(self._client.get_children, remote_logs_path(topic))
+        except NoNodeError:
+            return {}
+        partitions = sorted(int(c) for c in children if c.isdigit())
+        found = self._get_many([remote_log_path(topic, p) for p in partitions])
+        return {p: (result[0], result[1].version)
+                for p, result in zip(partitions, found, strict=True) if result is not None}  # None: deleted since
+
     # -- brokers --------------------------------------------------------------------------------
 
     def register_broker(self, registration: BrokerRegistration) -> None:
@@ -649,6 +718,10 @@ class ZooKeeperMetadataStore(MetadataStore):
 
 
 # -- encoding -------------------------------------------------------------------------------------
+
+
+def _remote_log_what(topic: str, partition: int) -> str:
+    return f"remote log metadata of {topic}-{partition}"
 
 
 def _failed(results: list[Any]) -> bool:

@@ -63,7 +63,7 @@ class BrokerCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         sections: list[Callable[[], list[Metric]]] = [
             self._traffic, self._requests, self._event_loop, self._partitions, self._logs, self._groups,
-            self._connections, self._throttles, self._views]
+            self._connections, self._throttles, self._views, self._archive]
         for section in sections:
             yield from self._guarded(section)
 
@@ -252,6 +252,29 @@ class BrokerCollector(Collector):
             batches.add_metric([view, "rebuilt"], counted.batches_rebuilt)
             batches.add_metric([view, "emptied"], counted.batches_emptied)
         return [records, batches, remembered]
+
+    def _archive(self) -> list[Metric]:
+        """The archive (docs/archive.md), when the broker archives."""
+        archiver = self.broker.archiver
+        if archiver is None:
+            return []
+        return [
+            CounterMetricFamily("kbroker_archive_segments_copied", "Segments copied to the object store.",
+                                value=archiver.segments_copied),
+            CounterMetricFamily("kbroker_archive_bytes_copied", "Bytes of segments copied to the object store.",
+                                value=archiver.bytes_copied),
+            CounterMetricFamily("kbroker_archive_segments_deleted", "Archived segments the total retention "
+                                "deleted.", value=archiver.segments_deleted),
+            CounterMetricFamily("kbroker_archive_failures", "Archiving rounds of a partition that failed (the "
+                                "object store unreachable, a metadata conflict); its local data is kept.",
+                                value=archiver.failures),
+            GaugeMetricFamily("kbroker_archive_partitions_backing_off", "Tiered partitions waiting to retry "
+                              "archiving after a failure.", value=archiver.backing_off),
+            GaugeMetricFamily("kbroker_archive_cache_bytes", "Bytes of archived segments cached on local disk for "
+                              "consumers' reads.", value=archiver.reader.cached_bytes),
+            CounterMetricFamily("kbroker_archive_reads_from_store", "Chunks of archived segments fetched from the "
+                                "object store (reads the cache did not answer).", value=archiver.reader.gets),
+        ]
 
     def _throttles(self) -> list[Metric]:
         throttled = CounterMetricFamily("kbroker_throttled_requests", "Answers a quota throttled, per quota "

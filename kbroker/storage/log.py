@@ -36,6 +36,7 @@ from kbroker.storage.log_delayed import LogDelayedRecords
 from kbroker.storage.log_dir_health import LogDirHealth
 from kbroker.storage.log_loader import LogLoader, rebuild_producer_state
 from kbroker.storage.log_segments import LogSegments, open_segment
+from kbroker.storage.log_tiered import LogTiering
 from kbroker.storage.log_validator import (
     assign_offsets,
     check_follower_offsets,
@@ -94,7 +95,7 @@ class RolledFlush:
                 os.close(descriptor)
 
 
-class Log(LogDelayedRecords):
+class Log(LogDelayedRecords, LogTiering):
     def __init__(
         self,
         directory: Path,
@@ -109,6 +110,7 @@ class Log(LogDelayedRecords):
         keyring: Keyring | None = None,
         pending_cache: PendingValueCache = SHARED,
         writer: DirWriter | None = None,
+        archiving: bool = False,
     ) -> None:
         parsed = parse_log_dir_name(directory.name) or parse_future_dir_name(directory.name)
         if parsed is None:
@@ -129,6 +131,7 @@ class Log(LogDelayedRecords):
         self.writer = writer
         self._inflight: PendingWrite | None = None
         self.config = config
+        self.archiving_enabled = archiving  # remote.log.storage.system.enable (log_tiered.py)
         self.clock = clock
         # Shared by every log of the dir: a full or failed disk stops writes to all of them.
         self.health = health or LogDirHealth(directory.parent)
@@ -157,8 +160,10 @@ class Log(LogDelayedRecords):
             log_start_offset=self.log_start_offset, recovery_point=self.recovery_point,
             had_clean_shutdown=had_clean_shutdown, now_ms=now, cipher=self.cipher,
         ).load()
+        self.checkpointed_log_start = self.log_start_offset  # a tiered log's may be in the archive
         self.log_start_offset = self.cleaner_checkpoint = loaded.log_start_offset
         self._log_end_offset = self.recovery_point = loaded.log_end_offset
+        self.config_applied()
 
     def _roll_if_key_changed(self) -> None:
         """New batches go to a new segment when the key they are written with changed (a rotated
@@ -553,6 +558,11 @@ class Log(LogDelayedRecords):
                 ErrorCode.OFFSET_OUT_OF_RANGE,
                 f"offset {offset} is outside [{self.log_start_offset}, {end}] of {self.name}",
             )
+        if offset < self.local_log_start_offset:
+            # Below this disk's window, in the archive: the caller reads it there.
+            raise KafkaError(ErrorCode.OFFSET_MOVED_TO_TIERED_STORAGE,
+                             f"offset {offset} of {self.name} is archived (local log start "
+                             f"{self.local_log_start_offset})")
         upper = end if max_offset_exclusive is None else min(max_offset_exclusive, end)
         if offset >= upper:
             return None
@@ -602,7 +612,10 @@ class Log(LogDelayedRecords):
         """Retention: segments below the log start; by retention.bytes and retention.ms when the
         cleanup policy includes delete. Returns how many segments went."""
         deleted = self._delete_segments_below_log_start(now_ms)
-        if self.config.delete:
+        if self.tiered:
+            # The total retention is the archive's (kbroker/archive); the disk keeps a window.
+            deleted += self._delete_archived(now_ms)
+        elif self.config.delete:
             deleted += self._delete_by_size(now_ms)
             deleted += self._delete_by_time(now_ms)
         return deleted
@@ -632,11 +645,13 @@ class Log(LogDelayedRecords):
             lambda segment, upper: now_ms - segment.largest_timestamp > retention, now_ms, "retention.ms"
         )
 
-    def _delete_prefix(self, deletable: Callable[[LogSegment, int], bool], now_ms: int, reason: str) -> int:
+    def _delete_prefix(self, deletable: Callable[[LogSegment, int], bool], now_ms: int, reason: str,
+                       advance_start: bool = True) -> int:
         """Delete the oldest segments while `deletable(segment, next offset)` holds.
 
         Only segments wholly below the high watermark go; the active one only if non-empty,
-        after rolling a new one so the log never runs out of segments.
+        after rolling a new one so the log never runs out of segments. `advance_start` False
+        (local retention of a tiered log): the partition's log start stays, in the archive.
         """
         # A segment holding a pending delayed record stays until its delivery (the log is its store).
         pending = self.delay_index.lowest_pending_offset()
@@ -648,12 +663,12 @@ class Log(LogDelayedRecords):
             self.roll(now_ms)
         self._schedule_deletion(doomed, now_ms)
         new_start = self._segments.first.base_offset
-        if new_start > self.log_start_offset:
+        if advance_start and new_start > self.log_start_offset:
             self._advance_log_start(new_start)
         snapshots = self.producer_state.snapshot_offsets()
         self.producer_state.delete_snapshots(below=new_start, keep=snapshots[-1:])
-        log.info("%s: deleted %d segment(s) by %s; log start is now %d",
-                 self.name, len(doomed), reason, self.log_start_offset)
+        log.info("%s: deleted %d segment(s) by %s; log start is now %d, local log start %d",
+                 self.name, len(doomed), reason, self.log_start_offset, self.local_log_start_offset)
         return len(doomed)
 
     @settled

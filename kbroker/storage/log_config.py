@@ -113,6 +113,7 @@ class LogConfig:
                 f"delivery.delay.ms {config.delivery_delay_ms} is above delay.max.ms {config.delay_max_ms}",
             )
         _check_delay_features(config)
+        _check_tiering(config)
         return config
 
     @property
@@ -140,6 +141,26 @@ def _check_delay_features(config: LogConfig) -> None:
     if config.retry_target_topic and too_long:
         raise KafkaError(ErrorCode.INVALID_CONFIG,
                          f"retry.backoff.ms {too_long[0]} is above delay.max.ms {config.delay_max_ms}")
+
+
+def _check_tiering(config: LogConfig) -> None:
+    """Kafka's checks of a tiered topic (LogConfig.validateRemoteStorage*): no compaction, and a
+    local window no larger than the total retention."""
+    if not config.remote_storage_enable:
+        return
+    if config.compact:
+        raise KafkaError(ErrorCode.INVALID_CONFIG, "Remote log storage is unsupported for the compacted topics")
+    for local_name, local, total_name, total in (
+            ("local.retention.bytes", config.local_retention_bytes, "retention.bytes", config.retention_bytes),
+            ("local.retention.ms", config.local_retention_ms, "retention.ms", config.retention_ms)):
+        if total == -1 or local == -2:
+            continue
+        if local == -1:
+            raise KafkaError(ErrorCode.INVALID_CONFIG, f"Invalid value -1 for configuration {local_name}: "
+                             f"Value must not be -1 as {total_name} value is set as {total}.")
+        if local > total:
+            raise KafkaError(ErrorCode.INVALID_CONFIG, f"Invalid value {local} for configuration {local_name}: "
+                             f"Value must not be more than {total_name} property value: {total}")
 
 
 # -- parsing ---------------------------------------------------------------------------------

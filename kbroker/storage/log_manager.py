@@ -84,6 +84,7 @@ class LogManager:
         initial_task_delay_ms: int = DEFAULT_INITIAL_TASK_DELAY_MS,
         clock: WallClock = wall_clock_ms,
         keyring: Keyring | None = None,
+        archiving: bool = False,
     ) -> None:
         if not log_dirs:
             raise ValueError("at least one log dir is needed")
@@ -94,6 +95,7 @@ class LogManager:
         self.checkpoint_interval_ms = checkpoint_interval_ms
         self.clock = clock
         self.keyring = keyring  # encryption at rest (log.encryption.key.file), or None
+        self.archiving = archiving  # remote.log.storage.system.enable: tiered topics' logs keep a window
         self._logs: dict[tuple[str, int], Log] = {}
         # Replicas being copied to another log dir (`LogDirMover`), and where partitions not yet
         # created here are to go (AlterReplicaLogDirs before the replica exists, as in Kafka).
@@ -157,6 +159,7 @@ class LogManager:
                 health=self.health[log_dir],
                 keyring=self.keyring,
                 writer=self.writers[log_dir],
+                archiving=self.archiving,
             )
             opened.cleaner_checkpoint = max(cleaner_offsets.get(key, 0), opened.log_start_offset)
             loaded[key] = opened
@@ -203,13 +206,15 @@ class LogManager:
         if existing is not None:
             if config is not None:
                 existing.config = config
+                existing.config_applied()
             return existing
         log_dir = self._preferred_dir(key) or self._least_loaded_dir()
         directory = log_dir / f"{topic}-{partition}"
         existed = directory.exists()
         try:
             created = Log(directory, config or self.config_provider(topic), had_clean_shutdown=True, clock=self.clock,
-                          health=self.health[log_dir], keyring=self.keyring, writer=self.writers[log_dir])
+                          health=self.health[log_dir], keyring=self.keyring, writer=self.writers[log_dir],
+                          archiving=self.archiving)
         except BaseException:
             if not existed and directory.is_dir():
                 shutil.rmtree(directory, ignore_errors=True)  # no half-made partition left behind

@@ -255,7 +255,8 @@ class LogDirMover:
         try:
             future = Log(directory, _copy_config(source), log_start_offset=source.segments[0].base_offset,
                          had_clean_shutdown=True, clock=source.clock, health=health,
-                         keyring=source.cipher.keyring if source.cipher is not None else None)
+                         keyring=source.cipher.keyring if source.cipher is not None else None,
+                         archiving=source.archiving_enabled)
         except OSError as e:
             raise health.failed(e, f"creating {directory}") from e
         self.manager.future_logs[(source.topic, source.partition)] = future

@@ -97,5 +97,10 @@ def _read(path: Path) -> list[AbortedTxn]:
         data = path.read_bytes()
     except FileNotFoundError:
         return []
+    return parse_entries(data)
+
+
+def parse_entries(data: bytes) -> list[AbortedTxn]:
+    """The entries of a `.txnindex` file's bytes (an archived segment's too)."""
     whole = len(data) - len(data) % _ENTRY.size  # a torn last entry is rebuilt by recovery
     return [AbortedTxn(pid, first, last, lso) for version, pid, first, last, lso in _ENTRY.iter_unpack(data[:whole])]

@@ -1,0 +1,396 @@
+"""The archive's background work (Kafka's RemoteLogManager): for every tiered partition this
+broker leads, copy closed segments below the last stable offset to the object store, record
+them in the partition's remote log metadata, and apply the total retention to what is archived;
+for every tiered partition it hosts, tell the log what is archived so local retention may
+delete it. Consumers' reads below the local log start are served from here too.
+
+One round every `remote.log.manager.task.interval.ms`; a partition whose round fails (the
+object store unreachable, a metadata conflict) waits a backoff that doubles up to
+`remote.log.manager.task.retry.backoff.max.ms` and keeps its local data meanwhile. Every write
+of the metadata is a compare-and-set on the version the round read: of two brokers that both
+think they lead a partition, the one with the older view fails and stops; the one that reads a
+document written by a newer leader epoch leaves the partition alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from kbroker.archive.object_store import ObjectStore, ObjectStoreError
+from kbroker.archive.remote_log import (
+    COPY_FINISHED,
+    COPY_STARTED,
+    DELETE_STARTED,
+    LEADER_EPOCHS,
+    LOG,
+    OFFSET_INDEX,
+    PRODUCER_SNAPSHOT,
+    TIME_INDEX,
+    TXN_INDEX,
+    RemoteLog,
+    RemoteSegment,
+)
+from kbroker.archive.remote_reader import RemoteReader
+from kbroker.clock import WallClock, wall_clock_ms
+from kbroker.log_limiter import RateLimitedLog
+from kbroker.metadata.store import MetadataConflict, MetadataStore
+from kbroker.storage.index import segment_file_name
+from kbroker.storage.log import Log
+from kbroker.storage.segment import LogSegment
+from protocol.errors import ErrorCode, KafkaError
+from protocol.records import read_header
+
+log = logging.getLogger("kbroker.archive")
+limited_log = RateLimitedLog(log)
+
+
+class Runner(Protocol):
+    """Where metadata store calls run (the broker's StoreWriter: off the event loop for ZooKeeper)."""
+
+    async def run(self, call: Callable[..., object], *args: object) -> object: ...
+
+
+class Hosted(Protocol):
+    """What the archiver needs of a partition (kbroker/cluster/partition.py)."""
+
+    topic: str
+    index: int
+    log: Log
+    leader_epoch: int
+
+    @property
+    def is_leader(self) -> bool: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ArchiveSettings:
+    task_interval_ms: int = 30_000
+    retry_backoff_ms: int = 500
+    retry_backoff_max_ms: int = 30_000
+    cache_bytes: int = 1 << 30
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteRead:
+    """Archived batches for a fetch, and the aborted transactions (producer id, first offset)
+    overlapping them for read_committed."""
+
+    data: bytes
+    first_offset: int
+    aborted: list[tuple[int, int]]
+
+
+class Fenced(Exception):
+    """Another leader wrote the partition's metadata: this broker stops archiving it."""
+
+
+@dataclass(slots=True)
+class _Backoff:
+    delay_ms: int
+    next_ms: int
+
+
+class Archiver:
+    def __init__(self, settings: ArchiveSettings, store: ObjectStore, metadata: MetadataStore, writer: Runner,
+                 partitions: Callable[[], Iterator[Hosted]], cache_dir: Path,
+                 clock: WallClock = wall_clock_ms) -> None:
+        self.settings = settings
+        self.store = store
+        self.metadata = metadata
+        self.writer = writer
+        self.partitions = partitions
+        self.clock = clock
+        self.reader = RemoteReader(store, cache_dir, settings.cache_bytes)
+        self.remote_logs: dict[tuple[str, int], RemoteLog] = {}  # as last read or written
+        self._backoff: dict[tuple[str, int], _Backoff] = {}
+        self._task: asyncio.Task[None] | None = None
+        self._wake = asyncio.Event()
+        # What the metrics and `kbroker topics --describe` show.
+        self.segments_copied = 0
+        self.bytes_copied = 0
+        self.segments_deleted = 0
+        self.failures = 0
+        self.last_error = ""
+
+    @property
+    def backing_off(self) -> int:
+        return len(self._backoff)
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        self.store.close()
+
+    def wake(self) -> None:
+        """Run a round now (a topic's configs changed; tests)."""
+        self._wake.set()
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                await self.round()
+            except Exception:  # a bug must not end archiving for good: the next round retries
+                log.exception("archiving round failed")
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.settings.task_interval_ms / 1000):
+                    await self._wake.wait()
+            self._wake.clear()
+
+    async def round(self) -> None:
+        """One pass over the hosted tiered partitions."""
+        for partition in list(self.partitions()):
+            if not partition.log.tiered:
+                continue
+            key = (partition.topic, partition.index)
+            backoff = self._backoff.get(key)
+            if backoff is not None and self.clock() < backoff.next_ms:
+                continue
+            try:
+                await self._archive(partition)
+            except (ObjectStoreError, MetadataConflict, OSError) as e:
+                self._failed(key, partition, e)
+            except Fenced as e:
+                log.info("%s-%d: %s", *key, e)
+            else:
+                self._backoff.pop(key, None)
+
+    def _failed(self, key: tuple[str, int], partition: Hosted, error: Exception) -> None:
+        self.failures += 1
+        self.last_error = f"{partition.topic}-{partition.index}: {error}"
+        before = self._backoff.get(key)
+        delay = self.settings.retry_backoff_ms if before is None else \
+            min(before.delay_ms * 2, self.settings.retry_backoff_max_ms)
+        self._backoff[key] = _Backoff(delay, self.clock() + delay)
+        if before is None:  # once per failure streak, not every retry
+            log.warning("archiving %s-%d failed, retrying with backoff (local data kept): %s", *key, error)
+
+    # -- reads ----------------------------------------------------------------------------------
+
+    async def read(self, partition: Hosted, offset: int, max_bytes: int, committed: bool) -> RemoteRead:
+        """A consumer's fetch from `offset`, below the local log start: OFFSET_OUT_OF_RANGE when
+        the archive does not hold it; ObjectStoreError when the store cannot be read."""
+        topic, index = partition.topic, partition.index
+        remote = self.remote_logs.get((topic, index))
+        if remote is None or remote.segment_for(offset) is None:
+            remote = await self.load(topic, index)  # after a start, or a copy by another leader
+        segment = remote.segment_for(offset)
+        if segment is None:
+            raise KafkaError(ErrorCode.OFFSET_OUT_OF_RANGE,
+                             f"offset {offset} of {topic}-{index} is neither archived nor local")
+        try:
+            data = await asyncio.to_thread(self.reader.read, topic, index, segment, offset, max_bytes)
+            if not data:
+                return RemoteRead(data, offset, [])
+            aborted = await self._aborted(partition, remote, segment, offset, _end_of(data)) if committed else []
+        except (ObjectStoreError, OSError) as e:
+            # Retriable for every client, which fetches again (Kafka answers UNKNOWN_SERVER_ERROR).
+            limited_log.warning(f"read-{topic}-{index}", "reading %s-%d at %d from the archive failed: %s",
+                                topic, index, offset, e)
+            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"the archive cannot be read: {e}") from None
+        return RemoteRead(data, read_header(data).base_offset, aborted)
+
+    async def _aborted(self, partition: Hosted, remote: RemoteLog, segment: RemoteSegment, offset: int,
+                       upper: int) -> list[tuple[int, int]]:
+        """Aborted transactions overlapping [offset, upper): from the transaction indexes of this
+        archived segment and the ones after it, then the local log's, until an entry's last
+        stable offset shows no later one can overlap (Kafka's collectAbortedTransactions)."""
+        found: list[tuple[int, int]] = []
+        for later in sorted(remote.finished, key=lambda s: s.base_offset):
+            if later.base_offset < segment.base_offset:
+                continue
+            entries = await asyncio.to_thread(self.reader.aborted_transactions, partition.topic, partition.index,
+                                              later)
+            for txn in entries:
+                if txn.last_offset >= offset and txn.first_offset < upper:
+                    found.append((txn.producer_id, txn.first_offset))
+                if txn.last_stable_offset >= upper:
+                    return found
+        log_ = partition.log
+        return found + log_.collect_aborted_transactions(max(offset, log_.local_log_start_offset), upper)
+
+    # -- one partition ----------------------------------------------------------------------------
+
+    async def _archive(self, partition: Hosted) -> None:
+        remote = await self.load(partition.topic, partition.index)
+        if partition.is_leader:
+            epoch = partition.leader_epoch
+            if remote.leader_epoch > epoch:
+                raise Fenced(f"archived by a newer leader epoch {remote.leader_epoch} (this broker's: {epoch})")
+            remote = await self._clean(partition, remote, epoch)
+            self._adopt(partition.log, remote)
+            remote = await self._copy(partition, remote, epoch)
+            remote = await self._expire(partition, remote, epoch)
+        self._adopt(partition.log, remote)
+
+    async def load(self, topic: str, partition: int) -> RemoteLog:
+        document, version = await self.writer.run(self.metadata.get_remote_log, topic, partition)  # type: ignore[misc]
+        remote = RemoteLog.from_document(topic, partition, document, version)
+        self.remote_logs[(topic, partition)] = remote
+        return remote
+
+    async def _write(self, remote: RemoteLog, segments: list[RemoteSegment], epoch: int) -> RemoteLog:
+        updated = remote.with_segments(segments, epoch)
+        version = await self.writer.run(self.metadata.set_remote_log, remote.topic, remote.partition,
+                                        updated.to_document(), remote.version)
+        written = dataclasses.replace(updated, version=int(version))  # type: ignore[call-overload]
+        self.remote_logs[(remote.topic, remote.partition)] = written
+        return written
+
+    @staticmethod
+    def _adopt(log_: Log, remote: RemoteLog) -> None:
+        """The log learns what is archived; a log start the archive's retention (or a lost
+        checkpoint) left below anything that exists moves up to what does."""
+        log_.highest_offset_in_remote = remote.highest_offset
+        earliest = remote.earliest_offset
+        readable = log_.local_log_start_offset if earliest is None else min(earliest, log_.local_log_start_offset)
+        if log_.log_start_offset < readable:
+            log_.advance_log_start_for_archive(readable)
+
+    async def _clean(self, partition: Hosted, remote: RemoteLog, epoch: int) -> RemoteLog:
+        """Segments a round left half done (a leader that died mid-upload or mid-delete): their
+        objects go, then their records. Nothing of this broker's is in flight at a round's start."""
+        unfinished = [s for s in remote.segments if s.state != COPY_FINISHED]
+        if not unfinished:
+            return remote
+        await asyncio.to_thread(self._delete_objects, partition, unfinished)
+        kept = [s for s in remote.segments if s.state == COPY_FINISHED]
+        log.info("%s-%d: removed %d unfinished archived segment(s)", partition.topic, partition.index,
+                 len(unfinished))
+        return await self._write(remote, kept, epoch)
+
+    # -- copying ----------------------------------------------------------------------------------
+
+    async def _copy(self, partition: Hosted, remote: RemoteLog, epoch: int) -> RemoteLog:
+        for segment, end_offset in copyable(partition.log, remote.highest_offset):
+            started = RemoteSegment(uuid.uuid4().hex, segment.base_offset, end_offset, COPY_STARTED, epoch,
+                                    segment.size, segment.largest_timestamp)
+            remote = await self._write(remote, [*remote.segments, started], epoch)
+            try:
+                await asyncio.to_thread(self._upload, partition, segment, started)
+            except Exception:
+                await self._abandon(partition, remote, started, epoch)
+                raise
+            finished = dataclasses.replace(started, state=COPY_FINISHED)
+            try:
+                remote = await self._write(remote, [s for s in remote.segments if s.id != started.id] + [finished],
+                                           epoch)
+            except MetadataConflict:
+                # Someone else wrote meanwhile (a newer leader): what was uploaded is not recorded.
+                await asyncio.to_thread(self._delete_objects, partition, [started])
+                raise
+            partition.log.highest_offset_in_remote = end_offset
+            self.segments_copied += 1
+            self.bytes_copied += started.size
+            log.info("%s-%d: archived segment %d..%d (%d bytes)", partition.topic, partition.index,
+                     started.base_offset, end_offset, started.size)
+        return remote
+
+    async def _abandon(self, partition: Hosted, remote: RemoteLog, started: RemoteSegment, epoch: int) -> None:
+        """An upload failed: its objects and record go now if the store lets us, else next round."""
+        with contextlib.suppress(ObjectStoreError, MetadataConflict, OSError):
+            await asyncio.to_thread(self._delete_objects, partition, [started])
+            await self._write(remote, [s for s in remote.segments if s.id != started.id], epoch)
+
+    def _upload(self, partition: Hosted, segment: LogSegment, remote: RemoteSegment) -> None:
+        """Every file of the segment (on a worker thread); the records last, so that a listing of
+        the store shows a segment's .log only once its indexes are there."""
+        log_ = partition.log
+        topic, index = partition.topic, partition.index
+        end = remote.end_offset + 1
+        self.store.put_file(remote.object_key(topic, index, OFFSET_INDEX), segment.offset_index.path)
+        self.store.put_file(remote.object_key(topic, index, TIME_INDEX), segment.time_index.path)
+        for suffix, path in ((TXN_INDEX, segment.txn_index.path),
+                             (PRODUCER_SNAPSHOT, log_.directory / segment_file_name(end, PRODUCER_SNAPSHOT))):
+            key = remote.object_key(topic, index, suffix)
+            if path.exists():
+                self.store.put_file(key, path)
+            else:
+                self.store.put_bytes(key, b"")
+        epochs = [e for e in log_.epochs.entries if e.start_offset < end]
+        self.store.put_bytes(remote.object_key(topic, index, LEADER_EPOCHS),
+                             "".join(f"{e.epoch} {e.start_offset}\n" for e in epochs).encode())
+        self.store.put_file(remote.object_key(topic, index, LOG), segment.log_path)
+
+    def _delete_objects(self, partition: Hosted, segments: list[RemoteSegment]) -> None:
+        keys = [key for s in segments for key in s.object_keys(partition.topic, partition.index)]
+        self.store.delete_keys(keys)
+        for segment in segments:
+            self.reader.forget(segment)
+
+    # -- the archive's retention --------------------------------------------------------------------
+
+    async def _expire(self, partition: Hosted, remote: RemoteLog, epoch: int) -> RemoteLog:
+        doomed = expired(partition.log, remote, self.clock())
+        if not doomed:
+            return remote
+        marked = [dataclasses.replace(s, state=DELETE_STARTED) if s in doomed else s for s in remote.segments]
+        remote = await self._write(remote, marked, epoch)
+        # As Kafka: the log start moves first, so no reader is sent to what is being deleted.
+        partition.log.advance_log_start_for_archive(max(s.end_offset for s in doomed) + 1)
+        await asyncio.to_thread(self._delete_objects, partition, doomed)
+        gone = {s.id for s in doomed}
+        self.segments_deleted += len(doomed)
+        log.info("%s-%d: deleted %d archived segment(s) by retention; log start is now %d", partition.topic,
+                 partition.index, len(doomed), partition.log.log_start_offset)
+        return await self._write(remote, [s for s in remote.segments if s.id not in gone], epoch)
+
+
+def _end_of(data: bytes) -> int:
+    """The offset after the last batch of `data` (whole batches)."""
+    position, end = 0, 0
+    while position < len(data):
+        header = read_header(data, position)
+        end = header.last_offset + 1
+        position += header.size
+    return end
+
+
+def copyable(log_: Log, highest_archived: int) -> Iterator[tuple[LogSegment, int]]:
+    """Closed segments not archived yet whose records are all below the last stable offset (every
+    transaction in them decided): each with its last offset. The active segment never."""
+    segments = log_.segments
+    bound = log_.last_stable_offset
+    for segment, following in zip(segments, segments[1:], strict=False):
+        upper = following.base_offset
+        if upper > bound:
+            return
+        if upper - 1 <= highest_archived or upper <= log_.log_start_offset:
+            continue
+        yield segment, upper - 1
+
+
+def expired(log_: Log, remote: RemoteLog, now_ms: int) -> list[RemoteSegment]:
+    """The oldest archived segments the total retention (retention.ms, retention.bytes over the
+    archive and the local segments not in it) or the log start (DeleteRecords) no longer keeps."""
+    config = log_.config
+    finished = sorted(remote.finished, key=lambda s: s.base_offset)
+    local_only = sum(s.size for s in log_.segments if s.base_offset > remote.highest_offset)
+    breach = remote.size + local_only - config.retention_bytes if config.retention_bytes >= 0 else -1
+    doomed = []
+    for segment in finished:
+        if segment.end_offset < log_.log_start_offset:
+            doomed.append(segment)
+            continue
+        if breach >= 0 and breach - segment.size >= 0:
+            breach -= segment.size
+            doomed.append(segment)
+            continue
+        if config.retention_ms >= 0 and segment.max_timestamp <= now_ms - config.retention_ms:
+            doomed.append(segment)
+            continue
+        break
+    return doomed

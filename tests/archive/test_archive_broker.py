@@ -1,0 +1,281 @@
+"""The archive on a real broker (docs/archive.md): a tiered topic's closed segments go to a real
+S3-compatible server (moto's, as a process), the broker's disk keeps only the local window, and
+consumers read every record back from offset 0 — from the archive below the local log start —
+across a restart; while the object store cannot be reached, nothing local is deleted, archived
+offsets get a retriable error, and the archive catches up once it is back."""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+    ResourceType,
+)
+from prometheus_client.parser import text_string_to_metric_families
+
+from kbroker.archive.object_store import ObjectStore
+from kbroker.launcher import LaunchError
+from protocol.errors import ErrorCode
+from tests.archive.conftest import new_bucket_name, store_config
+from tests.brokers import BrokerProcess, free_port
+from tests.rawclient import RawClient
+from tests.s3_server import ACCESS_KEY_ID, SECRET_ACCESS_KEY, S3Server
+from tests.tcp_proxy import TcpProxy
+from tests.waiting import wait_until
+
+RECORDS = 2000
+VALUE_BYTES = 10_000  # 20 MB in all
+SEGMENT_BYTES = 1 << 20
+LOCAL_BYTES = 3 << 20
+EARLIEST_LOCAL, LATEST_TIERED = -4, -5
+
+
+def value_of(offset: int) -> bytes:
+    """Incompressible, and different for every offset."""
+    return random.Random(offset).randbytes(VALUE_BYTES)
+
+
+@pytest.fixture
+def archive(s3_server: S3Server, tmp_path: Path) -> Iterator[tuple[TcpProxy, ObjectStore, str]]:
+    """A bucket on the S3 server, reached by the broker through a proxy the test can cut."""
+    bucket = new_bucket_name()
+    store = ObjectStore(store_config(s3_server.endpoint, bucket))
+    store.ensure_bucket()
+    with TcpProxy(s3_server.port) as proxy:
+        yield proxy, store, bucket
+    store.close()
+
+
+def start_broker(directory: Path, endpoint: str, bucket: str) -> BrokerProcess:
+    return BrokerProcess(directory, overrides={
+        "remote.log.storage.system.enable": "true",
+        "remote.log.storage.s3.endpoint": endpoint,
+        "remote.log.storage.s3.bucket": bucket,
+        "remote.log.storage.s3.access.key.id": ACCESS_KEY_ID,
+        "remote.log.storage.s3.secret.access.key": SECRET_ACCESS_KEY,
+        "remote.log.manager.task.interval.ms": "200",
+        "remote.log.manager.task.retry.backoff.max.ms": "1000",
+        "log.retention.check.interval.ms": "200",
+        "log.initial.task.delay.ms": "0",
+        "metrics.listener": f"http://127.0.0.1:{free_port()}",
+    }).start()
+
+
+def metric(broker: BrokerProcess, name: str) -> float:
+    port = broker.overrides["metrics.listener"].rsplit(":", 1)[1]
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
+        text = answer.read().decode()
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name:
+                return sample.value
+    raise AssertionError(f"no {name} in the metrics")
+
+
+def create_tiered(bootstrap: str) -> str:
+    topic = f"tiered-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 1, config={
+        "remote.storage.enable": "true", "segment.bytes": str(SEGMENT_BYTES),
+        "local.retention.bytes": str(LOCAL_BYTES), "file.delete.delay.ms": "0"})])[topic].result(30)
+    return topic
+
+
+def produce(bootstrap: str, topic: str, start: int, count: int) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": True})
+    for offset in range(start, start + count):
+        producer.produce(topic, value_of(offset), partition=0)
+        producer.poll(0)
+    assert producer.flush(60) == 0
+
+
+def local_log_bytes(broker: BrokerProcess, topic: str) -> int:
+    return sum(f.stat().st_size for f in (broker.log_dir / f"{topic}-0").glob("*.log"))
+
+
+def list_offset(bootstrap: str, topic: str, timestamp: int) -> int:
+    client = RawClient(bootstrap)
+    answer = client.request(2, 9, {"replica_id": -1, "isolation_level": 0, "topics": [
+        {"name": topic, "partitions": [{"partition_index": 0, "current_leader_epoch": -1, "timestamp": timestamp}]}]})
+    client.sock.close()
+    partition = answer.topics[0].partitions[0]
+    assert partition.error_code == 0
+    return partition.offset
+
+
+def fetch_error(bootstrap: str, topic: str, offset: int) -> int:
+    client = RawClient(bootstrap, timeout=30)
+    answer = client.request(1, 12, {"max_wait_ms": 0, "min_bytes": 0, "max_bytes": 1 << 20, "isolation_level": 0,
+                                    "session_id": 0, "session_epoch": -1, "topics": [{"topic": topic, "partitions": [
+                                        {"partition": 0, "fetch_offset": offset, "partition_max_bytes": 1 << 20,
+                                         "current_leader_epoch": -1, "log_start_offset": -1}]}],
+                                    "forgotten_topics_data": [], "rack_id": ""})
+    client.sock.close()
+    result = answer.responses[0].partitions[0]
+    assert result.error_code != 0 or len(result.records) > 0
+    return result.error_code
+
+
+def digest_by_confluent(bootstrap: str, topic: str, count: int) -> str:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{uuid.uuid4().hex}",
+                         "enable.auto.commit": False})
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    digest, expected = hashlib.sha256(), 0
+    try:
+        while expected < count:
+            for message in consumer.consume(500, timeout=10):
+                assert message.error() is None, message.error()
+                assert message.offset() == expected
+                digest.update(message.value())
+                expected += 1
+    finally:
+        consumer.close()
+    return digest.hexdigest()
+
+
+def digest_by_kafka_python(bootstrap: str, topic: str, count: int) -> str:
+    from kafka import KafkaConsumer
+    from kafka import TopicPartition as KafkaTopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, consumer_timeout_ms=30_000)
+    partition = KafkaTopicPartition(topic, 0)
+    consumer.assign([partition])
+    consumer.seek(partition, 0)
+    digest, expected = hashlib.sha256(), 0
+    try:
+        for message in consumer:
+            assert message.offset == expected
+            digest.update(message.value)
+            expected += 1
+            if expected == count:
+                break
+    finally:
+        consumer.close()
+    assert expected == count
+    return digest.hexdigest()
+
+
+def expected_digest(count: int) -> str:
+    digest = hashlib.sha256()
+    for offset in range(count):
+        digest.update(value_of(offset))
+    return digest.hexdigest()
+
+
+def archived_logs(store: ObjectStore, topic: str) -> list[str]:
+    return sorted(key for key in store.list_keys(f"{topic}-0/") if key.endswith(".log"))
+
+
+def test_a_tiered_topic_keeps_its_local_window_and_reads_back_from_offset_0(
+        archive: tuple[TcpProxy, ObjectStore, str], tmp_path: Path) -> None:
+    proxy, store, bucket = archive
+    broker = start_broker(tmp_path / "broker", proxy.endpoint, bucket)
+    try:
+        topic = create_tiered(broker.bootstrap)
+        produce(broker.bootstrap, topic, 0, RECORDS)
+        # Archived up to the active segment, and the disk down to the window (plus the active
+        # segment, which is never archived, and the one being filled when retention last ran).
+        wait_until(lambda: local_log_bytes(broker, topic) <= LOCAL_BYTES + 2 * SEGMENT_BYTES, 60,
+                   "the local log down to its window")
+        segments = archived_logs(store, topic)
+        assert len(segments) >= RECORDS * VALUE_BYTES // SEGMENT_BYTES - 2
+        assert len({key.split("/")[1].split("-")[0] for key in segments}) == len(segments)  # no base offset twice
+        local_start = list_offset(broker.bootstrap, topic, EARLIEST_LOCAL)
+        assert list_offset(broker.bootstrap, topic, -2) == 0 < local_start
+        assert list_offset(broker.bootstrap, topic, LATEST_TIERED) >= local_start - 1
+        expected = expected_digest(RECORDS)
+        assert digest_by_confluent(broker.bootstrap, topic, RECORDS) == expected
+        assert digest_by_kafka_python(broker.bootstrap, topic, RECORDS) == expected
+        broker.restart()
+        assert list_offset(broker.bootstrap, topic, -2) == 0
+        assert digest_by_confluent(broker.bootstrap, topic, RECORDS) == expected
+    finally:
+        assert broker.stop() == 0, broker.log_tail()
+
+
+def test_an_unreachable_store_keeps_local_data_and_catches_up(
+        archive: tuple[TcpProxy, ObjectStore, str], tmp_path: Path) -> None:
+    proxy, store, bucket = archive
+    broker = start_broker(tmp_path / "broker", proxy.endpoint, bucket)
+    try:
+        topic = create_tiered(broker.bootstrap)
+        produce(broker.bootstrap, topic, 0, RECORDS // 2)
+        wait_until(lambda: list_offset(broker.bootstrap, topic, EARLIEST_LOCAL) > 0, 60, "archived segments deleted")
+        proxy.cut()
+        produce(broker.bootstrap, topic, RECORDS // 2, RECORDS // 2)
+        # Nothing archived meanwhile, so nothing more deleted: the disk holds all that came since.
+        assert local_log_bytes(broker, topic) >= (RECORDS // 2) * VALUE_BYTES
+        assert fetch_error(broker.bootstrap, topic, 0) == ErrorCode.KAFKA_STORAGE_ERROR
+        assert "archiving" in broker.log_text() and "failed" in broker.log_text()
+        copied = metric(broker, "kbroker_archive_segments_copied_total")
+        wait_until(lambda: metric(broker, "kbroker_archive_failures_total") > 0, 30, "failures counted")
+        proxy.restore()
+        wait_until(lambda: local_log_bytes(broker, topic) <= LOCAL_BYTES + 2 * SEGMENT_BYTES, 60,
+                   "the archive caught up and the disk down to its window")
+        assert fetch_error(broker.bootstrap, topic, 0) == 0
+        assert metric(broker, "kbroker_archive_segments_copied_total") > copied
+        assert digest_by_confluent(broker.bootstrap, topic, RECORDS) == expected_digest(RECORDS)
+    finally:
+        assert broker.stop() == 0, broker.log_tail()
+
+
+@pytest.mark.parametrize("overrides, reason", [
+    ({}, "remote.log.storage.system.enable=true needs remote.log.storage.s3.bucket"),
+    ({"remote.log.storage.s3.bucket": "b", "log.encryption.key.file": "KEYS"},
+     "remote.log.storage.system.enable=true with log.encryption.key.file is not supported"),
+])
+def test_archiving_that_cannot_work_stops_the_start(tmp_path: Path, overrides: dict[str, str], reason: str) -> None:
+    keys = tmp_path / "keys"
+    keys.write_text("1:" + "A" * 43 + "=\n")
+    keys.chmod(0o600)
+    settings = {name: str(keys) if value == "KEYS" else value for name, value in overrides.items()}
+    broker = BrokerProcess(tmp_path / "broker", overrides={"remote.log.storage.system.enable": "true", **settings})
+    with pytest.raises(LaunchError):
+        broker.start()
+    assert f"refusing to start: {reason}" in broker.log_text()
+
+
+def test_tiered_topic_configs_are_checked(archive: tuple[TcpProxy, ObjectStore, str], tmp_path: Path) -> None:
+    proxy, _, bucket = archive
+    broker = start_broker(tmp_path / "broker", proxy.endpoint, bucket)
+    plain = BrokerProcess(tmp_path / "plain").start()
+    try:
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+
+        def refusal(configs: dict[str, str], on: AdminClient = admin) -> str:
+            topic = f"bad-{uuid.uuid4().hex[:8]}"
+            with pytest.raises(KafkaException) as raised:
+                on.create_topics([NewTopic(topic, 1, 1, config=configs)])[topic].result(30)
+            error = raised.value.args[0]
+            assert error.code() == KafkaError.INVALID_CONFIG
+            return error.str()
+
+        assert "Tiered Storage functionality is disabled in the broker" in refusal(
+            {"remote.storage.enable": "true"}, AdminClient({"bootstrap.servers": plain.bootstrap}))
+        assert "unsupported for the compacted topics" in refusal(
+            {"remote.storage.enable": "true", "cleanup.policy": "compact"})
+        assert "must not be more than retention.bytes" in refusal(
+            {"remote.storage.enable": "true", "retention.bytes": "1000", "local.retention.bytes": "2000"})
+        assert "must not be -1 as retention.ms" in refusal(
+            {"remote.storage.enable": "true", "local.retention.ms": "-1"})
+        topic = create_tiered(broker.bootstrap)
+        off = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[
+            ConfigEntry("remote.storage.enable", "false", incremental_operation=AlterConfigOpType.SET)])
+        with pytest.raises(KafkaException) as raised:
+            admin.incremental_alter_configs([off])[off].result(30)
+        assert "cannot be turned off" in raised.value.args[0].str()
+    finally:
+        assert plain.stop() == 0, plain.log_tail()
+        assert broker.stop() == 0, broker.log_tail()
