@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import re
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -63,6 +64,7 @@ class Hosted(Protocol):
 
     topic: str
     index: int
+    topic_id: uuid.UUID
     log: Log
     leader_epoch: int
 
@@ -112,6 +114,7 @@ class Archiver:
         self.remote_logs: dict[tuple[str, int], RemoteLog] = {}  # as last read or written
         self._backoff: dict[tuple[str, int], _Backoff] = {}
         self._task: asyncio.Task[None] | None = None
+        self._deletions: set[asyncio.Task[None]] = set()
         self._wake = asyncio.Event()
         # What the metrics and `kbroker topics --describe` show.
         self.segments_copied = 0
@@ -133,6 +136,9 @@ class Archiver:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
+        for task in list(self._deletions):  # a deletion under way finishes (its objects would stay)
+            with contextlib.suppress(Exception):
+                await task
         self.store.close()
 
     def wake(self) -> None:
@@ -178,12 +184,39 @@ class Archiver:
         if before is None:  # once per failure streak, not every retry
             log.warning("archiving %s-%d failed, retrying with backoff (local data kept): %s", *key, error)
 
+    def forget_topic(self, topic: str, topic_id: uuid.UUID) -> None:
+        """A deleted topic's archive goes: every object under its key, then its metadata (in the
+        background; a failure is logged and leaves objects to delete by hand, never another
+        topic's)."""
+        key = archive_key(topic, topic_id)
+        for remote_key in [k for k in self.remote_logs if k[0] == key]:
+            del self.remote_logs[remote_key]
+        task = asyncio.get_running_loop().create_task(self._delete_topic(key))
+        self._deletions.add(task)
+        task.add_done_callback(self._deletions.discard)
+
+    async def _delete_topic(self, key: str) -> None:
+        try:
+            documents = await self.writer.run(self.metadata.list_remote_logs, key)
+            listed = await asyncio.to_thread(self.store.list_keys, f"{key}-")
+            # Only "<key>-<partition>/...": a topic whose name starts with this key is another's.
+            ours = re.compile(re.escape(key) + r"-\d+/")
+            objects = [name for name in listed if ours.match(name)]
+            await asyncio.to_thread(self.store.delete_keys, objects)
+            for document, version in documents.values():  # type: ignore[union-attr]
+                for segment in RemoteLog.from_document(key, 0, document, version).segments:
+                    self.reader.forget(segment)
+            await self.writer.run(self.metadata.delete_remote_logs, key)
+            log.info("deleted the archive of %s: %d object(s)", key, len(objects))
+        except (ObjectStoreError, MetadataConflict, OSError) as e:
+            log.error("deleting the archive of %s failed (its objects are under %s-*): %s", key, key, e)
+
     # -- reads ----------------------------------------------------------------------------------
 
     async def read(self, partition: Hosted, offset: int, max_bytes: int, committed: bool) -> RemoteRead:
         """A consumer's fetch from `offset`, below the local log start: OFFSET_OUT_OF_RANGE when
         the archive does not hold it; ObjectStoreError when the store cannot be read."""
-        topic, index = partition.topic, partition.index
+        topic, index = _key(partition), partition.index
         remote = self.remote_logs.get((topic, index))
         if remote is None or remote.segment_for(offset) is None:
             remote = await self.load(topic, index)  # after a start, or a copy by another leader
@@ -212,7 +245,7 @@ class Archiver:
         for later in sorted(remote.finished, key=lambda s: s.base_offset):
             if later.base_offset < segment.base_offset:
                 continue
-            entries = await asyncio.to_thread(self.reader.aborted_transactions, partition.topic, partition.index,
+            entries = await asyncio.to_thread(self.reader.aborted_transactions, _key(partition), partition.index,
                                               later)
             for txn in entries:
                 if txn.last_offset >= offset and txn.first_offset < upper:
@@ -225,7 +258,7 @@ class Archiver:
     # -- one partition ----------------------------------------------------------------------------
 
     async def _archive(self, partition: Hosted) -> None:
-        remote = await self.load(partition.topic, partition.index)
+        remote = await self.load(_key(partition), partition.index)
         if partition.is_leader:
             epoch = partition.leader_epoch
             if remote.leader_epoch > epoch:
@@ -309,7 +342,7 @@ class Archiver:
         """Every file of the segment (on a worker thread); the records last, so that a listing of
         the store shows a segment's .log only once its indexes are there."""
         log_ = partition.log
-        topic, index = partition.topic, partition.index
+        topic, index = _key(partition), partition.index
         end = remote.end_offset + 1
         self.store.put_file(remote.object_key(topic, index, OFFSET_INDEX), segment.offset_index.path)
         self.store.put_file(remote.object_key(topic, index, TIME_INDEX), segment.time_index.path)
@@ -326,7 +359,7 @@ class Archiver:
         self.store.put_file(remote.object_key(topic, index, LOG), segment.log_path)
 
     def _delete_objects(self, partition: Hosted, segments: list[RemoteSegment]) -> None:
-        keys = [key for s in segments for key in s.object_keys(partition.topic, partition.index)]
+        keys = [key for s in segments for key in s.object_keys(_key(partition), partition.index)]
         self.store.delete_keys(keys)
         for segment in segments:
             self.reader.forget(segment)
@@ -347,6 +380,17 @@ class Archiver:
         log.info("%s-%d: deleted %d archived segment(s) by retention; log start is now %d", partition.topic,
                  partition.index, len(doomed), partition.log.log_start_offset)
         return await self._write(remote, [s for s in remote.segments if s.id not in gone], epoch)
+
+
+def archive_key(topic: str, topic_id: uuid.UUID) -> str:
+    """What a topic's archive is kept under, in the metadata store and the object store: its name
+    and its id, so a topic deleted and created again under its name never meets the old one's
+    archive (nor its cleanup)."""
+    return f"{topic}.{topic_id.hex}"
+
+
+def _key(partition: Hosted) -> str:
+    return archive_key(partition.topic, partition.topic_id)
 
 
 def _end_of(data: bytes) -> int:

@@ -294,7 +294,10 @@ class ReplicaManager:
 
     def remove_topic_steps(self, topic: str) -> Iterator[None]:
         """Remove a topic's partitions one at a time (a step each)."""
-        for partition in self.partitions_of(topic):
+        partitions = self.partitions_of(topic)
+        if self.archive is not None and any(p.log.tiered for p in partitions):
+            self.archive.forget_topic(topic, partitions[0].topic_id)  # its archive goes too
+        for partition in partitions:
             del self._partitions[(topic, partition.index)]
             # A follower stops fetching it here: this broker's own DeleteTopics comes before the
             # ZooKeeper watch, which then finds nothing to stop, and a fetcher still asking for a

@@ -175,7 +175,8 @@ def expected_digest(count: int) -> str:
 
 
 def archived_logs(store: ObjectStore, topic: str) -> list[str]:
-    return sorted(key for key in store.list_keys(f"{topic}-0/") if key.endswith(".log"))
+    """The archived segments' .log objects of the topic (under `<topic>.<topic id>-0/`)."""
+    return sorted(key for key in store.list_keys(f"{topic}.") if key.endswith(".log"))
 
 
 def test_a_tiered_topic_keeps_its_local_window_and_reads_back_from_offset_0(
@@ -278,4 +279,29 @@ def test_tiered_topic_configs_are_checked(archive: tuple[TcpProxy, ObjectStore, 
         assert "cannot be turned off" in raised.value.args[0].str()
     finally:
         assert plain.stop() == 0, plain.log_tail()
+        assert broker.stop() == 0, broker.log_tail()
+
+
+def test_deleting_a_tiered_topic_deletes_its_archive(archive: tuple[TcpProxy, ObjectStore, str],
+                                                    tmp_path: Path) -> None:
+    """Its objects go; a topic created again under its name archives apart from the old one."""
+    proxy, store, bucket = archive
+    broker = start_broker(tmp_path / "broker", proxy.endpoint, bucket)
+    try:
+        topic = create_tiered(broker.bootstrap)
+        produce(broker.bootstrap, topic, 0, RECORDS // 4)
+        wait_until(lambda: len(archived_logs(store, topic)) >= 2, 60, "segments archived")
+        old_keys = store.list_keys(f"{topic}.")
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        admin.delete_topics([topic])[topic].result(30)
+        wait_until(lambda: not store.list_keys(f"{topic}."), 60, "the deleted topic's archive gone")
+        wait_until(lambda: topic not in admin.list_topics(timeout=10).topics, 30, "the topic gone")
+        admin.create_topics([NewTopic(topic, 1, 1, config={
+            "remote.storage.enable": "true", "segment.bytes": str(SEGMENT_BYTES),
+            "local.retention.bytes": str(LOCAL_BYTES), "file.delete.delay.ms": "0"})])[topic].result(30)
+        produce(broker.bootstrap, topic, 0, RECORDS // 4)
+        wait_until(lambda: len(archived_logs(store, topic)) >= 2, 60, "the new topic's segments archived")
+        assert not set(store.list_keys(f"{topic}.")) & set(old_keys)
+        assert digest_by_confluent(broker.bootstrap, topic, RECORDS // 4) == expected_digest(RECORDS // 4)
+    finally:
         assert broker.stop() == 0, broker.log_tail()
