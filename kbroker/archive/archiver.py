@@ -139,6 +139,7 @@ class Archiver:
         for task in list(self._deletions):  # a deletion under way finishes (its objects would stay)
             with contextlib.suppress(Exception):
                 await task
+        await asyncio.to_thread(self.reader.close)
         self.store.close()
 
     def wake(self) -> None:
@@ -224,8 +225,9 @@ class Archiver:
         if segment is None:
             raise KafkaError(ErrorCode.OFFSET_OUT_OF_RANGE,
                              f"offset {offset} of {topic}-{index} is neither archived nor local")
+        following = next((s for s in remote.finished if s.base_offset == segment.end_offset + 1), None)
         try:
-            data = await asyncio.to_thread(self.reader.read, topic, index, segment, offset, max_bytes)
+            data = await asyncio.to_thread(self.reader.read, topic, index, segment, offset, max_bytes, following)
             if not data:
                 return RemoteRead(data, offset, [])
             aborted = await self._aborted(partition, remote, segment, offset, _end_of(data)) if committed else []
@@ -243,7 +245,7 @@ class Archiver:
         stable offset shows no later one can overlap (Kafka's collectAbortedTransactions)."""
         found: list[tuple[int, int]] = []
         for later in sorted(remote.finished, key=lambda s: s.base_offset):
-            if later.base_offset < segment.base_offset:
+            if later.base_offset < segment.base_offset or later.has_aborted is False:
                 continue
             entries = await asyncio.to_thread(self.reader.aborted_transactions, _key(partition), partition.index,
                                               later)
@@ -310,7 +312,7 @@ class Archiver:
     async def _copy(self, partition: Hosted, remote: RemoteLog, epoch: int) -> RemoteLog:
         for segment, end_offset in copyable(partition.log, remote.highest_offset):
             started = RemoteSegment(uuid.uuid4().hex, segment.base_offset, end_offset, COPY_STARTED, epoch,
-                                    segment.size, segment.largest_timestamp)
+                                    segment.size, segment.largest_timestamp, bool(segment.txn_index.entries))
             remote = await self._write(remote, [*remote.segments, started], epoch)
             try:
                 await asyncio.to_thread(self._upload, partition, segment, started)

@@ -39,6 +39,9 @@ class RemoteSegment:
     leader_epoch: int  # of the leader that uploaded it
     size: int = 0  # bytes of its .log
     max_timestamp: int = -1
+    # Whether its .txnindex holds aborted transactions: reads skip fetching the empty ones
+    # (Kafka's txnIdxEmpty). None: not known.
+    has_aborted: bool | None = None
 
     def object_key(self, topic: str, partition: int, suffix: str) -> str:
         return f"{topic}-{partition}/{self.base_offset:020d}-{self.id}{suffix}"

@@ -6,7 +6,9 @@ object store). The segment's offset index (fetched whole, kept in memory) gives 
 the batches are read from chunks of `CHUNK_BYTES` fetched with ranged GETs and kept as files in
 the cache directory, the least recently used going once the cache is over its size. A consumer
 reading an archived segment from its start thus makes one GET per chunk, and a second consumer
-none while the chunks are cached.
+none while the chunks are cached. A read of chunk n fetches the next `READ_AHEAD_CHUNKS` on
+worker threads of its own, so a consumer reading in order finds its next chunks on disk rather
+than waiting for each GET in turn.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import struct
 import threading
 from bisect import bisect_right
 from collections import OrderedDict
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 from kbroker.archive.object_store import ObjectStore
@@ -29,6 +32,7 @@ from protocol.records import HEADER_SIZE, read_header
 log = logging.getLogger("kbroker.archive")
 
 CHUNK_BYTES = 4 << 20
+READ_AHEAD_CHUNKS = 2
 # Offset indexes and transaction indexes of archived segments, in memory.
 MAX_INDEX_BYTES = 64 << 20
 _INDEX_ENTRY = struct.Struct(">ii")
@@ -49,10 +53,21 @@ class RemoteReader:
         self._indexes: OrderedDict[str, bytes] = OrderedDict()
         self._index_bytes = 0
         self.gets = 0  # ranged GETs of segment bytes made (the cache's misses)
+        self._fetching: dict[str, Future[bytes]] = {}  # chunks being fetched, by file name
+        self._ahead = ThreadPoolExecutor(READ_AHEAD_CHUNKS, thread_name_prefix="archive-read-ahead")
 
-    def read(self, topic: str, partition: int, segment: RemoteSegment, offset: int, max_bytes: int) -> bytes:
-        """Whole batches of `segment` from the one holding `offset`, up to `max_bytes` (at least one)."""
+    def close(self) -> None:
+        self._ahead.shutdown(wait=True, cancel_futures=True)
+
+    def read(self, topic: str, partition: int, segment: RemoteSegment, offset: int, max_bytes: int,
+             following: RemoteSegment | None = None) -> bytes:
+        """Whole batches of `segment` from the one holding `offset`, up to `max_bytes` (at least one).
+        A read of its last chunk fetches the start of `following` (the next segment) ahead."""
         key = segment.object_key(topic, partition, LOG)
+        if following is not None and offset >= segment.base_offset and \
+                (self._start_position(topic, partition, segment, offset) // self.chunk_bytes
+                 >= (segment.size - 1) // self.chunk_bytes):
+            self._read_next_segment_ahead(topic, partition, following)
         position = self._start_position(topic, partition, segment, offset)
         out = bytearray()
         while position + HEADER_SIZE <= segment.size:
@@ -117,34 +132,92 @@ class RemoteReader:
         end = start + length
         while start < end:
             number = start // self.chunk_bytes
-            chunk = self._chunk(key, segment, number)
             within = start - number * self.chunk_bytes
-            part = chunk[within : within + end - start]
+            part = self._chunk_range(key, segment, number, within, min(end - start, self.chunk_bytes - within))
             if not part:
                 raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"archived segment {key} ends before {end}")
             parts.append(part)
             start += len(part)
-        return b"".join(parts)
+        return parts[0] if len(parts) == 1 else b"".join(parts)
 
-    def _chunk(self, key: str, segment: RemoteSegment, number: int) -> bytes:
+    def _chunk_range(self, key: str, segment: RemoteSegment, number: int, within: int, length: int) -> bytes:
+        """`length` bytes at `within` of a chunk: read from its cache file (only those bytes),
+        else fetched; the chunks after it are fetched ahead."""
+        data = self._cached_range(segment, number, within, length)
+        if data is None:
+            data = self._fetched(key, segment, number)[within : within + length]
+        self._read_ahead(key, segment, number)
+        return data
+
+    def _cached_range(self, segment: RemoteSegment, number: int, within: int, length: int) -> bytes | None:
+        name = f"{segment.id}.{number}"
+        with self._lock:
+            if name not in self._chunks:
+                return None
+            self._chunks.move_to_end(name)
+        try:
+            fd = os.open(self.cache_dir / name, os.O_RDONLY)
+        except FileNotFoundError:
+            return None  # evicted meanwhile: fetched again
+        try:
+            return os.pread(fd, length, within)
+        finally:
+            os.close(fd)
+
+    def _fetched(self, key: str, segment: RemoteSegment, number: int) -> bytes:
+        """The whole chunk: from the read ahead fetching it, or fetched now."""
+        with self._lock:
+            fetching = self._fetching.get(f"{segment.id}.{number}")
+        if fetching is not None:
+            try:
+                return fetching.result()
+            except Exception:  # the read ahead failed: this read tries for itself
+                pass
+        return self._fetch(key, segment, number)
+
+    def _read_ahead(self, key: str, segment: RemoteSegment, number: int) -> None:
+        last = (segment.size - 1) // self.chunk_bytes
+        for ahead in range(number + 1, min(number + READ_AHEAD_CHUNKS, last) + 1):
+            name = f"{segment.id}.{ahead}"
+            with self._lock:
+                if name in self._chunks or name in self._fetching:
+                    continue
+                try:
+                    future = self._ahead.submit(self._fetch, key, segment, ahead)
+                except RuntimeError:
+                    return  # closed
+                self._fetching[name] = future
+            future.add_done_callback(lambda _, n=name: self._done_fetching(n))
+
+    def _read_next_segment_ahead(self, topic: str, partition: int, segment: RemoteSegment) -> None:
+        """The next segment's offset index and first chunk, on the read-ahead threads."""
+        index_key = segment.object_key(topic, partition, OFFSET_INDEX)
+        name = f"{segment.id}.0"
+        with self._lock:
+            if name in self._chunks or name in self._fetching:
+                return
+            try:
+                self._ahead.submit(self._index, index_key)
+                future = self._ahead.submit(self._fetch, segment.object_key(topic, partition, LOG), segment, 0)
+            except RuntimeError:
+                return  # closed
+            self._fetching[name] = future
+        future.add_done_callback(lambda _: self._done_fetching(name))
+
+    def _done_fetching(self, name: str) -> None:
+        with self._lock:
+            self._fetching.pop(name, None)
+
+    def _fetch(self, key: str, segment: RemoteSegment, number: int) -> bytes:
         name = f"{segment.id}.{number}"
         path = self.cache_dir / name
-        with self._lock:
-            cached = name in self._chunks
-            if cached:
-                self._chunks.move_to_end(name)
-        if cached:
-            try:
-                return path.read_bytes()
-            except FileNotFoundError:
-                pass  # evicted meanwhile: fetched again
         length = min(self.chunk_bytes, segment.size - number * self.chunk_bytes)
         data = self.store.get_range(key, number * self.chunk_bytes, length)
-        self.gets += 1
         partial = self.cache_dir / f"{name}.{threading.get_ident()}.part"
         partial.write_bytes(data)
         os.replace(partial, path)
         with self._lock:
+            self.gets += 1
             if name not in self._chunks:
                 self._chunks[name] = len(data)
                 self._cached_bytes += len(data)

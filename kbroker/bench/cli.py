@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from kbroker.bench import archive as archive_bench
 from kbroker.bench import benchmarks, report
 from kbroker.bench import delayed as delayed_bench
 from kbroker.bench import share as share_bench
@@ -164,6 +165,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="a librdkafka property of every reader; repeatable")
     views.add_argument("--profile", action="store_true",
                        help="after each case's runs, py-spy on the broker while the views all and ten are read again")
+
+    archive = command("archive", "the archive (kbroker alone): a topic read from offset 0 out of an S3-compatible "
+                      "server on this machine (moto's, installed with the test extra) against the same records "
+                      "read from the local log, both after a cold start")
+    archive.add_argument("--records", type=int, default=400_000, help="records preloaded (default 400,000)")
+    archive.add_argument("--message-size", type=int, default=1024)
 
     delayed = command("delayed", "delayed delivery (kbroker alone): lateness and exactly-once at volume, "
                       "memory and restart time with pending records, plain produce throughput with the "
@@ -586,6 +593,22 @@ def bench_views(session: Session, args: argparse.Namespace) -> dict[str, Any]:
         server.close()  # an idle broker would share the machine with later benchmarks
 
 
+def bench_archive(session: Session, args: argparse.Namespace) -> dict[str, Any]:
+    """kbroker alone, on a broker of its own that archives to an S3 server the case starts."""
+    if args.records < 1:
+        raise BenchError("--records must be at least 1")
+    if args.bootstrap:
+        raise BenchError("the archive benchmark starts its own broker and S3 server: no --bootstrap")
+    if importlib.util.find_spec("moto") is None:
+        session.skipped["archive"] = "moto is not installed (pip install 'moto[server]', or the test extra)"
+        return {}
+    if args.benchmark == "archive":
+        session.skipped.setdefault("kafka", "the archive is measured on kbroker alone, against its local log")
+    env = Env([], session.ui, args.runs, args.out, args.work_dir, session.notes)
+    preload = {"acks": "1", "linger.ms": 50, "batch.size": 1_000_000}
+    return {"archive": [archive_bench.archive_case(env, args.work_dir, args.records, args.message_size, preload)]}
+
+
 def bench_all(session: Session, args: argparse.Namespace) -> dict[str, Any]:
     smoke = args.smoke
     sizes = [1024, 4096] if smoke else [100, 1024, 10_240]
@@ -642,6 +665,8 @@ def bench_all(session: Session, args: argparse.Namespace) -> dict[str, Any]:
                                   "partitions": [1], "compression": ["lz4"], "views": ["all", "ten"],
                                   "consumer_config": [], "profile": False})
     results.update(bench_views(session, views))
+    archive = argparse.Namespace(**{**vars(args), "records": 2000 if smoke else 100_000, "message_size": 1024})
+    results.update(bench_archive(session, archive))
     return results
 
 
@@ -678,7 +703,7 @@ BENCHMARKS: dict[str, Callable[[Session, argparse.Namespace], dict[str, Any]]] =
     "produce": bench_produce, "consume": bench_consume, "latency": bench_latency,
     "partitions": bench_partitions, "memory": bench_memory, "profiles": bench_profiles,
     "encryption": bench_encryption, "tls": bench_tls, "share": bench_share, "delayed": bench_delayed,
-    "views": bench_views,
+    "views": bench_views, "archive": bench_archive,
     "all": bench_all,
 }
 
@@ -729,7 +754,8 @@ def run(args: argparse.Namespace) -> int:
         "duration_s": round(time.time() - started, 1), "servers": servers, "skipped": session.skipped,
         "notes": session.notes,
     })
-    results["targets"] = report.targets(results) + views_bench.targets(results.get("views"))
+    results["targets"] = report.targets(results) + views_bench.targets(results.get("views")) \
+        + archive_bench.targets(results.get("archive"))
     args.out.mkdir(parents=True, exist_ok=True)
     results["plots"] = report.plot(results, args.out)
     if not report.can_plot():
@@ -738,7 +764,7 @@ def run(args: argparse.Namespace) -> int:
     lines = report.summary_lines(results)
     # The views' tables go before the targets (or the notes), as the other benchmarks' do.
     at = next((i for i, line in enumerate(lines) if line == "## targets" or line.startswith("- note:")), len(lines))
-    lines[at:at] = views_bench.summary_lines(results.get("views"))
+    lines[at:at] = views_bench.summary_lines(results.get("views")) + archive_bench.summary_lines(results.get("archive"))
     summary = "\n".join(lines) + "\n"
     (args.out / "summary.md").write_text(summary)
     if not args.quiet:
