@@ -278,8 +278,8 @@ def test_filtered_views_against_their_source(tmp_path: Path) -> None:
     (case,) = results["views"]
     assert case["params"]["records"] == 3000 and case["params"]["compression"] == "lz4"
     assert case["params"]["source_log_mb"] > 0
-    assert list(case["readers"]) == ["source", "all", "ten", "none"]
-    assert case["expected"]["source"] == case["expected"]["all"] == 3000
+    assert list(case["readers"]) == ["source", "all", "ten", "none", "all-new"]
+    assert case["expected"]["source"] == case["expected"]["all"] == case["expected"]["all-new"] == 3000
     assert 150 < case["expected"]["ten"] < 450 and case["expected"]["none"] == 0  # one tag of ten
     for name, summary in case["readers"].items():
         (run,) = summary["runs"]
@@ -287,16 +287,30 @@ def test_filtered_views_against_their_source(tmp_path: Path) -> None:
         assert run["mb_per_s"] > 0 and run["wire_bytes"] > 0 and run["server_cpu_ms_per_mb"] >= 0, (name, run)
     wire = {name: s["median"]["wire_bytes"] for name, s in case["readers"].items()}
     assert wire["all"] > wire["ten"] > wire["none"]
-    for name in ("all", "ten", "none"):
+    for name in ("all", "ten", "none", "all-new"):
         ratios = case["ratios"][name]
         assert ratios["rate"] > 0 and ratios["wire"] > 0 and ratios["log_to_wire"] > 0, (name, ratios)
         assert ratios["filter_cpu_ms_per_mb"] is not None
     targets = {t["name"]: t for t in results["targets"]}
     wire_target = targets["filtered view keeping ~10 %: source bytes / view bytes over the wire (lz4, p=2)"]
     assert wire_target["measured"] == case["ratios"]["ten"]["wire"] and wire_target["met"] in (True, False)
-    rate_target = targets["view matching everything: read rate / the source's (lz4, p=2)"]
-    assert rate_target["measured"] == case["ratios"]["all"]["rate"] and rate_target["met"] in (True, False)
+    for reader, which in (("all", "read again"), ("all-new", "first read")):
+        rate_target = targets[f"view matching everything, {which}: read rate / the source's (lz4, p=2)"]
+        assert rate_target["measured"] == case["ratios"][reader]["rate"] and rate_target["met"] in (True, False)
     assert "| ten (`tag = 't3'`) |" in (tmp_path / "views" / "summary.md").read_text()
+
+
+def test_archived_reads_against_local_ones(tmp_path: Path) -> None:
+    """A tiered topic read from offset 0 out of moto's S3 server, and a plain one from the disk,
+    both after a cold restart: each read received every record (the benchmark fails otherwise)."""
+    results = bench(tmp_path, "archive", "archive", "--records", "3000")
+    (case,) = results["archive"]
+    (run,) = case["runs"]
+    assert run["local"]["records"] == run["archived"]["records"] == 3000
+    assert case["median"]["local"] > 0 and case["median"]["archived"] > 0 and case["ratio"] > 0
+    (target,) = [t for t in results["targets"] if t["name"].startswith("archived reads / local cold reads")]
+    assert target["measured"] == round(case["ratio"], 3) and target["met"] in (True, False)
+    assert "Archived / local:" in (tmp_path / "archive" / "summary.md").read_text()
 
 
 def test_share_check_finds_missing_and_doubled_records() -> None:

@@ -4,8 +4,8 @@ a cold start. kbroker alone (the mock cluster and this Kafka have no archive to 
 
 Each case starts an S3-compatible server on this machine (moto's, as a process: `moto[server]`,
 installed with the test extra) and a kbroker that archives to it, and preloads two topics with
-the same records: `local` (plain) and `tiered` (remote.storage.enable, a local window of one
-segment). Once every closed segment of `tiered` is archived and its disk is down to the window,
+the same records: `local` (plain) and `tiered` (remote.storage.enable, a local window of no
+segment). Once every closed segment of `tiered` is archived and gone from its disk,
 each round restarts the broker with its log files evicted from the page cache (which also
 empties the archive's chunk cache, rebuilt at each start) and reads both topics from offset 0
 with a fresh confluent-kafka consumer each, alternating which goes first. The ratio is per
@@ -30,9 +30,10 @@ from kbroker.ports import free_port
 
 BUCKET = "kbroker-bench-archive"
 KEY = "bench"  # moto checks no credentials; explicit ones keep boto3 from looking for real ones
-# Segments of 16 MiB, fewer bytes for small runs: at least eight, so most of a read is archived.
+# Segments of 16 MiB, fewer for small runs (most of a read should be archived), never below two
+# of the preload's batches of about 1 MB (a batch larger than segment.bytes is refused).
 SEGMENT_BYTES = 16 << 20
-MIN_SEGMENT_BYTES = 256 << 10
+MIN_SEGMENT_BYTES = 2 << 20
 READER_CONFIG = {"fetch.queue.backoff.ms": 10}  # as the views benchmark: the broker, not the back-off
 
 
@@ -103,13 +104,17 @@ def archive_case(env: Env, work_dir: str | None, records: int, message_size: int
         segment_bytes = max(MIN_SEGMENT_BYTES, min(SEGMENT_BYTES, records * message_size // 8))
         topic_configs = {"segment.bytes": str(segment_bytes), "file.delete.delay.ms": "0"}
         server.create_topics({local: 1}, topic_configs)
+        # A local window of nothing: every archived segment leaves the disk, only the active one stays.
         server.create_topics({tiered: 1}, {**topic_configs, "remote.storage.enable": "true",
-                                           "local.retention.bytes": str(segment_bytes)})
+                                           "local.retention.bytes": "0"})
         with env.ui.step(f"{label} · preloading"):
             for topic in (local, tiered):
-                run_workers([("produce", {"bootstrap": server.bootstrap, "topic": topic, "partitions": 1,
-                                          "message_size": message_size, "duration_s": 0, "config": preload_config,
-                                          "max_messages": records})])
+                (produced,) = run_workers([("produce", {
+                    "bootstrap": server.bootstrap, "topic": topic, "partitions": 1, "message_size": message_size,
+                    "duration_s": 0, "config": preload_config, "max_messages": records})])
+                if produced["acked"] != records:
+                    raise BenchError(f"preload of {topic}: {produced['acked']} of {records} acknowledged "
+                                     f"({produced['first_error']})")
         archived_s = _wait_archived(env, label, server, tiered)
         source_mb = records * message_size / MB
         rounds = []
@@ -140,14 +145,14 @@ def archive_case(env: Env, work_dir: str | None, records: int, message_size: int
 
 
 def _wait_archived(env: Env, label: str, server: Server, topic: str, timeout_s: float = 600) -> float:
-    """Until the tiered topic's disk is down to its window (every closed segment archived and
+    """Until the tiered topic has only its active segment on disk (every closed one archived and
     deleted locally); the seconds that took."""
     directory = server.log_dirs[0] / f"{topic}-0"
     started = time.monotonic()
     with env.ui.step(f"{label} · archiving"):
         while time.monotonic() - started < timeout_s:
             segments = sorted(directory.glob("*.log"))
-            if len(segments) <= 2 and int(segments[0].stem) > 0:  # the oldest ones archived and gone
+            if len(segments) == 1 and int(segments[0].stem) > 0:  # all but the active one archived and gone
                 return round(time.monotonic() - started, 2)
             time.sleep(0.5)
     raise BenchError(f"{topic} was not archived within {timeout_s} s")
