@@ -31,8 +31,8 @@ from protocol.records import HEADER_SIZE, read_header
 
 log = logging.getLogger("kbroker.archive")
 
-CHUNK_BYTES = 4 << 20
-READ_AHEAD_CHUNKS = 2
+CHUNK_BYTES = 8 << 20
+READ_AHEAD_CHUNKS = 4
 # Offset indexes and transaction indexes of archived segments, in memory.
 MAX_INDEX_BYTES = 64 << 20
 _INDEX_ENTRY = struct.Struct(">ii")

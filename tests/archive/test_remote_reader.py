@@ -9,7 +9,7 @@ from pathlib import Path
 
 from kbroker.archive.object_store import ObjectStore
 from kbroker.archive.remote_log import COPY_FINISHED, LOG, OFFSET_INDEX, TXN_INDEX, RemoteSegment
-from kbroker.archive.remote_reader import RemoteReader
+from kbroker.archive.remote_reader import READ_AHEAD_CHUNKS, RemoteReader
 from protocol.record_batch import Record, decode_batches, encode_batch
 
 TOPIC, PARTITION = "t.0123", 0
@@ -64,7 +64,7 @@ def test_a_second_read_comes_from_the_cache_and_the_next_chunks_are_fetched_ahea
         reader.read(TOPIC, PARTITION, segment, 0, 1)
         reader.close()  # waits for the read ahead
         chunks = -(-segment.size // chunk)
-        assert reader.gets == 3  # the first chunk, and two ahead
+        assert reader.gets == 1 + READ_AHEAD_CHUNKS  # the first chunk, and those ahead of it
         fetched = reader.gets
         for offset in range(0, 40 * BATCH_RECORDS, BATCH_RECORDS * 4):  # the rest, in order
             reader.read(TOPIC, PARTITION, segment, offset, chunk)
