@@ -84,8 +84,8 @@ def metric(broker: BrokerProcess, name: str) -> float:
     raise AssertionError(f"no {name} in the metrics")
 
 
-def create_tiered(bootstrap: str) -> str:
-    topic = f"tiered-{uuid.uuid4().hex[:8]}"
+def create_tiered(bootstrap: str, topic: str | None = None) -> str:
+    topic = topic or f"tiered-{uuid.uuid4().hex[:8]}"
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic(topic, 1, 1, config={
         "remote.storage.enable": "true", "segment.bytes": str(SEGMENT_BYTES),
@@ -296,9 +296,7 @@ def test_deleting_a_tiered_topic_deletes_its_archive(archive: tuple[TcpProxy, Ob
         admin.delete_topics([topic])[topic].result(30)
         wait_until(lambda: not store.list_keys(f"{topic}."), 60, "the deleted topic's archive gone")
         wait_until(lambda: topic not in admin.list_topics(timeout=10).topics, 30, "the topic gone")
-        admin.create_topics([NewTopic(topic, 1, 1, config={
-            "remote.storage.enable": "true", "segment.bytes": str(SEGMENT_BYTES),
-            "local.retention.bytes": str(LOCAL_BYTES), "file.delete.delay.ms": "0"})])[topic].result(30)
+        create_tiered(broker.bootstrap, topic)
         produce(broker.bootstrap, topic, 0, RECORDS // 4)
         wait_until(lambda: len(archived_logs(store, topic)) >= 2, 60, "the new topic's segments archived")
         assert not set(store.list_keys(f"{topic}.")) & set(old_keys)
