@@ -163,7 +163,7 @@ class Log(LogDelayedRecords, LogTiering):
         self.checkpointed_log_start = self.log_start_offset  # a tiered log's may be in the archive
         self.log_start_offset = self.cleaner_checkpoint = loaded.log_start_offset
         self._log_end_offset = self.recovery_point = loaded.log_end_offset
-        self.config_applied()
+        self.config_applied(final=False)
 
     def _roll_if_key_changed(self) -> None:
         """New batches go to a new segment when the key they are written with changed (a rotated

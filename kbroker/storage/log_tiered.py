@@ -45,14 +45,15 @@ class LogTiering:
     def tiered(self) -> bool:
         return self.archiving_enabled and self.config.remote_storage_enable
 
-    def config_applied(self) -> None:
-        """The log's topic config is known (at load, or the first one given after it): a tiered
-        log takes its checkpointed start back."""
+    def config_applied(self, final: bool = True) -> None:
+        """The log's topic config is known: a tiered log takes its checkpointed start back. At
+        load (`final` False) the config may be a default one, so a log not tiered by it keeps the
+        checkpoint for the first config its topic gives; after that, the checkpoint is stale."""
         checkpointed, self.checkpointed_log_start = self.checkpointed_log_start, None
         if self.tiered and checkpointed is not None and checkpointed < self.log_start_offset:
             self.log_start_offset = checkpointed
-        elif not self.tiered and checkpointed is not None:
-            self.checkpointed_log_start = checkpointed  # its topic's config may still be on its way
+        elif not final and not self.tiered:
+            self.checkpointed_log_start = checkpointed
 
     @property
     def local_log_start_offset(self) -> int:

@@ -85,3 +85,27 @@ def test_the_log_start_below_the_local_window_survives_a_reopen(open_log: OpenLo
     reopened.close()
     local = open_log(tiered(), archiving=False, name="t-0", log_start_offset=0, had_clean_shutdown=True)
     assert local.log_start_offset == 10
+
+
+def test_only_the_first_config_after_a_load_takes_the_checkpointed_start_back(open_log: OpenLog) -> None:
+    """A log opened with a default config learns its topic's later; a topic made tiered long
+    after the load does not go back to that load's checkpoint (retention has moved on since)."""
+    log = open_log(tiered(), archiving=True, name="t-0")
+    fill(log, 20)
+    log.highest_offset_in_remote = 14
+    log.delete_old_segments(T0)
+    log.delete_expired_files(T0 + 10 * DAY)
+    log.close()
+    reopened = open_log(LogConfig(segment_bytes=ONE * 5), archiving=True, name="t-0", log_start_offset=0,
+                        had_clean_shutdown=True)
+    assert reopened.log_start_offset == 10  # loaded with a default config: not tiered (yet)
+    reopened.config = tiered()
+    reopened.config_applied()  # its topic's config: tiered, the partition starts in the archive
+    assert reopened.log_start_offset == 0
+    reopened.close()
+    plain = open_log(LogConfig(segment_bytes=ONE * 5), archiving=True, name="t-0", log_start_offset=0,
+                     had_clean_shutdown=True)
+    plain.config_applied()  # its topic's config: not tiered
+    plain.config = tiered()
+    plain.config_applied()  # made tiered later: the load's checkpoint is long stale
+    assert plain.log_start_offset == 10
