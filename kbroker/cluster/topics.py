@@ -235,8 +235,13 @@ class TopicManager:
                              f"{source_name} is itself a view: a view reads a topic, not another view")
         if source_name in INTERNAL_TOPICS or source_name.startswith("__"):
             raise KafkaError(ErrorCode.INVALID_CONFIG, f"{source_name} is an internal topic: it cannot have views")
-        if self.log_config(source.configs).is_retry_topic:
+        source_config = self.log_config(source.configs)
+        if source_config.is_retry_topic:
             raise KafkaError(ErrorCode.INVALID_CONFIG, f"{source_name} is a retry topic: it cannot have views")
+        if source_config.remote_storage_enable:
+            # Its archived offsets are read by the archive, which views do not read (yet).
+            raise KafkaError(ErrorCode.INVALID_CONFIG, f"{source_name} is a tiered topic (remote.storage.enable): "
+                             "it cannot have views")
 
     def _commit(self, record: TopicRecord, host: Callable[[TopicRecord], None]) -> None:
         self.store.create_topic(record.name, record.topic_id, record.assignment, record.configs)
@@ -417,7 +422,7 @@ class TopicManager:
         record = self.require(name)
         config = self.log_config(configs)
         self._check_retry_topic(name, config)
-        self._check_tiering(config, self.log_config(record.configs))
+        self._check_tiering(config, self.log_config(record.configs), name)
         self._check_view_change(record, configs)
         if validate_only:
             return
@@ -425,12 +430,15 @@ class TopicManager:
         self.configs_changed(name, configs)
         self.replicas.update_config(name, config)
 
-    def _check_tiering(self, config: LogConfig, before: LogConfig | None) -> None:
+    def _check_tiering(self, config: LogConfig, before: LogConfig | None, name: str | None = None) -> None:
         """A tiered topic needs an archiving broker; once tiered, a topic stays tiered (its
         archived segments would be left where no fetch reads them)."""
         if config.remote_storage_enable and not self.archiving:
             raise KafkaError(ErrorCode.INVALID_CONFIG, "Tiered Storage functionality is disabled in the broker. "
                              "Topic cannot be configured with remote log storage.")
+        if config.remote_storage_enable and name is not None and self.cache.views_of(name):
+            raise KafkaError(ErrorCode.INVALID_CONFIG, f"{name} has views ({', '.join(self.cache.views_of(name))}): "
+                             "a topic with views cannot be tiered (views do not read the archive)")
         if before is not None and before.remote_storage_enable and not config.remote_storage_enable:
             raise KafkaError(ErrorCode.INVALID_CONFIG, "remote.storage.enable cannot be turned off: the topic's "
                              "archived segments would no longer be read or deleted")

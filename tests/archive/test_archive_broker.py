@@ -188,7 +188,7 @@ def test_a_tiered_topic_keeps_its_local_window_and_reads_back_from_offset_0(
         produce(broker.bootstrap, topic, 0, RECORDS)
         # Archived up to the active segment, and the disk down to the window (plus the active
         # segment, which is never archived, and the one being filled when retention last ran).
-        wait_until(lambda: local_log_bytes(broker, topic) <= LOCAL_BYTES + 2 * SEGMENT_BYTES, 60,
+        wait_until(lambda: local_log_bytes(broker, topic) <= LOCAL_BYTES + 2 * SEGMENT_BYTES, 180,
                    "the local log down to its window")
         segments = archived_logs(store, topic)
         assert len(segments) >= RECORDS * VALUE_BYTES // SEGMENT_BYTES - 2
@@ -213,7 +213,7 @@ def test_an_unreachable_store_keeps_local_data_and_catches_up(
     try:
         topic = create_tiered(broker.bootstrap)
         produce(broker.bootstrap, topic, 0, RECORDS // 2)
-        wait_until(lambda: list_offset(broker.bootstrap, topic, EARLIEST_LOCAL) > 0, 60, "archived segments deleted")
+        wait_until(lambda: list_offset(broker.bootstrap, topic, EARLIEST_LOCAL) > 0, 180, "archived segments deleted")
         proxy.cut()
         produce(broker.bootstrap, topic, RECORDS // 2, RECORDS // 2)
         # Nothing archived meanwhile, so nothing more deleted: the disk holds all that came since.
@@ -221,9 +221,9 @@ def test_an_unreachable_store_keeps_local_data_and_catches_up(
         assert fetch_error(broker.bootstrap, topic, 0) == ErrorCode.KAFKA_STORAGE_ERROR
         assert "archiving" in broker.log_text() and "failed" in broker.log_text()
         copied = metric(broker, "kbroker_archive_segments_copied_total")
-        wait_until(lambda: metric(broker, "kbroker_archive_failures_total") > 0, 30, "failures counted")
+        wait_until(lambda: metric(broker, "kbroker_archive_failures_total") > 0, 180, "failures counted")
         proxy.restore()
-        wait_until(lambda: local_log_bytes(broker, topic) <= LOCAL_BYTES + 2 * SEGMENT_BYTES, 60,
+        wait_until(lambda: local_log_bytes(broker, topic) <= LOCAL_BYTES + 2 * SEGMENT_BYTES, 180,
                    "the archive caught up and the disk down to its window")
         assert fetch_error(broker.bootstrap, topic, 0) == 0
         assert metric(broker, "kbroker_archive_segments_copied_total") > copied
@@ -257,8 +257,9 @@ def test_tiered_topic_configs_are_checked(archive: tuple[TcpProxy, ObjectStore, 
 
         def refusal(configs: dict[str, str], on: AdminClient = admin) -> str:
             topic = f"bad-{uuid.uuid4().hex[:8]}"
+            partitions = -1 if "view.source.topic" in configs else 1
             with pytest.raises(KafkaException) as raised:
-                on.create_topics([NewTopic(topic, 1, 1, config=configs)])[topic].result(30)
+                on.create_topics([NewTopic(topic, partitions, config=configs)])[topic].result(30)
             error = raised.value.args[0]
             assert error.code() == KafkaError.INVALID_CONFIG
             return error.str()
@@ -272,6 +273,18 @@ def test_tiered_topic_configs_are_checked(archive: tuple[TcpProxy, ObjectStore, 
         assert "must not be -1 as retention.ms" in refusal(
             {"remote.storage.enable": "true", "local.retention.ms": "-1"})
         topic = create_tiered(broker.bootstrap)
+        # Views do not read the archive: a tiered topic has none, a topic with views is not tiered.
+        assert "is a tiered topic" in refusal({"view.source.topic": topic, "view.filter": "tag exists"})
+        plain_topic = f"plain-{uuid.uuid4().hex[:8]}"
+        admin.create_topics([NewTopic(plain_topic, 1, 1)])[plain_topic].result(30)
+        view = f"view-{uuid.uuid4().hex[:8]}"
+        admin.create_topics([NewTopic(view, -1, config={"view.source.topic": plain_topic,
+                                                        "view.filter": "tag exists"})])[view].result(30)
+        tier = ConfigResource(ResourceType.TOPIC, plain_topic, incremental_configs=[
+            ConfigEntry("remote.storage.enable", "true", incremental_operation=AlterConfigOpType.SET)])
+        with pytest.raises(KafkaException) as raised:
+            admin.incremental_alter_configs([tier])[tier].result(30)
+        assert f"has views ({view})" in raised.value.args[0].str()
         off = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[
             ConfigEntry("remote.storage.enable", "false", incremental_operation=AlterConfigOpType.SET)])
         with pytest.raises(KafkaException) as raised:
@@ -290,15 +303,15 @@ def test_deleting_a_tiered_topic_deletes_its_archive(archive: tuple[TcpProxy, Ob
     try:
         topic = create_tiered(broker.bootstrap)
         produce(broker.bootstrap, topic, 0, RECORDS // 4)
-        wait_until(lambda: len(archived_logs(store, topic)) >= 2, 60, "segments archived")
+        wait_until(lambda: len(archived_logs(store, topic)) >= 2, 180, "segments archived")
         old_keys = store.list_keys(f"{topic}.")
         admin = AdminClient({"bootstrap.servers": broker.bootstrap})
         admin.delete_topics([topic])[topic].result(30)
-        wait_until(lambda: not store.list_keys(f"{topic}."), 60, "the deleted topic's archive gone")
+        wait_until(lambda: not store.list_keys(f"{topic}."), 180, "the deleted topic's archive gone")
         wait_until(lambda: topic not in admin.list_topics(timeout=10).topics, 30, "the topic gone")
         create_tiered(broker.bootstrap, topic)
         produce(broker.bootstrap, topic, 0, RECORDS // 4)
-        wait_until(lambda: len(archived_logs(store, topic)) >= 2, 60, "the new topic's segments archived")
+        wait_until(lambda: len(archived_logs(store, topic)) >= 2, 180, "the new topic's segments archived")
         assert not set(store.list_keys(f"{topic}.")) & set(old_keys)
         assert digest_by_confluent(broker.bootstrap, topic, RECORDS // 4) == expected_digest(RECORDS // 4)
     finally:
