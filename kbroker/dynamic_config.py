@@ -47,6 +47,13 @@ _KBROKER_ONLY_TYPES = {
     "socket.request.max.entries": "INT",
     "metrics.listener": "STRING",  # the metrics endpoint's http://host:port (docs/operations.md)
     "log.encryption.key.file": "STRING",  # a path, not the keys: not sensitive (as ssl.keystore.location)
+    # The archive's object store (docs/archive.md); its secret key is a password, hidden as Kafka hides them.
+    "remote.log.storage.s3.endpoint": "STRING",
+    "remote.log.storage.s3.bucket": "STRING",
+    "remote.log.storage.s3.prefix": "STRING",
+    "remote.log.storage.s3.region": "STRING",
+    "remote.log.storage.s3.access.key.id": "STRING",
+    "remote.log.storage.s3.secret.access.key": "PASSWORD",
     # Share groups' settings of Kafka 4.1, which 3.9's catalogue lacks (KIP-932).
     "group.share.max.share.sessions": "INT",
     "share.coordinator.state.topic.num.partitions": "INT",

@@ -127,3 +127,10 @@ def test_start_with_a_bad_config_prints_one_line(tmp_path: Path) -> None:
     assert result.returncode != 0
     assert "Traceback" not in result.stderr
     assert "num.partitions" in result.stderr.strip().splitlines()[-1]
+
+
+def test_broker_local_retention_sets_tiered_topics_defaults() -> None:
+    """Kafka's log.local.retention.* are the defaults of local.retention.* (-2: the total's)."""
+    defaults = BrokerConfig({"log.local.retention.ms": "1000", "log.local.retention.bytes": "5"}).topic_defaults()
+    assert (defaults["local.retention.ms"], defaults["local.retention.bytes"]) == ("1000", "5")
+    assert BrokerConfig({}).topic_defaults()["local.retention.ms"] == "-2"

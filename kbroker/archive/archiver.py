@@ -198,16 +198,19 @@ class Archiver:
 
     async def _delete_topic(self, key: str) -> None:
         try:
+            # The metadata first: a round still uploading one of the topic's segments then fails
+            # its next compare-and-set and deletes what it uploaded; listing the objects after
+            # that finds every other one.
             documents = await self.writer.run(self.metadata.list_remote_logs, key)
+            await self.writer.run(self.metadata.delete_remote_logs, key)
+            for document, version in documents.values():  # type: ignore[union-attr]
+                for segment in RemoteLog.from_document(key, 0, document, version).segments:
+                    self.reader.forget(segment)
             listed = await asyncio.to_thread(self.store.list_keys, f"{key}-")
             # Only "<key>-<partition>/...": a topic whose name starts with this key is another's.
             ours = re.compile(re.escape(key) + r"-\d+/")
             objects = [name for name in listed if ours.match(name)]
             await asyncio.to_thread(self.store.delete_keys, objects)
-            for document, version in documents.values():  # type: ignore[union-attr]
-                for segment in RemoteLog.from_document(key, 0, document, version).segments:
-                    self.reader.forget(segment)
-            await self.writer.run(self.metadata.delete_remote_logs, key)
             log.info("deleted the archive of %s: %d object(s)", key, len(objects))
         except (ObjectStoreError, MetadataConflict, OSError) as e:
             log.error("deleting the archive of %s failed (its objects are under %s-*): %s", key, key, e)
@@ -216,11 +219,17 @@ class Archiver:
 
     async def read(self, partition: Hosted, offset: int, max_bytes: int, committed: bool) -> RemoteRead:
         """A consumer's fetch from `offset`, below the local log start: OFFSET_OUT_OF_RANGE when
-        the archive does not hold it; ObjectStoreError when the store cannot be read."""
+        the archive does not hold it; KAFKA_STORAGE_ERROR, which clients retry, when the object
+        store or the archive's metadata cannot be read."""
         topic, index = _key(partition), partition.index
         remote = self.remote_logs.get((topic, index))
         if remote is None or remote.segment_for(offset) is None:
-            remote = await self.load(topic, index)  # after a start, or a copy by another leader
+            try:
+                remote = await self.load(topic, index)  # after a start, or a copy by another leader
+            except Exception as e:  # the metadata store's own errors (a ZooKeeper session lost, ...)
+                limited_log.warning(f"load-{topic}-{index}", "reading the archive's metadata of %s-%d failed: %r",
+                                    topic, index, e)
+                raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, "the archive's metadata cannot be read") from None
         segment = remote.segment_for(offset)
         if segment is None:
             raise KafkaError(ErrorCode.OFFSET_OUT_OF_RANGE,
