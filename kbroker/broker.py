@@ -396,6 +396,8 @@ class Broker:
         self.quotas.start(asyncio.get_running_loop())
         if self.acls is not None:
             self.acls.start(asyncio.get_running_loop())
+        # Before the listeners: a consumer's first fetch below a tiered log's window is the archive's.
+        self._start_archiver()
         for listener in self.config.listeners_parsed():
             port = await self.server.start(listener.host, listener.port, listener.name,
                                            self.config.listener_tls.get(listener.name),
@@ -408,7 +410,6 @@ class Broker:
             self.cluster.on_leadership_change = self._on_leadership_change
             self.cluster.start()
         self._ticker = asyncio.create_task(self._tick_forever())
-        self._start_archiver()
         self.delayed_deliveries.start()
         self.log_mover.start()  # moves between log dirs that a restart interrupted
         # What start built (logs, indexes, coordinator state) lives as long as the broker: keep
