@@ -64,11 +64,9 @@ class RemoteReader:
         """Whole batches of `segment` from the one holding `offset`, up to `max_bytes` (at least one).
         A read of its last chunk fetches the start of `following` (the next segment) ahead."""
         key = segment.object_key(topic, partition, LOG)
-        if following is not None and offset >= segment.base_offset and \
-                (self._start_position(topic, partition, segment, offset) // self.chunk_bytes
-                 >= (segment.size - 1) // self.chunk_bytes):
-            self._read_next_segment_ahead(topic, partition, following)
         position = self._start_position(topic, partition, segment, offset)
+        if following is not None and position // self.chunk_bytes >= (segment.size - 1) // self.chunk_bytes:
+            self._read_next_segment_ahead(topic, partition, following)
         out = bytearray()
         while position + HEADER_SIZE <= segment.size:
             header = read_header(self._bytes(key, segment, position, HEADER_SIZE))
@@ -102,12 +100,12 @@ class RemoteReader:
     # -- positions ------------------------------------------------------------------------------
 
     def _start_position(self, topic: str, partition: int, segment: RemoteSegment, offset: int) -> int:
-        """Where the scan for `offset` starts: the last offset index entry at or below it."""
-        index = self._index(segment.object_key(topic, partition, OFFSET_INDEX))
-        whole = len(index) - len(index) % _INDEX_ENTRY.size
-        entries = list(_INDEX_ENTRY.iter_unpack(index[:whole]))
-        slot = bisect_right([relative for relative, _ in entries], offset - segment.base_offset) - 1
-        return entries[slot][1] if slot >= 0 else 0
+        """Where the scan for `offset` starts: the last offset index entry at or below it, found
+        by a binary search of the index's bytes (an index of a large segment holds hundreds of
+        thousands of entries: not unpacked for every fetch)."""
+        entries = _IndexEntries(self._index(segment.object_key(topic, partition, OFFSET_INDEX)))
+        slot = bisect_right(entries, offset - segment.base_offset) - 1
+        return entries.position(slot) if slot >= 0 else 0
 
     def _index(self, key: str) -> bytes:
         with self._lock:
@@ -228,3 +226,23 @@ class RemoteReader:
     def _drop_chunk(self, name: str) -> None:
         self._cached_bytes -= self._chunks.pop(name)
         (self.cache_dir / name).unlink(missing_ok=True)
+
+
+class _IndexEntries:
+    """An offset index's bytes as the sequence of its relative offsets (for `bisect`); a torn
+    last entry is left out."""
+
+    __slots__ = ("data", "count")
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.count = len(data) // _INDEX_ENTRY.size
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __getitem__(self, slot: int) -> int:
+        return _INDEX_ENTRY.unpack_from(self.data, slot * _INDEX_ENTRY.size)[0]
+
+    def position(self, slot: int) -> int:
+        return _INDEX_ENTRY.unpack_from(self.data, slot * _INDEX_ENTRY.size)[1]
