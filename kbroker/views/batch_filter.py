@@ -213,10 +213,17 @@ def gap_marker(first: int, next_offset: int) -> bytes:
                         base_timestamp=NO_TIMESTAMP, max_timestamp=NO_TIMESTAMP, last_offset_delta=last_delta)
 
 
-def _filter_batch(buf: bytes, pos: int, size: int, keep: Keep, stats: FilterStats,
-                  known: KnownVerdicts | None) -> Piece | None:
-    """What the batch at `pos` becomes, or None for the batch itself."""
-    header = read_header(buf, pos)
+class Undecided:
+    """`from_header`'s answer for a batch whose records must be decoded."""
+
+
+UNDECIDED = Undecided()
+
+
+def from_header(header: BatchHeader, stats: FilterStats, known: KnownVerdicts | None) -> Piece | None | Undecided:
+    """What a batch becomes when its header alone decides it (a control batch, an empty batch,
+    a batch with a known verdict): None for the batch itself, or its empty batch; UNDECIDED
+    otherwise. Counts it in `stats` either way (an undecided one as read, not yet as kept)."""
     if header.magic != CURRENT_MAGIC:
         raise CorruptRecordError(f"batch at offset {header.base_offset} has magic {header.magic}, not {CURRENT_MAGIC}")
     stats.next_offset = header.base_offset + header.last_offset_delta + 1
@@ -229,6 +236,16 @@ def _filter_batch(buf: bytes, pos: int, size: int, keep: Keep, stats: FilterStat
     stats.records_in += header.record_count
     if known is not None and (last_kept_delta := known.get(header)) is not None:
         return _all_or_none(header, last_kept_delta, stats)
+    return UNDECIDED
+
+
+def _filter_batch(buf: bytes, pos: int, size: int, keep: Keep, stats: FilterStats,
+                  known: KnownVerdicts | None) -> Piece | None:
+    """What the batch at `pos` becomes, or None for the batch itself."""
+    header = read_header(buf, pos)
+    decided = from_header(header, stats, known)
+    if not isinstance(decided, Undecided):
+        return decided
     plain = uncompressed_batch(memoryview(buf)[pos : pos + size], header)
     verdicts, max_delta, last_kept_delta = _verdicts(plain, header, keep)
     kept = verdicts.count(True)

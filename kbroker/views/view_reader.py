@@ -35,7 +35,7 @@ from typing import Any, Protocol
 from kbroker.pacing import Pacer
 from kbroker.storage.batch_scan import pread_exact
 from kbroker.storage.read_results import BatchBytes, Read, ReadResult
-from kbroker.views.batch_filter import FilterStats, KnownVerdicts, filter_batches, gap_marker
+from kbroker.views.batch_filter import FilterStats, KnownVerdicts, filter_batches, from_header, gap_marker
 from kbroker.views.verdict_memo import VerdictMemo
 from kbroker.views.view import View
 from protocol.records import CURRENT_MAGIC, HEADER_SIZE, read_header
@@ -135,18 +135,8 @@ def _known_whole(read: Read, known: KnownVerdicts) -> tuple[int, FilterStats] | 
             return None  # the decoding path says what is wrong with it
         if pos + header.size > read.size:
             break  # the partial batch a read ends with
-        if header.is_control:
-            stats.control_batches += 1
-            stats.last_given_offset = header.last_offset
-        elif header.record_count:
-            last_kept_delta = known.get(header)
-            if last_kept_delta is None or last_kept_delta < 0:
-                return None
-            stats.records_in += header.record_count
-            stats.records_kept += header.record_count
-            stats.last_given_offset = header.base_offset + last_kept_delta
-        stats.batches_whole += 1
-        stats.next_offset = header.last_offset + 1
+        if from_header(header, stats, known) is not None:
+            return None  # to decode, or emptied: not the slice as it is
         pos += header.size
     else:
         if read.size - pos >= HEADER_SIZE:
