@@ -34,6 +34,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     "kbroker.ports": frozenset(),
     "kbroker.properties": frozenset(),
     "kbroker.rates": frozenset(),
+    "kbroker.tasks": frozenset(),
     # Delayed delivery's pure core: delay headers, pending batches, the timing wheel, the index,
     # retry topics' rules (a forwarded record's partition is the default partitioner's).
     "kbroker.delay": frozenset({"kbroker.clock", "kbroker.fsutil", "kbroker.partitioner", "protocol"}),
@@ -54,16 +55,16 @@ ALLOWED: dict[str, frozenset[str]] = {
     "kbroker.views": frozenset({"kbroker.pacing", "kbroker.storage", "protocol"}),
     # The archive (tiered storage): the object store, remote log metadata, copies and reads.
     "kbroker.archive": frozenset({"kbroker.clock", "kbroker.log_limiter", "kbroker.metadata", "kbroker.storage",
-                                  "protocol"}),
+                                  "kbroker.tasks", "protocol"}),
     # Replica manager, partitions, fetch sessions, replication, topics, the controller.
     "kbroker.cluster": frozenset({"kbroker.archive", "kbroker.clock", "kbroker.config", "kbroker.delay", "kbroker.dynamic_config", "kbroker.fsutil",
                                   "kbroker.metadata", "kbroker.metrics", "kbroker.pacing", "kbroker.rates",
-                                  "kbroker.security", "kbroker.storage", "kbroker.views", "protocol"}),
+                                  "kbroker.security", "kbroker.storage", "kbroker.tasks", "kbroker.views", "protocol"}),
     # Share groups' pure state: share partitions, sessions, the assignor.
     "kbroker.share": frozenset({"kbroker.clock", "protocol"}),
     # Group and transaction coordinators, over the replica manager.
     "kbroker.coordinator": frozenset({"kbroker.clock", "kbroker.cluster", "kbroker.share", "kbroker.storage",
-                                      "protocol"}),
+                                      "kbroker.tasks", "protocol"}),
     # One module per API, over the services.
     "kbroker.handlers": frozenset({"kbroker.clock", "kbroker.cluster", "kbroker.config", "kbroker.coordinator",
                                    "kbroker.share", "kbroker.views",

@@ -46,6 +46,7 @@ from kbroker.metadata.store import MetadataConflict, MetadataStore
 from kbroker.storage.index import segment_file_name
 from kbroker.storage.log import Log
 from kbroker.storage.segment import LogSegment
+from kbroker.tasks import cancel_and_wait
 from protocol.errors import ErrorCode, KafkaError
 from protocol.records import read_header
 
@@ -131,11 +132,8 @@ class Archiver:
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
         for task in list(self._deletions):  # a deletion under way finishes (its objects would stay)
             with contextlib.suppress(Exception):
                 await task

@@ -29,6 +29,7 @@ from kbroker.cluster.replica_manager import ReplicaManager
 from kbroker.cluster.retry_forwarding import RetryForwarder
 from kbroker.delay.pending_batches import batches_fitting, encode_delivery_batch
 from kbroker.storage.producer_state import AppendOrigin
+from kbroker.tasks import cancel_and_wait
 from protocol.errors import KafkaError
 
 log = logging.getLogger("kbroker.delay")
@@ -62,11 +63,8 @@ class DelayedDeliveries:
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
         if self._forwarder is not None:
             await self._forwarder.stop()
 

@@ -24,6 +24,7 @@ from kbroker.cluster.fetch_sessions import INITIAL_EPOCH, INVALID_SESSION_ID, ne
 from kbroker.cluster.partition import Partition
 from kbroker.security.sasl_config import SaslCredentials
 from kbroker.storage.log_validator import UnexpectedAppendOffset
+from kbroker.tasks import cancel_and_wait
 from protocol.errors import ErrorCode, KafkaError
 from protocol.records import LOG_OVERHEAD
 
@@ -123,11 +124,8 @@ class ReplicaFetcher:
         self._delayed_until.pop((topic, index), None)
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
         await self.client.close()
 
     # -- the loop -----------------------------------------------------------------------------

@@ -27,7 +27,6 @@ letters queued does not write them.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -40,6 +39,7 @@ from kbroker.cluster.partition_writer import ClientFactory, PartitionWriter, Rem
 from kbroker.cluster.replica_manager import ReplicaManager
 from kbroker.cluster.topics import TopicManager, TopicSpec
 from kbroker.share.share_partition import Archived, ArchiveReason
+from kbroker.tasks import cancel_and_wait
 from protocol.errors import ErrorCode, KafkaError
 from protocol.record_batch import Record, decode_batches, encode_batch
 
@@ -107,11 +107,8 @@ class DeadLetters:
         await self._queue.join()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
         await self.writer.close()
 
     # -- writing ----------------------------------------------------------------------------------
