@@ -58,6 +58,15 @@ def archive(s3_server: S3Server, tmp_path: Path) -> Iterator[tuple[TcpProxy, Obj
     store.close()
 
 
+@pytest.fixture
+def broker(archive: tuple[TcpProxy, ObjectStore, str], tmp_path: Path) -> Iterator[BrokerProcess]:
+    """A broker archiving to the bucket through the proxy; it must stop cleanly."""
+    proxy, _, bucket = archive
+    process = start_broker(tmp_path / "broker", proxy.endpoint, bucket)
+    yield process
+    assert process.stop() == 0, process.log_tail()
+
+
 def start_broker(directory: Path, endpoint: str, bucket: str) -> BrokerProcess:
     return BrokerProcess(directory, overrides={
         "remote.log.storage.system.enable": "true",
@@ -180,56 +189,48 @@ def archived_logs(store: ObjectStore, topic: str) -> list[str]:
 
 
 def test_a_tiered_topic_keeps_its_local_window_and_reads_back_from_offset_0(
-        archive: tuple[TcpProxy, ObjectStore, str], tmp_path: Path) -> None:
-    proxy, store, bucket = archive
-    broker = start_broker(tmp_path / "broker", proxy.endpoint, bucket)
-    try:
-        topic = create_tiered(broker.bootstrap)
-        produce(broker.bootstrap, topic, 0, RECORDS)
-        # Archived up to the active segment, and the disk down to the window (plus the active
-        # segment, which is never archived, and the one being filled when retention last ran).
-        wait_until(lambda: local_log_bytes(broker, topic) <= LOCAL_BYTES + 2 * SEGMENT_BYTES, 180,
-                   "the local log down to its window")
-        segments = archived_logs(store, topic)
-        assert len(segments) >= RECORDS * VALUE_BYTES // SEGMENT_BYTES - 2
-        assert len({key.split("/")[1].split("-")[0] for key in segments}) == len(segments)  # no base offset twice
-        local_start = list_offset(broker.bootstrap, topic, EARLIEST_LOCAL)
-        assert list_offset(broker.bootstrap, topic, -2) == 0 < local_start
-        assert list_offset(broker.bootstrap, topic, LATEST_TIERED) >= local_start - 1
-        expected = expected_digest(RECORDS)
-        assert digest_by_confluent(broker.bootstrap, topic, RECORDS) == expected
-        assert digest_by_kafka_python(broker.bootstrap, topic, RECORDS) == expected
-        broker.restart()
-        assert list_offset(broker.bootstrap, topic, -2) == 0
-        assert digest_by_confluent(broker.bootstrap, topic, RECORDS) == expected
-    finally:
-        assert broker.stop() == 0, broker.log_tail()
+        archive: tuple[TcpProxy, ObjectStore, str], broker: BrokerProcess) -> None:
+    _, store, _ = archive
+    topic = create_tiered(broker.bootstrap)
+    produce(broker.bootstrap, topic, 0, RECORDS)
+    # Archived up to the active segment, and the disk down to the window (plus the active
+    # segment, which is never archived, and the one being filled when retention last ran).
+    wait_until(lambda: local_log_bytes(broker, topic) <= LOCAL_BYTES + 2 * SEGMENT_BYTES, 180,
+               "the local log down to its window")
+    segments = archived_logs(store, topic)
+    assert len(segments) >= RECORDS * VALUE_BYTES // SEGMENT_BYTES - 2
+    assert len({key.split("/")[1].split("-")[0] for key in segments}) == len(segments)  # no base offset twice
+    local_start = list_offset(broker.bootstrap, topic, EARLIEST_LOCAL)
+    assert list_offset(broker.bootstrap, topic, -2) == 0 < local_start
+    assert list_offset(broker.bootstrap, topic, LATEST_TIERED) >= local_start - 1
+    expected = expected_digest(RECORDS)
+    assert digest_by_confluent(broker.bootstrap, topic, RECORDS) == expected
+    assert digest_by_kafka_python(broker.bootstrap, topic, RECORDS) == expected
+    broker.restart()
+    assert list_offset(broker.bootstrap, topic, -2) == 0
+    assert digest_by_confluent(broker.bootstrap, topic, RECORDS) == expected
 
 
 def test_an_unreachable_store_keeps_local_data_and_catches_up(
-        archive: tuple[TcpProxy, ObjectStore, str], tmp_path: Path) -> None:
-    proxy, store, bucket = archive
-    broker = start_broker(tmp_path / "broker", proxy.endpoint, bucket)
-    try:
-        topic = create_tiered(broker.bootstrap)
-        produce(broker.bootstrap, topic, 0, RECORDS // 2)
-        wait_until(lambda: list_offset(broker.bootstrap, topic, EARLIEST_LOCAL) > 0, 180, "archived segments deleted")
-        proxy.cut()
-        produce(broker.bootstrap, topic, RECORDS // 2, RECORDS // 2)
-        # Nothing archived meanwhile, so nothing more deleted: the disk holds all that came since.
-        assert local_log_bytes(broker, topic) >= (RECORDS // 2) * VALUE_BYTES
-        assert fetch_error(broker.bootstrap, topic, 0) == ErrorCode.KAFKA_STORAGE_ERROR
-        assert "archiving" in broker.log_text() and "failed" in broker.log_text()
-        copied = metric(broker, "kbroker_archive_segments_copied_total")
-        wait_until(lambda: metric(broker, "kbroker_archive_failures_total") > 0, 180, "failures counted")
-        proxy.restore()
-        wait_until(lambda: local_log_bytes(broker, topic) <= LOCAL_BYTES + 2 * SEGMENT_BYTES, 180,
-                   "the archive caught up and the disk down to its window")
-        assert fetch_error(broker.bootstrap, topic, 0) == 0
-        assert metric(broker, "kbroker_archive_segments_copied_total") > copied
-        assert digest_by_confluent(broker.bootstrap, topic, RECORDS) == expected_digest(RECORDS)
-    finally:
-        assert broker.stop() == 0, broker.log_tail()
+        archive: tuple[TcpProxy, ObjectStore, str], broker: BrokerProcess) -> None:
+    proxy, _, _ = archive
+    topic = create_tiered(broker.bootstrap)
+    produce(broker.bootstrap, topic, 0, RECORDS // 2)
+    wait_until(lambda: list_offset(broker.bootstrap, topic, EARLIEST_LOCAL) > 0, 180, "archived segments deleted")
+    proxy.cut()
+    produce(broker.bootstrap, topic, RECORDS // 2, RECORDS // 2)
+    # Nothing archived meanwhile, so nothing more deleted: the disk holds all that came since.
+    assert local_log_bytes(broker, topic) >= (RECORDS // 2) * VALUE_BYTES
+    assert fetch_error(broker.bootstrap, topic, 0) == ErrorCode.KAFKA_STORAGE_ERROR
+    assert "archiving" in broker.log_text() and "failed" in broker.log_text()
+    copied = metric(broker, "kbroker_archive_segments_copied_total")
+    wait_until(lambda: metric(broker, "kbroker_archive_failures_total") > 0, 180, "failures counted")
+    proxy.restore()
+    wait_until(lambda: local_log_bytes(broker, topic) <= LOCAL_BYTES + 2 * SEGMENT_BYTES, 180,
+               "the archive caught up and the disk down to its window")
+    assert fetch_error(broker.bootstrap, topic, 0) == 0
+    assert metric(broker, "kbroker_archive_segments_copied_total") > copied
+    assert digest_by_confluent(broker.bootstrap, topic, RECORDS) == expected_digest(RECORDS)
 
 
 @pytest.mark.parametrize("overrides, reason", [
@@ -248,9 +249,7 @@ def test_archiving_that_cannot_work_stops_the_start(tmp_path: Path, overrides: d
     assert f"refusing to start: {reason}" in broker.log_text()
 
 
-def test_tiered_topic_configs_are_checked(archive: tuple[TcpProxy, ObjectStore, str], tmp_path: Path) -> None:
-    proxy, _, bucket = archive
-    broker = start_broker(tmp_path / "broker", proxy.endpoint, bucket)
+def test_tiered_topic_configs_are_checked(broker: BrokerProcess, tmp_path: Path) -> None:
     plain = BrokerProcess(tmp_path / "plain").start()
     try:
         admin = AdminClient({"bootstrap.servers": broker.bootstrap})
@@ -292,27 +291,22 @@ def test_tiered_topic_configs_are_checked(archive: tuple[TcpProxy, ObjectStore, 
         assert "cannot be turned off" in raised.value.args[0].str()
     finally:
         assert plain.stop() == 0, plain.log_tail()
-        assert broker.stop() == 0, broker.log_tail()
 
 
 def test_deleting_a_tiered_topic_deletes_its_archive(archive: tuple[TcpProxy, ObjectStore, str],
-                                                    tmp_path: Path) -> None:
+                                                    broker: BrokerProcess) -> None:
     """Its objects go; a topic created again under its name archives apart from the old one."""
-    proxy, store, bucket = archive
-    broker = start_broker(tmp_path / "broker", proxy.endpoint, bucket)
-    try:
-        topic = create_tiered(broker.bootstrap)
-        produce(broker.bootstrap, topic, 0, RECORDS // 4)
-        wait_until(lambda: len(archived_logs(store, topic)) >= 2, 180, "segments archived")
-        old_keys = store.list_keys(f"{topic}.")
-        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-        admin.delete_topics([topic])[topic].result(30)
-        wait_until(lambda: not store.list_keys(f"{topic}."), 180, "the deleted topic's archive gone")
-        wait_until(lambda: topic not in admin.list_topics(timeout=10).topics, 30, "the topic gone")
-        create_tiered(broker.bootstrap, topic)
-        produce(broker.bootstrap, topic, 0, RECORDS // 4)
-        wait_until(lambda: len(archived_logs(store, topic)) >= 2, 180, "the new topic's segments archived")
-        assert not set(store.list_keys(f"{topic}.")) & set(old_keys)
-        assert digest_by_confluent(broker.bootstrap, topic, RECORDS // 4) == expected_digest(RECORDS // 4)
-    finally:
-        assert broker.stop() == 0, broker.log_tail()
+    _, store, _ = archive
+    topic = create_tiered(broker.bootstrap)
+    produce(broker.bootstrap, topic, 0, RECORDS // 4)
+    wait_until(lambda: len(archived_logs(store, topic)) >= 2, 180, "segments archived")
+    old_keys = store.list_keys(f"{topic}.")
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.delete_topics([topic])[topic].result(30)
+    wait_until(lambda: not store.list_keys(f"{topic}."), 180, "the deleted topic's archive gone")
+    wait_until(lambda: topic not in admin.list_topics(timeout=10).topics, 30, "the topic gone")
+    create_tiered(broker.bootstrap, topic)
+    produce(broker.bootstrap, topic, 0, RECORDS // 4)
+    wait_until(lambda: len(archived_logs(store, topic)) >= 2, 180, "the new topic's segments archived")
+    assert not set(store.list_keys(f"{topic}.")) & set(old_keys)
+    assert digest_by_confluent(broker.bootstrap, topic, RECORDS // 4) == expected_digest(RECORDS // 4)

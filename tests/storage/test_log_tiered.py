@@ -73,13 +73,18 @@ def test_without_archiving_the_topic_config_changes_nothing(open_log: OpenLog) -
     assert log.log_start_offset == log.local_log_start_offset == 10
 
 
-def test_the_log_start_below_the_local_window_survives_a_reopen(open_log: OpenLog) -> None:
+def closed_after_archiving(open_log: OpenLog) -> None:
+    """A tiered log "t-0" of offsets 0..19 whose segments below 10 went after archiving, closed."""
     log = open_log(tiered(), archiving=True, name="t-0")
     fill(log, 20)
     log.highest_offset_in_remote = 14
     log.delete_old_segments(T0)
     log.delete_expired_files(T0 + 10 * DAY)
     log.close()
+
+
+def test_the_log_start_below_the_local_window_survives_a_reopen(open_log: OpenLog) -> None:
+    closed_after_archiving(open_log)
     reopened = open_log(tiered(), archiving=True, name="t-0", log_start_offset=0, had_clean_shutdown=True)
     assert (reopened.log_start_offset, reopened.local_log_start_offset) == (0, 10)
     reopened.close()
@@ -90,12 +95,7 @@ def test_the_log_start_below_the_local_window_survives_a_reopen(open_log: OpenLo
 def test_only_the_first_config_after_a_load_takes_the_checkpointed_start_back(open_log: OpenLog) -> None:
     """A log opened with a default config learns its topic's later; a topic made tiered long
     after the load does not go back to that load's checkpoint (retention has moved on since)."""
-    log = open_log(tiered(), archiving=True, name="t-0")
-    fill(log, 20)
-    log.highest_offset_in_remote = 14
-    log.delete_old_segments(T0)
-    log.delete_expired_files(T0 + 10 * DAY)
-    log.close()
+    closed_after_archiving(open_log)
     reopened = open_log(LogConfig(segment_bytes=ONE * 5), archiving=True, name="t-0", log_start_offset=0,
                         had_clean_shutdown=True)
     assert reopened.log_start_offset == 10  # loaded with a default config: not tiered (yet)
