@@ -35,6 +35,8 @@ ALLOWED: dict[str, frozenset[str]] = {
     "kbroker.properties": frozenset(),
     "kbroker.rates": frozenset(),
     "kbroker.tasks": frozenset(),
+    # moto's S3 server as a local process, for the tests and the archive benchmark.
+    "kbroker.s3_server": frozenset({"kbroker.ports"}),
     # Delayed delivery's pure core: delay headers, pending batches, the timing wheel, the index,
     # retry topics' rules (a forwarded record's partition is the default partitioner's).
     "kbroker.delay": frozenset({"kbroker.clock", "kbroker.fsutil", "kbroker.partitioner", "protocol"}),
@@ -86,7 +88,8 @@ ALLOWED: dict[str, frozenset[str]] = {
     "kbroker.launcher": frozenset({"kbroker.metadata", "kbroker.ports"}),
     # The delayed-delivery benchmark reads the `.delayed` snapshot a stopped broker left.
     "kbroker.bench": frozenset({"kbroker.client", "kbroker.config", "kbroker.delay", "kbroker.launcher",
-                                "kbroker.metadata", "kbroker.ports", "kbroker.properties", "protocol"}),
+                                "kbroker.metadata", "kbroker.ports", "kbroker.properties", "kbroker.s3_server",
+                                "protocol"}),
     "kbroker.cli": frozenset({"kbroker.clock", "kbroker.bench", "kbroker.broker", "kbroker.client", "kbroker.config",
                               "kbroker.console",
                               "kbroker.fsutil", "kbroker.launcher", "kbroker.malloc_tuning", "kbroker.metadata",

@@ -14,19 +14,14 @@ round, the archived read's rate over the local one's, then the median.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
-import urllib.error
-import urllib.request
-from pathlib import Path
 from typing import Any
 
 from kbroker.bench.benchmarks import MB, BenchError, Env, _median, topic_name
 from kbroker.bench.servers import KbrokerServer, Server, new_data_dir
 from kbroker.bench.views import read_once
 from kbroker.bench.workers import run_workers
-from kbroker.ports import free_port
+from kbroker.s3_server import S3Server
 
 BUCKET = "kbroker-bench-archive"
 KEY = "bench"  # moto checks no credentials; explicit ones keep boto3 from looking for real ones
@@ -37,47 +32,11 @@ MIN_SEGMENT_BYTES = 2 << 20
 READER_CONFIG = {"fetch.queue.backoff.ms": 10}  # as the views benchmark: the broker, not the back-off
 
 
-class S3Process:
-    """moto's S3-compatible server as a child process."""
+def create_bucket(endpoint: str) -> None:
+    import boto3
 
-    def __init__(self, log_path: Path) -> None:
-        self.port = free_port()
-        self.endpoint = f"http://127.0.0.1:{self.port}"
-        self._log = log_path.open("wb")
-        try:
-            self.proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
-                                         stdout=self._log, stderr=subprocess.STDOUT)
-        except BaseException:
-            self._log.close()
-            raise
-        self._wait_ready()
-
-    def _wait_ready(self, timeout_s: float = 30) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise BenchError(f"the S3 server exited at start ({self._log.name})")
-            try:
-                with urllib.request.urlopen(self.endpoint, timeout=1):
-                    return
-            except (urllib.error.URLError, OSError):
-                time.sleep(0.1)
-        raise BenchError(f"the S3 server did not answer within {timeout_s} s")
-
-    def create_bucket(self) -> None:
-        import boto3
-
-        boto3.session.Session().client("s3", endpoint_url=self.endpoint, region_name="us-east-1",
-                                       aws_access_key_id=KEY, aws_secret_access_key=KEY).create_bucket(Bucket=BUCKET)
-
-    def close(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        self._log.close()
+    boto3.session.Session().client("s3", endpoint_url=endpoint, region_name="us-east-1",
+                                   aws_access_key_id=KEY, aws_secret_access_key=KEY).create_bucket(Bucket=BUCKET)
 
 
 def archive_overrides(endpoint: str) -> dict[str, str]:
@@ -93,10 +52,14 @@ def archive_case(env: Env, work_dir: str | None, records: int, message_size: int
                  preload_config: dict[str, Any]) -> dict[str, Any]:
     label = f"archive {message_size} B {records:,} records"
     data_dir = new_data_dir(work_dir, "kbroker-archive-bench-")
-    s3 = S3Process(data_dir.parent / f"{data_dir.name}-moto.log")
+    s3 = S3Server(data_dir.parent / f"{data_dir.name}-moto.log")
+    try:
+        s3.start()
+    except RuntimeError as e:
+        raise BenchError(str(e)) from None
     server: Server | None = None
     try:
-        s3.create_bucket()
+        create_bucket(s3.endpoint)
         server = KbrokerServer(data_dir, overrides=archive_overrides(s3.endpoint))
         with env.ui.step(f"{label} · starting kbroker archiving to {s3.endpoint}"):
             server.start()
@@ -131,7 +94,7 @@ def archive_case(env: Env, work_dir: str | None, records: int, message_size: int
     finally:
         if server is not None:
             server.close()
-        s3.close()
+        s3.stop()
     rates = {name: [r[name]["mb_per_s"] for r in rounds] for name in ("local", "archived")}
     return {
         "name": label,

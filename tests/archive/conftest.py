@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from kbroker.archive.object_store import ObjectStore, ObjectStoreConfig
-from tests.s3_server import ACCESS_KEY_ID, SECRET_ACCESS_KEY, S3Server
+from kbroker.s3_server import ACCESS_KEY_ID, SECRET_ACCESS_KEY, S3Server
 
 
 @pytest.fixture(scope="module")

@@ -27,11 +27,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from kbroker.archive.object_store import ObjectStore
 from kbroker.launcher import LaunchError
+from kbroker.s3_server import ACCESS_KEY_ID, SECRET_ACCESS_KEY, S3Server
 from protocol.errors import ErrorCode
 from tests.archive.conftest import new_bucket_name, store_config
 from tests.brokers import BrokerProcess, free_port
 from tests.rawclient import RawClient
-from tests.s3_server import ACCESS_KEY_ID, SECRET_ACCESS_KEY, S3Server
 from tests.tcp_proxy import TcpProxy
 from tests.waiting import wait_until
 

@@ -22,8 +22,8 @@ from kbroker.archive.object_store import (
     ObjectStoreError,
 )
 from kbroker.ports import free_port
+from kbroker.s3_server import ACCESS_KEY_ID, SECRET_ACCESS_KEY, S3Server
 from tests.archive.conftest import new_bucket_name, store_config
-from tests.s3_server import ACCESS_KEY_ID, SECRET_ACCESS_KEY, S3Server
 
 MakeStore = Callable[..., ObjectStore]
 

@@ -1,9 +1,11 @@
-"""A real S3-compatible server for tests: moto's standalone server in a child process."""
+"""A real S3-compatible server on this machine, for the tests and `kbroker bench archive`: moto's
+standalone server (`moto[server]`, installed with the test extra) in a child process."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -11,12 +13,12 @@ from types import TracebackType
 from typing import IO, Self
 
 from kbroker.ports import free_port
-from tests.waiting import wait_until
 
 START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 10.0
 # Each poll of a starting server: it either answers at once or refuses at once.
 POLL_TIMEOUT_S = 1.0
+POLL_INTERVAL_S = 0.05
 
 # Any credentials do: moto checks none, and explicit ones keep boto3 from looking for real
 # ones (environment, ~/.aws, the instance metadata service) in the tests.
@@ -60,11 +62,18 @@ class S3Server:
             [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
             stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT)
         try:
-            wait_until(self._answers, START_TIMEOUT_S, f"the S3 server on port {self.port}")
+            self._wait_answering()
         except BaseException:
             self.stop()
             raise
         return self
+
+    def _wait_answering(self) -> None:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not self._answers():
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the S3 server on port {self.port} did not answer within {START_TIMEOUT_S} s")
+            time.sleep(POLL_INTERVAL_S)
 
     def _answers(self) -> bool:
         """Whether the server answers a GET (any status); raises if its process has ended,
