@@ -117,12 +117,11 @@ class Archiver:
         self._task: asyncio.Task[None] | None = None
         self._deletions: set[asyncio.Task[None]] = set()
         self._wake = asyncio.Event()
-        # What the metrics and `kbroker topics --describe` show.
+        # What the metrics show (kbroker_archive_*).
         self.segments_copied = 0
         self.bytes_copied = 0
         self.segments_deleted = 0
         self.failures = 0
-        self.last_error = ""
 
     @property
     def backing_off(self) -> int:
@@ -175,7 +174,6 @@ class Archiver:
 
     def _failed(self, key: tuple[str, int], partition: Hosted, error: Exception) -> None:
         self.failures += 1
-        self.last_error = f"{partition.topic}-{partition.index}: {error}"
         before = self._backoff.get(key)
         delay = self.settings.retry_backoff_ms if before is None else \
             min(before.delay_ms * 2, self.settings.retry_backoff_max_ms)
