@@ -43,7 +43,8 @@ from kbroker.archive.remote_reader import RemoteReader
 from kbroker.clock import WallClock, wall_clock_ms
 from kbroker.log_limiter import RateLimitedLog
 from kbroker.metadata.store import MetadataConflict, MetadataStore
-from kbroker.storage.index import segment_file_name
+from kbroker.storage.index import OffsetIndex, TimeIndex, segment_file_name
+from kbroker.storage.leader_epoch import EpochEntry
 from kbroker.storage.log import Log
 from kbroker.storage.segment import LogSegment
 from kbroker.tasks import cancel_and_wait
@@ -89,6 +90,17 @@ class RemoteRead:
     data: bytes
     first_offset: int
     aborted: list[tuple[int, int]]
+
+
+@dataclass(frozen=True, slots=True)
+class FollowerStart:
+    """Where a follower behind its leader's local log start starts over (Kafka's remote log aux
+    state): the end of the archived segment holding the offset before the leader's local log,
+    with the leader epochs and producer state archived with that segment."""
+
+    offset: int
+    epochs: list[EpochEntry]
+    producer_snapshot: bytes
 
 
 class Fenced(Exception):
@@ -262,6 +274,25 @@ class Archiver:
         log_ = partition.log
         return found + log_.collect_aborted_transactions(max(offset, log_.local_log_start_offset), upper)
 
+    async def follower_start(self, partition: Hosted, leader_local_start: int) -> FollowerStart:
+        """Where this broker's replica starts when its leader's local log begins at
+        `leader_local_start`, past what the replica holds; KAFKA_STORAGE_ERROR when the archive
+        cannot be read (the fetcher asks again after its backoff)."""
+        topic, index = _key(partition), partition.index
+        try:
+            remote = await self.load(topic, index)
+            segment = remote.segment_for(leader_local_start - 1)
+            if segment is None:  # nothing archived before the leader's local log
+                return FollowerStart(leader_local_start, [], b"")
+            epochs = await asyncio.to_thread(self.store.get_bytes, segment.object_key(topic, index, LEADER_EPOCHS))
+            snapshot = await asyncio.to_thread(self.store.get_bytes,
+                                               segment.object_key(topic, index, PRODUCER_SNAPSHOT))
+        except Exception as e:  # the object store's or the metadata store's
+            limited_log.warning(f"aux-{topic}-{index}", "reading the archive of %s-%d for a follower failed: %r",
+                                topic, index, e)
+            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, "the archive cannot be read") from None
+        return FollowerStart(segment.end_offset + 1, parse_epochs(epochs), snapshot)
+
     # -- one partition ----------------------------------------------------------------------------
 
     async def _archive(self, partition: Hosted) -> None:
@@ -315,12 +346,16 @@ class Archiver:
     # -- copying ----------------------------------------------------------------------------------
 
     async def _copy(self, partition: Hosted, remote: RemoteLog, epoch: int) -> RemoteLog:
-        for segment, end_offset in copyable(partition.log, remote.highest_offset):
-            started = RemoteSegment(uuid.uuid4().hex, segment.base_offset, end_offset, COPY_STARTED, epoch,
-                                    segment.size, segment.largest_timestamp, bool(segment.txn_index.entries))
+        for segment, first, end_offset in copyable(partition.log, remote.highest_offset):
+            # A new leader's segments need not end where its predecessor's did: of one holding
+            # archived offsets, only the rest goes up, so no offset is archived twice.
+            position = 0 if first == segment.base_offset else await asyncio.to_thread(segment.bound_position, first)
+            started = RemoteSegment(uuid.uuid4().hex, first, end_offset, COPY_STARTED, epoch,
+                                    segment.size - position, segment.largest_timestamp,
+                                    any(txn.last_offset >= first for txn in segment.txn_index.entries))
             remote = await self._write(remote, [*remote.segments, started], epoch)
             try:
-                await asyncio.to_thread(self._upload, partition, segment, started)
+                await asyncio.to_thread(self._upload, partition, segment, started, position)
             except Exception:
                 await self._abandon(partition, remote, started, epoch)
                 raise
@@ -335,8 +370,9 @@ class Archiver:
             partition.log.highest_offset_in_remote = end_offset
             self.segments_copied += 1
             self.bytes_copied += started.size
-            log.info("%s-%d: archived segment %d..%d (%d bytes)", partition.topic, partition.index,
-                     started.base_offset, end_offset, started.size)
+            log.info("%s-%d: archived segment %d..%d (%d bytes%s)", partition.topic, partition.index,
+                     started.base_offset, end_offset, started.size,
+                     f", the rest of local segment {segment.base_offset}" if position else "")
         return remote
 
     async def _abandon(self, partition: Hosted, remote: RemoteLog, started: RemoteSegment, epoch: int) -> None:
@@ -345,14 +381,20 @@ class Archiver:
             await asyncio.to_thread(self._delete_objects, partition, [started])
             await self._write(remote, [s for s in remote.segments if s.id != started.id], epoch)
 
-    def _upload(self, partition: Hosted, segment: LogSegment, remote: RemoteSegment) -> None:
-        """Every file of the segment (on a worker thread); the records last, so that a listing of
-        the store shows a segment's .log only once its indexes are there."""
+    def _upload(self, partition: Hosted, segment: LogSegment, remote: RemoteSegment, position: int) -> None:
+        """Every file of the segment from `position` (the batch at `remote.base_offset`) on, on
+        a worker thread; the records last, so that a listing of the store shows a segment's .log
+        only once its indexes are there."""
         log_ = partition.log
         topic, index = _key(partition), partition.index
         end = remote.end_offset + 1
-        self.store.put_file(remote.object_key(topic, index, OFFSET_INDEX), segment.offset_index.path)
-        self.store.put_file(remote.object_key(topic, index, TIME_INDEX), segment.time_index.path)
+        if position == 0:
+            self.store.put_file(remote.object_key(topic, index, OFFSET_INDEX), segment.offset_index.path)
+            self.store.put_file(remote.object_key(topic, index, TIME_INDEX), segment.time_index.path)
+        else:
+            offsets, times = index_tail(segment, remote.base_offset, position)
+            self.store.put_bytes(remote.object_key(topic, index, OFFSET_INDEX), offsets)
+            self.store.put_bytes(remote.object_key(topic, index, TIME_INDEX), times)
         for suffix, path in ((TXN_INDEX, segment.txn_index.path),
                              (PRODUCER_SNAPSHOT, log_.directory / segment_file_name(end, PRODUCER_SNAPSHOT))):
             key = remote.object_key(topic, index, suffix)
@@ -363,7 +405,7 @@ class Archiver:
         epochs = [e for e in log_.epochs.entries if e.start_offset < end]
         self.store.put_bytes(remote.object_key(topic, index, LEADER_EPOCHS),
                              "".join(f"{e.epoch} {e.start_offset}\n" for e in epochs).encode())
-        self.store.put_file(remote.object_key(topic, index, LOG), segment.log_path)
+        self.store.put_file(remote.object_key(topic, index, LOG), segment.log_path, position)
 
     def _delete_objects(self, partition: Hosted, segments: list[RemoteSegment]) -> None:
         keys = [key for s in segments for key in s.object_keys(_key(partition), partition.index)]
@@ -400,6 +442,11 @@ def _key(partition: Hosted) -> str:
     return archive_key(partition.topic, partition.topic_id)
 
 
+def parse_epochs(data: bytes) -> list[EpochEntry]:
+    """An archived segment's leader epochs: lines of "<epoch> <start offset>"."""
+    return [EpochEntry(int(epoch), int(start)) for epoch, start in (line.split() for line in data.decode().splitlines())]
+
+
 def _end_of(data: bytes) -> int:
     """The offset after the last batch of `data` (whole batches)."""
     position, end = 0, 0
@@ -410,9 +457,10 @@ def _end_of(data: bytes) -> int:
     return end
 
 
-def copyable(log_: Log, highest_archived: int) -> Iterator[tuple[LogSegment, int]]:
+def copyable(log_: Log, highest_archived: int) -> Iterator[tuple[LogSegment, int, int]]:
     """Closed segments not archived yet whose records are all below the last stable offset (every
-    transaction in them decided): each with its last offset. The active segment never."""
+    transaction in them decided): each with the first offset to archive (past what is archived
+    already) and its last offset. The active segment never."""
     segments = log_.segments
     bound = log_.last_stable_offset
     for segment, following in zip(segments, segments[1:], strict=False):
@@ -421,7 +469,20 @@ def copyable(log_: Log, highest_archived: int) -> Iterator[tuple[LogSegment, int
             return
         if upper - 1 <= highest_archived or upper <= log_.log_start_offset:
             continue
-        yield segment, upper - 1
+        yield segment, max(segment.base_offset, highest_archived + 1), upper - 1
+
+
+def index_tail(segment: LogSegment, first: int, position: int) -> tuple[bytes, bytes]:
+    """The offset and time indexes of the segment's batches from `first` (at `position`) on,
+    relative to `first` and `position`: the indexes of that tail as a segment of its own."""
+    relative = first - segment.base_offset
+    offsets = segment.offset_index
+    times = segment.time_index
+    offset_entries = b"".join(OffsetIndex.ENTRY.pack(key - relative, value - position)
+                              for key, value in zip(offsets.keys, offsets.values, strict=True) if key >= relative)
+    time_entries = b"".join(TimeIndex.ENTRY.pack(timestamp, value - relative)
+                            for timestamp, value in zip(times.keys, times.values, strict=True) if value >= relative)
+    return offset_entries, time_entries
 
 
 def expired(log_: Log, remote: RemoteLog, now_ms: int) -> list[RemoteSegment]:

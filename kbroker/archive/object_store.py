@@ -11,6 +11,7 @@ from one that answered with an error.
 
 from __future__ import annotations
 
+import io
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -143,6 +144,37 @@ def _is_unreachable(exc: BaseException) -> bool:
 _CAUGHT = (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError, boto3.exceptions.Boto3Error)
 
 
+class _FileTail(io.RawIOBase):
+    """A file from `start` on, as a seekable file of its own (what boto3's uploads read)."""
+
+    def __init__(self, path: Path, start: int) -> None:
+        super().__init__()
+        self._file = path.open("rb")
+        self._start = start
+        self._file.seek(start)
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        return self._file.readinto(buffer)
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        if whence == io.SEEK_SET:
+            offset += self._start
+        return self._file.seek(offset, whence) - self._start
+
+    def tell(self) -> int:
+        return self._file.tell() - self._start
+
+    def close(self) -> None:
+        self._file.close()
+        super().close()
+
+
 class ObjectStore:
     """Objects under `config.prefix` in `config.bucket`. Keys given to and returned by the
     methods are relative to the prefix. Thread-safe; every call blocks."""
@@ -204,11 +236,15 @@ class ObjectStore:
 
     # Writes.
 
-    def put_file(self, key: str, path: Path) -> None:
-        """Upload a file (in parts above the multipart threshold)."""
+    def put_file(self, key: str, path: Path, start: int = 0) -> None:
+        """Upload a file, or its bytes from `start` on (in parts above the multipart threshold)."""
         full_key = self._object_key(key)
         with self._errors("upload to", key):
-            self._client.upload_file(str(path), self.config.bucket, full_key, Config=self._transfer)
+            if start == 0:
+                self._client.upload_file(str(path), self.config.bucket, full_key, Config=self._transfer)
+                return
+            with _FileTail(path, start) as tail:
+                self._client.upload_fileobj(tail, self.config.bucket, full_key, Config=self._transfer)
 
     def put_bytes(self, key: str, data: bytes) -> None:
         full_key = self._object_key(key)

@@ -16,8 +16,9 @@ import logging
 import ssl
 import struct
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from kbroker.cluster.broker_client import AsyncBrokerClient, BrokerUnavailable
 from kbroker.cluster.fetch_sessions import INITIAL_EPOCH, INVALID_SESSION_ID, next_epoch
@@ -31,13 +32,19 @@ from protocol.records import LOG_OVERHEAD
 log = logging.getLogger("kbroker.replication")
 
 FETCH, LIST_OFFSETS, OFFSET_FOR_LEADER_EPOCH = 1, 2, 23
-FETCH_VERSION, LIST_OFFSETS_VERSION, EPOCH_VERSION = 12, 7, 4
-EARLIEST = -2
+FETCH_VERSION, LIST_OFFSETS_VERSION, EPOCH_VERSION = 12, 8, 4
+EARLIEST, EARLIEST_LOCAL = -2, -4
 UNDEFINED = -1
 _LENGTH = struct.Struct(">i")
 # Errors that only the controller's next decision resolves: keep fetching the others meanwhile.
 _WAIT_FOR_METADATA = frozenset({ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH,
                                 ErrorCode.UNKNOWN_LEADER_EPOCH, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION})
+
+
+class FollowerArchive(Protocol):
+    """What a follower needs of the archive (kbroker/archive/archiver.py's Archiver)."""
+
+    async def follower_start(self, partition: Any, leader_local_start: int) -> Any: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,8 +99,10 @@ class _Session:
 
 class ReplicaFetcher:
     def __init__(self, local_id: int, leader_id: int, host: str, port: int, config: FetcherConfig,
-                 ssl_context: ssl.SSLContext | None = None, sasl: SaslCredentials | None = None) -> None:
+                 ssl_context: ssl.SSLContext | None = None, sasl: SaslCredentials | None = None,
+                 archive: Callable[[], FollowerArchive | None] = lambda: None) -> None:
         self.local_id = local_id
+        self.archive = archive  # this broker's archive, if it archives (a tiered replica far behind needs it)
         self.leader_id = leader_id
         self.config = config
         self.client = AsyncBrokerClient(host, port, f"replica-fetcher-{local_id}-{leader_id}",
@@ -250,6 +259,9 @@ class ReplicaFetcher:
         if code == ErrorCode.OFFSET_OUT_OF_RANGE:
             await self._reset_out_of_range(partition)
             return False
+        if code == ErrorCode.OFFSET_MOVED_TO_TIERED_STORAGE:
+            await self._start_from_archive(partition)
+            return False
         if code in _WAIT_FOR_METADATA:
             return True
         log.warning("%s: leader %d answered %s", partition.name, self.leader_id, ErrorCode(code).name)
@@ -301,19 +313,48 @@ class ReplicaFetcher:
                      log_.log_end_offset, target, partition.leader_epoch)
             log_.truncate_to(target)
 
+    async def _leader_offset(self, partition: Partition, timestamp: int) -> int | None:
+        """The leader's answer to ListOffsets for a special timestamp (None: an error)."""
+        body = {"replica_id": self.local_id, "isolation_level": 0, "topics": [{"name": partition.topic, "partitions": [
+            {"partition_index": partition.index, "current_leader_epoch": partition.leader_epoch,
+             "timestamp": timestamp}]}]}
+        response = await self.client.request(LIST_OFFSETS, LIST_OFFSETS_VERSION, body)
+        result = response.topics[0].partitions[0]
+        return result.offset if result.error_code == ErrorCode.NO_ERROR else None
+
     async def _reset_out_of_range(self, partition: Partition) -> None:
         """Our fetch offset is outside the leader's log: behind its start (retention), or ahead
         of its end (we held more than the new leader): start over at its start, or truncate."""
-        body = {"replica_id": self.local_id, "isolation_level": 0, "topics": [{"name": partition.topic, "partitions": [
-            {"partition_index": partition.index, "current_leader_epoch": partition.leader_epoch,
-             "timestamp": EARLIEST}]}]}
-        response = await self.client.request(LIST_OFFSETS, LIST_OFFSETS_VERSION, body)
-        result = response.topics[0].partitions[0]
-        if result.error_code != ErrorCode.NO_ERROR:
+        leader_start = await self._leader_offset(partition, EARLIEST)
+        if leader_start is None:
             return
-        leader_start = result.offset
         if partition.log_end_offset < leader_start:
             log.info("%s: behind the leader's log start %d; starting over there", partition.name, leader_start)
             partition.log.truncate_fully_and_start_at(leader_start)
         else:
             self._needs_truncation.add((partition.topic, partition.index))
+
+    async def _start_from_archive(self, partition: Partition) -> None:
+        """Our fetch offset is below the leader's local log, in the archive (a replica that was
+        away while the leader's local retention moved on, or a new one): start over past the
+        archived segment holding the offset before the leader's local log, with the leader
+        epochs and producer state archived with it (Kafka's TierStateMachine)."""
+        key = (partition.topic, partition.index)
+        archive = self.archive()
+        if archive is None:
+            log.warning("%s: the leader's local log starts past our end and this broker does not archive",
+                        partition.name)
+            self._delay(key)
+            return
+        local_start = await self._leader_offset(partition, EARLIEST_LOCAL)
+        start = await self._leader_offset(partition, EARLIEST)
+        try:
+            begin = None if local_start is None else await archive.follower_start(partition, local_start)
+        except KafkaError:
+            begin = None
+        if begin is None or start is None or self.partitions.get(key) is not partition:
+            self._delay(key)  # asked again after the backoff
+            return
+        log.info("%s: behind the leader's local log start %d; starting over at %d, after the archive",
+                 partition.name, local_start, begin.offset)
+        partition.log.start_from_archive(begin.offset, start, begin.epochs, begin.producer_snapshot)

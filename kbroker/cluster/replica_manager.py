@@ -252,7 +252,7 @@ class ReplicaManager:
             if endpoint is None:
                 raise KafkaError(ErrorCode.BROKER_NOT_AVAILABLE, f"no address for broker {leader_id}")
             fetcher = ReplicaFetcher(self.broker_id, leader_id, *endpoint, self.fetcher_config, self.inter_broker_ssl,
-                                     self.inter_broker_sasl)
+                                     self.inter_broker_sasl, archive=lambda: self.archive)
             self._fetchers[leader_id] = fetcher
         return fetcher
 

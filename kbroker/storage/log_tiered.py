@@ -11,10 +11,15 @@ leaves `log_start_offset` where it is; the archive's own retention moves it
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from pathlib import Path
 
+from kbroker.fsutil import write_atomically
+from kbroker.storage.index import segment_file_name
+from kbroker.storage.leader_epoch import EpochEntry, LeaderEpochCache
 from kbroker.storage.log_config import LogConfig
 from kbroker.storage.log_segments import LogSegments
+from kbroker.storage.producer_state import SNAPSHOT_SUFFIX, ProducerStateManager
 from kbroker.storage.segment import LogSegment
 
 # local.retention.ms / local.retention.bytes: "the same as the total retention".
@@ -25,7 +30,10 @@ class LogTiering:
     """Mixed into `Log`: what tiered storage needs of the log's own state."""
 
     config: LogConfig
+    directory: Path
     log_start_offset: int
+    epochs: LeaderEpochCache
+    producer_state: ProducerStateManager
     _segments: LogSegments
     # Whether this broker archives at all (remote.log.storage.system.enable): a topic asking for
     # it on a broker that does not is refused at creation; a log loaded so stays local-only.
@@ -40,6 +48,7 @@ class LogTiering:
 
     _delete_prefix: Callable[..., int]
     _advance_log_start: Callable[[int], None]
+    truncate_fully_and_start_at: Callable[[int], None]
 
     @property
     def tiered(self) -> bool:
@@ -94,3 +103,16 @@ class LogTiering:
         """The archive's retention deleted its segments below `offset`: the partition starts there."""
         if offset > self.log_start_offset:
             self._advance_log_start(offset)
+
+    def start_from_archive(self, offset: int, log_start: int, epochs: Sequence[EpochEntry],
+                           producer_snapshot: bytes) -> None:
+        """A follower behind its leader's local log start starts over, empty, at `offset` (the end
+        of an archived segment), as Kafka's follower builds its remote log aux state: the leader
+        epochs and the producer state archived with that segment are taken as this log's, and
+        the partition's log start is the leader's, in the archive."""
+        self.truncate_fully_and_start_at(offset)
+        self.log_start_offset = min(log_start, offset)
+        self.epochs.replace_entries([e for e in epochs if e.start_offset < offset])
+        if producer_snapshot:
+            write_atomically(self.directory / segment_file_name(offset, SNAPSHOT_SUFFIX), producer_snapshot)
+            self.producer_state.load_snapshot(offset)

@@ -109,3 +109,27 @@ def test_only_the_first_config_after_a_load_takes_the_checkpointed_start_back(op
     plain.config = tiered()
     plain.config_applied()  # made tiered later: the load's checkpoint is long stale
     assert plain.log_start_offset == 10
+
+
+def test_a_follower_far_behind_starts_over_with_the_archived_state(open_log: OpenLog) -> None:
+    """What the archive kept with the segment ending at 19 (leader epochs, producer state) becomes
+    the state of a follower that starts over at 20, its partition starting in the archive."""
+    leader = open_log(tiered(), archiving=True, name="leader-0")
+    for sequence in range(20):
+        leader.append_as_leader(batch([Rec(b"k", b"r" * 100)], producer_id=7, producer_epoch=1,
+                                      base_sequence=sequence), 3 if sequence >= 10 else 2, T0)
+    leader.producer_state.take_snapshot()
+    snapshot = (leader.directory / "00000000000000000020.snapshot").read_bytes()
+    follower = open_log(tiered(), archiving=True, name="follower-0")
+    fill(follower, 3)  # what it held before: gone
+    follower.start_from_archive(20, 5, leader.epochs.entries, snapshot)
+    assert (follower.log_start_offset, follower.local_log_start_offset, follower.log_end_offset) == (5, 20, 20)
+    assert [tuple(e) for e in follower.epochs.entries] == [(2, 0), (3, 10)]
+    assert [(p.producer_id, p.producer_epoch, p.last_sequence) for p in follower.active_producers()] == [(7, 1, 19)]
+    assert code_of_read(follower, 12) == ErrorCode.OFFSET_MOVED_TO_TIERED_STORAGE
+    # As the partition's next leader, it knows the producer: a gap in its sequence is refused.
+    with pytest.raises(KafkaError) as caught:
+        follower.append_as_leader(batch([Rec(b"k", b"r")], producer_id=7, producer_epoch=1, base_sequence=21), 4, T0)
+    assert caught.value.code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+    follower.append_as_leader(batch([Rec(b"k", b"r")], producer_id=7, producer_epoch=1, base_sequence=20), 4, T0)
+    assert follower.log_end_offset == 21
