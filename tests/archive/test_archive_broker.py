@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import hashlib
 import random
+import threading
+import time
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -36,6 +38,7 @@ from tests.tcp_proxy import TcpProxy
 from tests.waiting import wait_until
 
 RECORDS = 2000
+OUTAGE_S = 60  # the object store gone for a minute
 VALUE_BYTES = 10_000  # 20 MB in all
 SEGMENT_BYTES = 1 << 20
 LOCAL_BYTES = 3 << 20
@@ -211,26 +214,57 @@ def test_a_tiered_topic_keeps_its_local_window_and_reads_back_from_offset_0(
     assert digest_by_confluent(broker.bootstrap, topic, RECORDS) == expected
 
 
-def test_an_unreachable_store_keeps_local_data_and_catches_up(
+def test_a_minute_without_the_object_store_loses_nothing_and_catches_up(
         archive: tuple[TcpProxy, ObjectStore, str], broker: BrokerProcess) -> None:
+    """The object store unreachable (connections refused, as a stopped server's) for a minute
+    while production goes on: nothing local is deleted, every archiver retry fails and is
+    counted, a fetch of archived offsets gets a retriable error, and a consumer reading from
+    offset 0 meanwhile gets every record once the store is back."""
     proxy, _, _ = archive
     topic = create_tiered(broker.bootstrap)
-    produce(broker.bootstrap, topic, 0, RECORDS // 2)
+    first_half = RECORDS // 2
+    produce(broker.bootstrap, topic, 0, first_half)
     wait_until(lambda: list_offset(broker.bootstrap, topic, EARLIEST_LOCAL) > 0, 180, "archived segments deleted")
-    proxy.cut()
-    produce(broker.bootstrap, topic, RECORDS // 2, RECORDS // 2)
-    # Nothing archived meanwhile, so nothing more deleted: the disk holds all that came since.
-    assert local_log_bytes(broker, topic) >= (RECORDS // 2) * VALUE_BYTES
-    assert fetch_error(broker.bootstrap, topic, 0) == ErrorCode.KAFKA_STORAGE_ERROR
-    assert "archiving" in broker.log_text() and "failed" in broker.log_text()
     copied = metric(broker, "kbroker_archive_segments_copied_total")
-    wait_until(lambda: metric(broker, "kbroker_archive_failures_total") > 0, 180, "failures counted")
+    proxy.cut()
+    cut_at = time.monotonic()
+    reader = ReadInBackground(broker.bootstrap, topic, first_half)
+    reader.start()
+    produced = first_half
+    while time.monotonic() - cut_at < OUTAGE_S:
+        failures = metric(broker, "kbroker_archive_failures_total")
+        wait_until(lambda before=failures: metric(broker, "kbroker_archive_failures_total") > before, 60,
+                   "an archiver retry")
+        produce(broker.bootstrap, topic, produced, 20)
+        produced += 20
+        # Nothing archived meanwhile, so nothing more deleted: the disk holds all that came since.
+        assert local_log_bytes(broker, topic) >= (produced - first_half) * VALUE_BYTES
+        assert fetch_error(broker.bootstrap, topic, 0) == ErrorCode.KAFKA_STORAGE_ERROR
+    assert reader.is_alive()  # still waiting for the archive
+    assert "archiving" in broker.log_text() and "failed" in broker.log_text()
     proxy.restore()
+    reader.join(180)
+    assert reader.digest == expected_digest(first_half)
     wait_until(lambda: local_log_bytes(broker, topic) <= LOCAL_BYTES + 2 * SEGMENT_BYTES, 180,
                "the archive caught up and the disk down to its window")
     assert fetch_error(broker.bootstrap, topic, 0) == 0
     assert metric(broker, "kbroker_archive_segments_copied_total") > copied
-    assert digest_by_confluent(broker.bootstrap, topic, RECORDS) == expected_digest(RECORDS)
+    assert digest_by_confluent(broker.bootstrap, topic, produced) == expected_digest(produced)
+
+
+class ReadInBackground(threading.Thread):
+    """A confluent-kafka consumer reading the first `count` records from offset 0."""
+
+    def __init__(self, bootstrap: str, topic: str, count: int) -> None:
+        super().__init__(daemon=True)
+        self.args = (bootstrap, topic, count)
+        self.digest: str | BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self.digest = digest_by_confluent(*self.args)
+        except BaseException as e:  # the test's thread reports it
+            self.digest = e
 
 
 @pytest.mark.parametrize("overrides, reason", [
