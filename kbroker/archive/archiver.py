@@ -223,6 +223,22 @@ class Archiver:
         except (ObjectStoreError, MetadataConflict, OSError) as e:
             log.error("deleting the archive of %s failed (its objects are under %s-*): %s", key, key, e)
 
+    async def remote_log(self, partition: Hosted) -> RemoteLog:
+        """What the archive holds of `partition`: this archiver's copy, which its rounds (each
+        reads the metadata store) and its own writes keep current, or, before its first round
+        since the start, the metadata store's document. KAFKA_STORAGE_ERROR when that cannot
+        be read."""
+        topic, index = _key(partition), partition.index
+        cached = self.remote_logs.get((topic, index))
+        if cached is not None:
+            return cached
+        try:
+            return await self.load(topic, index)
+        except Exception as e:  # the metadata store's own errors (a ZooKeeper session lost, ...)
+            limited_log.warning(f"load-{topic}-{index}", "reading the archive's metadata of %s-%d failed: %r",
+                                topic, index, e)
+            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, "the archive's metadata cannot be read") from None
+
     # -- reads ----------------------------------------------------------------------------------
 
     async def read(self, partition: Hosted, offset: int, max_bytes: int, committed: bool) -> RemoteRead:
@@ -254,6 +270,28 @@ class Archiver:
                                 topic, index, offset, e)
             raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"the archive cannot be read: {e}") from None
         return RemoteRead(data, read_header(data).base_offset, aborted)
+
+    async def offset_for_timestamp(self, partition: Hosted, timestamp: int) -> tuple[int, int, int] | None:
+        """ListOffsets by time in the archive (Kafka looks there before the local log): the first
+        archived record from the log start on with timestamp >= `timestamp`, as (offset,
+        timestamp, leader epoch); None when no archived record is that new. KAFKA_STORAGE_ERROR when the
+        archive cannot be read."""
+        topic, index = _key(partition), partition.index
+        start = partition.log.log_start_offset
+        remote = await self.remote_log(partition)
+        try:
+            for segment in sorted(remote.finished, key=lambda s: s.base_offset):
+                if segment.end_offset < start or segment.max_timestamp < timestamp:
+                    continue
+                found = await asyncio.to_thread(self.reader.offset_for_timestamp, topic, index, segment, timestamp,
+                                                start)
+                if found is not None:
+                    return found
+        except (ObjectStoreError, OSError) as e:
+            limited_log.warning(f"time-{topic}-{index}", "looking up a time in the archive of %s-%d failed: %s",
+                                topic, index, e)
+            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"the archive cannot be read: {e}") from None
+        return None
 
     async def _aborted(self, partition: Hosted, remote: RemoteLog, segment: RemoteSegment, offset: int,
                        upper: int) -> list[tuple[int, int]]:

@@ -24,7 +24,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 from kbroker.archive.object_store import ObjectStore
-from kbroker.archive.remote_log import LOG, OFFSET_INDEX, TXN_INDEX, RemoteSegment
+from kbroker.archive.remote_log import LOG, OFFSET_INDEX, TIME_INDEX, TXN_INDEX, RemoteSegment
+from kbroker.storage.batch_records import record_timestamp, records_of
 from kbroker.storage.txn_index import AbortedTxn, parse_entries
 from protocol.errors import ErrorCode, KafkaError
 from protocol.records import HEADER_SIZE, read_header
@@ -36,6 +37,7 @@ READ_AHEAD_CHUNKS = 4
 # Offset indexes and transaction indexes of archived segments, in memory.
 MAX_INDEX_BYTES = 64 << 20
 _INDEX_ENTRY = struct.Struct(">ii")
+_TIME_ENTRY = struct.Struct(">qi")
 
 
 class RemoteReader:
@@ -81,6 +83,35 @@ class RemoteReader:
             if len(out) >= max_bytes:
                 break
         return bytes(out)
+
+    def offset_for_timestamp(self, topic: str, partition: int, segment: RemoteSegment, timestamp: int,
+                             starting_offset: int) -> tuple[int, int, int] | None:
+        """The first record of `segment` at or after `starting_offset` with timestamp >= `timestamp`:
+        (offset, timestamp, the leader epoch of its batch). The scan starts where the time index says every earlier record is
+        older, and decodes only the batches whose max timestamp reaches `timestamp`."""
+        offset = max(self._time_indexed_offset(topic, partition, segment, timestamp), starting_offset)
+        key = segment.object_key(topic, partition, LOG)
+        position = self._start_position(topic, partition, segment, offset)
+        while position + HEADER_SIZE <= segment.size:
+            header = read_header(self._bytes(key, segment, position, HEADER_SIZE))
+            if header.size < HEADER_SIZE or position + header.size > segment.size:
+                raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"archived segment {key} is damaged at {position}")
+            if header.max_timestamp >= timestamp and header.last_offset >= offset:
+                batch = self._bytes(key, segment, position, header.size)
+                for record in records_of(batch, header):
+                    found, found_timestamp = header.base_offset + record.offset_delta, record_timestamp(header, record)
+                    if found_timestamp >= timestamp and found >= offset:
+                        return found, found_timestamp, header.partition_leader_epoch
+            position += header.size
+        return None
+
+    def _time_indexed_offset(self, topic: str, partition: int, segment: RemoteSegment, timestamp: int) -> int:
+        """The offset of the last time index entry at or below `timestamp` (the segment's base
+        offset when none): no record before it is as new as `timestamp`."""
+        entries = self._index(segment.object_key(topic, partition, TIME_INDEX))
+        timestamps = [ts for ts, _ in _TIME_ENTRY.iter_unpack(entries[: len(entries) - len(entries) % _TIME_ENTRY.size])]
+        slot = bisect_right(timestamps, timestamp) - 1
+        return segment.base_offset + (_TIME_ENTRY.unpack_from(entries, slot * _TIME_ENTRY.size)[1] if slot >= 0 else 0)
 
     def aborted_transactions(self, topic: str, partition: int, segment: RemoteSegment) -> list[AbortedTxn]:
         return parse_entries(self._index(segment.object_key(topic, partition, TXN_INDEX)))

@@ -1,22 +1,34 @@
-"""`kbroker topics`: create, list, describe, alter and delete topics, like kafka-topics.sh."""
+"""`kbroker topics`: create, list, describe, alter and delete topics, like kafka-topics.sh.
+
+`--describe` prints what kafka-topics.sh prints; the partition lines of a tiered topic
+(remote.storage.enable=true, docs/archive.md) go on with the leader's local window and what is
+archived, from DescribeArchive (kbroker's own API), which Kafka's tool has no way to show.
+"""
 
 from __future__ import annotations
 
 import argparse
 import base64
 import re
+import sys
 import uuid
 
 from kbroker.cli.common import CommandError, add_bootstrap_argument, connect, describe_error, parse_properties
-from kbroker.client import Client
+from kbroker.client import BrokerUnreachable, Client
 from kbroker.client.admin import TOPIC_RESOURCE, ConfigEntry
-from kbroker.client.cluster import TopicMetadata
+from kbroker.client.archive import ArchivePartition
+from kbroker.client.cluster import ClusterMetadata, PartitionMetadata, TopicMetadata
 from kbroker.views.view import SOURCE_CONFIG as VIEW_SOURCE_CONFIG
 from protocol.errors import ErrorCode, KafkaError
 
 _ACTIONS = ("create", "list", "describe", "alter", "delete")
 _DEFAULT_CONFIG = 5
 DESCRIBE_TOPIC_PARTITIONS = 75
+REMOTE_STORAGE_CONFIG = "remote.storage.enable"
+# What a tiered partition's line adds, in DescribeArchive's order.
+ARCHIVE_LABELS = ("LocalLogStartOffset", "LocalBytes", "LogStartOffset", "ArchivedBytes", "ArchivedSegments",
+                  "HighestArchivedOffset")
+NOT_AVAILABLE = "N/A"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -77,19 +89,65 @@ def _describe(client: Client, args: argparse.Namespace) -> None:
     metadata = client.metadata(names)
     elr = _eligible_leader_replicas(client, names)
     partition_filter = args.under_replicated_partitions or args.unavailable_partitions
+    # The filters print no topic line: a topic whose configs cannot be read is then printed as
+    # one that is not tiered, rather than failing a command that never needed its configs.
+    configs = {name: _overrides(client, name, required=not partition_filter) for name in names}
+    tiered = {name for name in names if _is_tiered(configs[name])}
+    archive = _archive_sizes(client, metadata, sorted(tiered))  # the last request: see there
     for name in names:
         topic = metadata.topic(name)
         if not partition_filter:
-            print(_topic_line(topic, _overrides(client, name)))
+            print(_topic_line(topic, configs[name]))
         for index in sorted(topic.partitions):
             p = topic.partitions[index]
             if args.under_replicated_partitions and len(p.isr) >= len(p.replicas):
                 continue
             if args.unavailable_partitions and p.leader >= 0:
                 continue
-            eligible, last_known = elr.get((name, index), ("N/A", "N/A"))
-            print(f"\tTopic: {name}\tPartition: {index}\tLeader: {_node(p.leader)}\t"
-                  f"Replicas: {_ids(p.replicas)}\tIsr: {_ids(p.isr)}\tElr: {eligible}\tLastKnownElr: {last_known}")
+            line = _partition_line(name, index, p, elr.get((name, index), (NOT_AVAILABLE, NOT_AVAILABLE)))
+            if name in tiered:
+                line += _archive_fields(archive.get((name, index)))
+            print(line)
+
+
+def _partition_line(name: str, index: int, p: PartitionMetadata, elr: tuple[str, str]) -> str:
+    eligible, last_known = elr
+    return (f"\tTopic: {name}\tPartition: {index}\tLeader: {_node(p.leader)}\t"
+            f"Replicas: {_ids(p.replicas)}\tIsr: {_ids(p.isr)}\tElr: {eligible}\tLastKnownElr: {last_known}")
+
+
+def _is_tiered(configs: list[ConfigEntry]) -> bool:
+    return any(e.name == REMOTE_STORAGE_CONFIG and (e.value or "").lower() == "true" for e in configs)
+
+
+def _archive_sizes(client: Client, metadata: ClusterMetadata, tiered: list[str]
+                   ) -> dict[tuple[str, int], ArchivePartition]:
+    """Each tiered partition's local window and archive, from its leader (DescribeArchive). A
+    partition without a leader has none to ask. When they cannot be had (a broker that does not
+    serve the API, such as Kafka's, closes the connection) the reason goes to stderr and the
+    lines show N/A: the rest of the description is still worth printing. The last request of
+    the command, so that a connection closed by it serves no other."""
+    wanted = [(name, index) for name in tiered for index, p in metadata.topic(name).partitions.items()
+              if p.leader >= 0]
+    if not wanted:
+        return {}
+    try:
+        found = client.describe_archive_of(wanted)
+    except BrokerUnreachable as e:
+        reason = str(e)
+    except KafkaError as e:
+        reason = describe_error(e)
+    else:
+        return {(p.topic, p.partition): p for p in found}
+    print(f"warning: the local and archived sizes of tiered partitions cannot be shown: {reason}", file=sys.stderr)
+    return {}
+
+
+def _archive_fields(p: ArchivePartition | None) -> str:
+    values = [NOT_AVAILABLE] * len(ARCHIVE_LABELS) if p is None else [
+        p.local_log_start_offset, p.local_size, p.log_start_offset, p.archived_size, p.archived_segment_count,
+        p.highest_archived_offset]
+    return "".join(f"\t{label}: {value}" for label, value in zip(ARCHIVE_LABELS, values, strict=True))
 
 
 def _eligible_leader_replicas(client: Client, names: list[str]) -> dict[tuple[str, int], tuple[str, str]]:
@@ -182,12 +240,13 @@ def _views_of(client: Client, sources: list[str]) -> list[str]:
     return views
 
 
-def _overrides(client: Client, topic: str) -> list[ConfigEntry]:
-    """Configs that differ from the defaults, as kafka-topics.sh shows them; [] if the broker can't say."""
+def _overrides(client: Client, topic: str, required: bool = True) -> list[ConfigEntry]:
+    """Configs that differ from the defaults, as kafka-topics.sh shows them; [] if the broker can't
+    say (or, unless `required`, refuses to)."""
     try:
         entries = client.describe_configs(TOPIC_RESOURCE, topic)
     except KafkaError as e:
-        if e.code == ErrorCode.UNSUPPORTED_VERSION:
+        if e.code == ErrorCode.UNSUPPORTED_VERSION or not required:
             return []
         raise
     return sorted((e for e in entries if e.source != _DEFAULT_CONFIG and not e.is_sensitive), key=lambda e: e.name)

@@ -12,7 +12,9 @@ administers groups).
 - `admin`: topics, configs, leader elections and partition reassignments;
 - `data`: Produce, ListOffsets and Fetch; `records` encodes and decodes their record batches;
 - `quotas`: client quotas (DescribeClientQuotas, AlterClientQuotas);
-- `delayed`: what partition leaders hold for delayed delivery (DescribeDelayed, kbroker's own);
+- `leaders`: kbroker's own describe APIs asked of each partition's leader; through it `delayed`,
+  what leaders hold for delayed delivery (DescribeDelayed), and `archive`, the local and
+  archived sizes of partitions (DescribeArchive);
 - `coordinators`: FindCoordinator, then `groups` (consumer groups and their offsets),
   `share_offsets` (share groups' start offsets) and
   `transactions` (listing, describing, aborting) through the coordinator it finds;
@@ -22,6 +24,7 @@ administers groups).
 from __future__ import annotations
 
 from kbroker.client.admin import AclAdmin, AdminClient
+from kbroker.client.archive import ArchiveClient
 from kbroker.client.data import DataClient
 from kbroker.client.delayed import DelayedClient
 from kbroker.client.errors import BrokerUnreachable
@@ -34,7 +37,7 @@ from kbroker.client.transactions import TransactionsClient
 __all__ = ["BrokerUnreachable", "Client", "Record"]
 
 
-class Client(AdminClient, AclAdmin, DataClient, DelayedClient, GroupsClient, QuotasClient, ShareOffsetsClient,
-             TransactionsClient):
+class Client(AdminClient, AclAdmin, ArchiveClient, DataClient, DelayedClient, GroupsClient, QuotasClient,
+             ShareOffsetsClient, TransactionsClient):
     """Blocking client for a cluster reached through `bootstrap` ("host:port[,host:port]"):
     every part of the package over one set of connections and one metadata cache."""

@@ -23,12 +23,16 @@ import logging
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from kbroker.metrics.stats import BrokerStats
 from kbroker.storage.log import AppendInfo, Log
 from kbroker.storage.producer_state import AppendOrigin, ProducerView
 from kbroker.storage.read_results import ReadResult
 from protocol.errors import ErrorCode, KafkaError
+
+if TYPE_CHECKING:
+    from kbroker.archive.remote_log import RemoteLog
 
 log = logging.getLogger("kbroker.replication")
 
@@ -101,6 +105,18 @@ class DelayedSummary:
     pending_bytes: int
     held_count: int  # of transactions not decided yet: no due time until they commit
     next_due_ms: int | None  # the earliest due time of the scheduled records
+
+
+@dataclass(frozen=True, slots=True)
+class ArchiveSummary:
+    """DescribeArchive's answer for one partition: what its leader's disk and the archive hold."""
+
+    local_log_start_offset: int
+    local_size: int  # bytes of the local segments, DescribeLogDirs' partition size
+    log_start_offset: int  # the partition's: in the archive, for a tiered log
+    archived_size: int  # bytes of the archived segments' records (their .log objects)
+    archived_segment_count: int
+    highest_archived_offset: int  # -1: nothing archived
 
 
 @dataclass(slots=True)
@@ -480,6 +496,21 @@ class Partition:
         if not index.pending_count:  # the common case costs no scan
             return DelayedSummary(0, 0, 0, None)
         return DelayedSummary(index.pending_count, index.pending_bytes, index.held_count(), index.earliest_due())
+
+    # -- the archive ------------------------------------------------------------------------------
+
+    def archive_summary(self, remote: RemoteLog | None) -> ArchiveSummary:
+        """DescribeArchive: the leader's local log and `remote`, what the archive holds of it
+        (None: the log is not tiered). Only the leader answers: a follower's local window and
+        its knowledge of the archive lag behind the leader's."""
+        self.require_leader()
+        log_ = self.log
+        if remote is None:
+            archived_size, archived_count, highest = 0, 0, -1
+        else:
+            archived_size, archived_count, highest = remote.size, len(remote.finished), remote.highest_offset
+        return ArchiveSummary(log_.local_log_start_offset, log_.size_in_bytes, log_.log_start_offset,
+                              archived_size, archived_count, highest)
 
     # -- other ------------------------------------------------------------------------------------
 

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kbroker.cluster.partition import (
+    ArchiveSummary,
     DelayedSummary,
     FetchIsolation,
     IsrWriter,
@@ -50,6 +51,7 @@ from protocol.records import ATTRIBUTES_OFFSET, HEADER_SIZE, TRANSACTIONAL_BIT, 
 
 if TYPE_CHECKING:  # the archive brings boto3: imported only by a broker that archives
     from kbroker.archive.archiver import Archiver
+    from kbroker.archive.remote_log import RemoteLog
 
 log = logging.getLogger("kbroker.replication")
 
@@ -500,10 +502,19 @@ class ReplicaManager:
 
     # -- other reads and writes of partition state -------------------------------------------------
 
-    def fetch_offset_for_timestamp(self, topic: str, index: int, timestamp: int, current_leader_epoch: int,
-                                   committed: bool) -> TimestampAndOffset:
-        """ListOffsets (Kafka's fetchOffsetForTimestamp); a view answers with its source's offsets."""
-        return self._readable(topic, index).fetch_offset_for_timestamp(timestamp, current_leader_epoch, committed)
+    async def list_offset(self, topic: str, index: int, timestamp: int, current_leader_epoch: int,
+                          committed: bool) -> TimestampAndOffset:
+        """ListOffsets (Kafka's fetchOffsetForTimestamp); a view answers with its source's
+        offsets. By time, a tiered partition's archive is searched first, as Kafka does: its
+        records are older than the local log's."""
+        partition = self._readable(topic, index)
+        if timestamp >= 0 and self.archive is not None and partition.log.tiered:
+            partition.require_leader()
+            partition.check_leader_epoch(current_leader_epoch)
+            found = await self.archive.offset_for_timestamp(partition, timestamp)
+            if found is not None:  # archived: below the last stable offset, visible to all
+                return TimestampAndOffset(*found)
+        return partition.fetch_offset_for_timestamp(timestamp, current_leader_epoch, committed)
 
     def last_offset_for_leader_epoch(self, topic: str, index: int, current_leader_epoch: int,
                                      leader_epoch: int) -> tuple[int, int]:
@@ -536,6 +547,21 @@ class ReplicaManager:
         if partition is None:
             raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"{topic}-{index} is not hosted on this broker")
         return partition.delayed_summary()
+
+    async def archive_summary(self, topic: str, index: int) -> ArchiveSummary:
+        """DescribeArchive: a partition's local and archived sizes and offsets, from its leader.
+        The caller has checked that the partition exists: one not hosted here is another broker's."""
+        partition = self.find(topic, index)
+        if partition is None:
+            raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"{topic}-{index} is not hosted on this broker")
+        partition.require_leader()
+        remote = await self._archived(partition) if partition.log.tiered else None
+        return partition.archive_summary(remote)  # asks again: leadership may have moved meanwhile
+
+    async def _archived(self, partition: Partition) -> RemoteLog | None:
+        """What the archive holds of a tiered partition (None before the archiver starts: the
+        listeners open after it)."""
+        return None if self.archive is None else await self.archive.remote_log(partition)
 
     def describe_log_dirs(self, wanted: set[tuple[str, int]] | None) -> list[LogDirDescription]:
         """DescribeLogDirs (Kafka's describeLogDirs): every log dir with the replicas it holds

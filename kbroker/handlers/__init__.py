@@ -107,6 +107,7 @@ HANDLER_MODULES = (
     "delete_share_group_state",
     "delete_topics",
     "describe_acls",
+    "describe_archive",
     "describe_client_quotas",
     "describe_cluster",
     "describe_configs",

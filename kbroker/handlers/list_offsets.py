@@ -1,5 +1,5 @@
 """ListOffsets: earliest, latest, max-timestamp and by-timestamp offset lookups
-(`ReplicaManager.fetch_offset_for_timestamp`)."""
+(`ReplicaManager.list_offset`)."""
 
 from __future__ import annotations
 
@@ -34,16 +34,16 @@ async def handle(ctx: RequestContext, request: Any) -> ListOffsetsResponse:
                 partitions.append({"partition_index": partition.partition_index, "timestamp": -1, "offset": -1,
                                    "leader_epoch": -1, "error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED})
             else:
-                partitions.append(_lookup(ctx, topic.name, partition, committed))
+                partitions.append(await _lookup(ctx, topic.name, partition, committed))
             await pacer.tick()
         topics.append({"name": topic.name, "partitions": partitions})
     return {"throttle_time_ms": 0, "topics": topics}
 
 
-def _lookup(ctx: RequestContext, topic: str, request: Any, committed: bool) -> ListOffsetsPartitionResponse:
+async def _lookup(ctx: RequestContext, topic: str, request: Any, committed: bool) -> ListOffsetsPartitionResponse:
     result: ListOffsetsPartitionResponse = {"partition_index": request.partition_index, "timestamp": -1, "offset": -1, "leader_epoch": -1}
     try:
-        found = ctx.broker.replicas.fetch_offset_for_timestamp(
+        found = await ctx.broker.replicas.list_offset(
             topic, request.partition_index, request.timestamp, request.current_leader_epoch, committed)
     except KafkaError as e:
         return {**result, "error_code": e.code}

@@ -31,6 +31,7 @@ from protocol.messages import (
     delete_share_group_state,
     delete_topics,
     describe_acls,
+    describe_archive,
     describe_client_quotas,
     describe_cluster,
     describe_configs,
@@ -174,4 +175,5 @@ BY_KEY: dict[int, ModuleType] = {
     alter_share_group_offsets.API_KEY: alter_share_group_offsets,
     delete_share_group_offsets.API_KEY: delete_share_group_offsets,
     describe_delayed.API_KEY: describe_delayed,
+    describe_archive.API_KEY: describe_archive,
 }

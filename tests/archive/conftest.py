@@ -19,6 +19,22 @@ def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
         yield server
 
 
+def archiving(endpoint: str, bucket: str) -> dict[str, str]:
+    """A broker's settings to archive to `bucket` on `endpoint`, in rounds every 200 ms and with
+    retention checked as often, so tests wait for little."""
+    return {
+        "remote.log.storage.system.enable": "true",
+        "remote.log.storage.s3.endpoint": endpoint,
+        "remote.log.storage.s3.bucket": bucket,
+        "remote.log.storage.s3.access.key.id": ACCESS_KEY_ID,
+        "remote.log.storage.s3.secret.access.key": SECRET_ACCESS_KEY,
+        "remote.log.manager.task.interval.ms": "200",
+        "remote.log.manager.task.retry.backoff.max.ms": "1000",
+        "log.retention.check.interval.ms": "200",
+        "log.initial.task.delay.ms": "0",
+    }
+
+
 def new_bucket_name() -> str:
     return f"test-{uuid.uuid4().hex[:16]}"
 

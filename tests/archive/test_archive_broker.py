@@ -29,9 +29,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from kbroker.archive.object_store import ObjectStore
 from kbroker.launcher import LaunchError
-from kbroker.s3_server import ACCESS_KEY_ID, SECRET_ACCESS_KEY, S3Server
+from kbroker.s3_server import S3Server
 from protocol.errors import ErrorCode
-from tests.archive.conftest import new_bucket_name, store_config
+from tests.archive.conftest import archiving, new_bucket_name, store_config
 from tests.brokers import BrokerProcess, free_port
 from tests.rawclient import RawClient
 from tests.tcp_proxy import TcpProxy
@@ -39,6 +39,9 @@ from tests.waiting import wait_until
 
 RECORDS = 2000
 OUTAGE_S = 60  # the object store gone for a minute
+# Record i is timestamped TS0 + i: ListOffsets by time has one right answer. An hour ago, well
+# within the default retention.
+TS0 = int(time.time() * 1000) - 3_600_000
 VALUE_BYTES = 10_000  # 20 MB in all
 SEGMENT_BYTES = 1 << 20
 LOCAL_BYTES = 3 << 20
@@ -72,17 +75,7 @@ def broker(archive: tuple[TcpProxy, ObjectStore, str], tmp_path: Path) -> Iterat
 
 def start_broker(directory: Path, endpoint: str, bucket: str) -> BrokerProcess:
     return BrokerProcess(directory, overrides={
-        "remote.log.storage.system.enable": "true",
-        "remote.log.storage.s3.endpoint": endpoint,
-        "remote.log.storage.s3.bucket": bucket,
-        "remote.log.storage.s3.access.key.id": ACCESS_KEY_ID,
-        "remote.log.storage.s3.secret.access.key": SECRET_ACCESS_KEY,
-        "remote.log.manager.task.interval.ms": "200",
-        "remote.log.manager.task.retry.backoff.max.ms": "1000",
-        "log.retention.check.interval.ms": "200",
-        "log.initial.task.delay.ms": "0",
-        "metrics.listener": f"http://127.0.0.1:{free_port()}",
-    }).start()
+        **archiving(endpoint, bucket), "metrics.listener": f"http://127.0.0.1:{free_port()}"}).start()
 
 
 def metric(broker: BrokerProcess, name: str) -> float:
@@ -108,7 +101,7 @@ def create_tiered(bootstrap: str, topic: str | None = None) -> str:
 def produce(bootstrap: str, topic: str, start: int, count: int) -> None:
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": True})
     for offset in range(start, start + count):
-        producer.produce(topic, value_of(offset), partition=0)
+        producer.produce(topic, value_of(offset), partition=0, timestamp=TS0 + offset)
         producer.poll(0)
     assert producer.flush(60) == 0
 
@@ -206,6 +199,9 @@ def test_a_tiered_topic_keeps_its_local_window_and_reads_back_from_offset_0(
     local_start = list_offset(broker.bootstrap, topic, EARLIEST_LOCAL)
     assert list_offset(broker.bootstrap, topic, -2) == 0 < local_start
     assert list_offset(broker.bootstrap, topic, LATEST_TIERED) >= local_start - 1
+    # By time: in the archive, at its first offset, and in the local log.
+    for offset in (0, 7, local_start // 2, local_start - 1, local_start, RECORDS - 1):
+        assert list_offset(broker.bootstrap, topic, TS0 + offset) == offset
     expected = expected_digest(RECORDS)
     assert digest_by_confluent(broker.bootstrap, topic, RECORDS) == expected
     assert digest_by_kafka_python(broker.bootstrap, topic, RECORDS) == expected

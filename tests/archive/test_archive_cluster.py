@@ -12,14 +12,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from kbroker.archive.object_store import ObjectStore
-from kbroker.s3_server import ACCESS_KEY_ID, SECRET_ACCESS_KEY, S3Server
+from kbroker.s3_server import S3Server
 from protocol.records import read_header
-from tests.archive.conftest import new_bucket_name, store_config
-from tests.archive.test_archive_broker import archived_logs, list_offset, value_of
+from tests.archive.conftest import archiving, new_bucket_name, store_config
+from tests.archive.test_archive_broker import archived_logs, digest_by_confluent, list_offset, value_of
 from tests.brokers import BrokerProcess, bootstrap_of, running_cluster
 from tests.integration.test_replicated_cluster import LAG_SETTINGS, partition_info
 from tests.waiting import wait_until
@@ -80,6 +80,10 @@ def leader_of(brokers: list[BrokerProcess], topic: str) -> BrokerProcess | None:
     return next((b for b in brokers if b.overrides["broker.id"] == str(leader)), None)
 
 
+def local_bytes(broker: BrokerProcess, topic: str) -> int:
+    return sum(f.stat().st_size for f in (broker.log_dir / f"{topic}-0").glob("*.log"))
+
+
 def archived_ranges(store: ObjectStore, topic: str) -> list[tuple[int, int]]:
     """(first, last) offset of every archived .log object, from its batches; every segment with
     all its files."""
@@ -100,31 +104,10 @@ def archived_ranges(store: ObjectStore, topic: str) -> list[tuple[int, int]]:
     return sorted(ranges)
 
 
-def read_all(bootstrap: str, topic: str, count: int) -> str:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "check", "enable.auto.commit": False})
-    consumer.assign([TopicPartition(topic, 0, 0)])
-    digest, expected = hashlib.sha256(), 0
-    try:
-        while expected < count:
-            for message in consumer.consume(500, timeout=10):
-                assert message.error() is None, message.error()
-                assert message.offset() == expected
-                digest.update(message.value())
-                expected += 1
-    finally:
-        consumer.close()
-    return digest.hexdigest()
-
-
 def test_a_killed_leader_loses_and_duplicates_nothing_and_comes_back_from_the_archive(
         bucket: tuple[ObjectStore, str], s3_server: S3Server, tmp_path: Path, zk_connect: str) -> None:
     store, name = bucket
-    settings = {**LAG_SETTINGS,
-                "remote.log.storage.system.enable": "true", "remote.log.storage.s3.endpoint": s3_server.endpoint,
-                "remote.log.storage.s3.bucket": name, "remote.log.storage.s3.access.key.id": ACCESS_KEY_ID,
-                "remote.log.storage.s3.secret.access.key": SECRET_ACCESS_KEY,
-                "remote.log.manager.task.interval.ms": "200", "log.retention.check.interval.ms": "200",
-                "log.initial.task.delay.ms": "0"}
+    settings = {**LAG_SETTINGS, **archiving(s3_server.endpoint, name)}
     topic = "tiered"
     with running_cluster(tmp_path, zk_connect, 3, settings) as brokers:
         admin = AdminClient({"bootstrap.servers": bootstrap_of(brokers)})
@@ -157,6 +140,10 @@ def test_a_killed_leader_loses_and_duplicates_nothing_and_comes_back_from_the_ar
         # Everything archived exactly once: the objects' offset ranges tile 0..the highest.
         wait_until(lambda: len(archived_logs(store, topic)) >= count * 10_000 // SEGMENT_BYTES - 3, 180,
                    "the archive caught up")
+        # Followers delete archived segments too: every replica's disk comes down to the window.
+        for broker in brokers:
+            wait_until(lambda b=broker: local_bytes(b, topic) <= LOCAL_BYTES + 2 * SEGMENT_BYTES, 180,
+                       f"broker {broker.overrides['broker.id']}'s disk down to the window")
         ranges = archived_ranges(store, topic)
         assert ranges[0][0] == 0
         for (_, last), (first, _) in zip(ranges, ranges[1:], strict=False):
@@ -171,4 +158,4 @@ def test_a_killed_leader_loses_and_duplicates_nothing_and_comes_back_from_the_ar
         expected = hashlib.sha256()
         for offset in range(count):
             expected.update(value_of(offset))
-        assert read_all(old.bootstrap, topic, count) == expected.hexdigest()
+        assert digest_by_confluent(old.bootstrap, topic, count) == expected.hexdigest()

@@ -9,6 +9,8 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 from kbroker.archive.archiver import Archiver, ArchiveSettings, archive_key, copyable, index_tail
 from kbroker.archive.object_store import ObjectStore
 from kbroker.archive.remote_log import COPY_FINISHED, LOG, OFFSET_INDEX, TIME_INDEX, RemoteSegment
@@ -79,6 +81,30 @@ def test_the_tail_of_a_segment_is_archived_as_a_segment_of_its_own(store: Object
             assert got[0].base_offset == offset
             local = log.read(offset, 1)
             assert local is not None and bytes(reader.read(key, 0, remote, offset, 1)) == local.read_bytes()
+    finally:
+        reader.close()
+        log.release()
+
+
+@pytest.mark.parametrize("archived_before", [-1, 12])
+def test_an_archived_segment_is_searched_by_time_as_the_local_one(store: ObjectStore, tmp_path: Path,
+                                                                   archived_before: int) -> None:
+    """Whole or from its tail: the first record at or after a time, from any starting offset."""
+    log = twenty_a_segment(tmp_path / "t-0")
+    archiver = Archiver(ArchiveSettings(), store, None, None, lambda: iter([]), tmp_path / "cache")  # type: ignore[arg-type]
+    reader = RemoteReader(store, tmp_path / "reader-cache", 1 << 20, chunk_bytes=ONE * 3)
+    try:
+        segment, first, last = next(copyable(log, archived_before))
+        position = 0 if first == segment.base_offset else segment.bound_position(first)
+        remote = RemoteSegment(uuid.uuid4().hex, first, last, COPY_FINISHED, 0, segment.size - position)
+        archiver._upload(Hosted(log), segment, remote, position)
+        key = archive_key("t", uuid.UUID(int=7))
+        for timestamp in (T0 - 5, T0, T0 + first, T0 + 15, T0 + last, T0 + last + 1):
+            for start in (first, 16):
+                expected = segment.find_offset_by_timestamp(timestamp, start)
+                got = reader.offset_for_timestamp(key, 0, remote, timestamp, start)
+                assert (got and got[:2]) == expected, (timestamp, start)
+        assert reader.offset_for_timestamp(key, 0, remote, T0 + 15, first) == (15, T0 + 15, 0)
     finally:
         reader.close()
         log.release()

@@ -391,9 +391,10 @@ def test_metadata_refuses_named_topics_hides_them_in_a_listing_and_reports_opera
         assert all(t.name.startswith("pre-") and t.topic_authorized_operations == topic_bits for t in listing.topics)
 
 
-# -- DescribeDelayed (kbroker's own API) -----------------------------------------------------------
+# -- DescribeDelayed and DescribeArchive (kbroker's own APIs) ----------------------------------------
 
 DESCRIBE_DELAYED = 10000
+DESCRIBE_ARCHIVE = 10001
 
 
 def test_client_quota_apis_need_cluster_describe_configs_and_alter_configs(secured: Secured) -> None:
@@ -412,16 +413,17 @@ def test_client_quota_apis_need_cluster_describe_configs_and_alter_configs(secur
     assert outcomes == {p: (OK, OK) if p == "admin" else (CLUSTER_DENIED, CLUSTER_DENIED) for p in PRINCIPALS}
 
 
-def test_describe_delayed_needs_describe_on_the_topic(secured: Secured, tmp_path: Path) -> None:
-    """DescribeDelayed asks what Kafka's ListOffsets asks, DESCRIBE on the topic (implied by READ,
-    WRITE and ALL): the matrix's list_offsets row, which the Kafka reference confirms. The API is
-    not in the shared matrix, whose every cell runs against Kafka too."""
+@pytest.mark.parametrize("api_key", [DESCRIBE_DELAYED, DESCRIBE_ARCHIVE], ids=["delayed", "archive"])
+def test_own_describe_apis_need_describe_on_the_topic(secured: Secured, api_key: int) -> None:
+    """DescribeDelayed and DescribeArchive ask what Kafka's ListOffsets asks, DESCRIBE on the topic
+    (implied by READ, WRITE and ALL): the matrix's list_offsets row, which the Kafka reference
+    confirms. The APIs are not in the shared matrix, whose every cell runs against Kafka too."""
     outcomes = {}
     for principal in PRINCIPALS:
         with secured.raw(principal) as client:
-            named = client.request(DESCRIBE_DELAYED, 0, {"topics": [{"name": TOPIC, "partition_indexes": None},
-                                                                    {"name": "pre-no-such", "partition_indexes": None}]})
-            listing = client.request(DESCRIBE_DELAYED, 0, {"topics": None})
+            named = client.request(api_key, 0, {"topics": [{"name": TOPIC, "partition_indexes": None},
+                                                           {"name": "pre-no-such", "partition_indexes": None}]})
+            listing = client.request(api_key, 0, {"topics": None})
         topic, missing = named.topics
         outcomes[principal] = outcome_name(topic.error_code)
         # A topic the caller may not describe shows nothing, not even whether it exists: only the

@@ -161,6 +161,9 @@ CASES: dict[str, tuple[int, int, Callable[[int], dict[str, Any]]]] = {
         {"name": "wide", "partition_data": [{"index": i % 2000, "records": b"\0" * 70} for i in range(n)]}]}),
     "describe-producers": (61, 0, lambda n: {"topics": [{"name": "wide", "partition_indexes":
                                                          [i % 2000 for i in range(n)]}]}),
+    # kbroker's own (key 10001): each partition's answer is awaited (the archive's metadata).
+    "describe-archive": (10001, 0, lambda n: {"topics": [{"name": "wide", "partition_indexes":
+                                                         [i % 2000 for i in range(n)]}]}),
     "create-partitions": (37, 3, lambda n: {"topics": [{"name": "wide", "count": 20000, "assignments": None}] * n,
                                             "timeout_ms": 1000}),
 }

@@ -1,5 +1,6 @@
 """protocol/specs/ holds the Kafka specs ../shared/kafka-protocol lacks or has older (the released
-share-group ones), and kbroker's own (DescribeDelayed); the generator lays them over ../shared.
+share-group ones), and kbroker's own (DescribeDelayed, DescribeArchive); the generator lays them
+over ../shared.
 These tests need only the repository (the name check of kbroker's specs also reads ../shared
 where it is): every spec pair kept here makes exactly the module protocol/messages/ holds, each
 spec is recorded in the README as Apache's or as kbroker's, the overlay replaces by file name,
@@ -18,6 +19,7 @@ import pytest
 from protocol.messages import (
     alter_share_group_offsets,
     delete_share_group_offsets,
+    describe_archive,
     describe_delayed,
     describe_share_group_offsets,
     share_fetch,
@@ -328,3 +330,34 @@ def test_describe_delayed_response_carries_counts_and_the_next_due_time() -> Non
     )
     assert response.build(body) == wire
     assert response.parse(wire).topics[0].partitions[1].next_due_ms == -1
+
+
+def test_describe_archive_asks_as_describe_delayed_does() -> None:
+    assert (describe_archive.API_KEY, describe_archive.MIN_VERSION, describe_archive.MAX_VERSION) == (10001, 0, 0)
+    request = describe_archive.REQUEST[0]
+    assert request.build({"topics": None}) == bytes.fromhex("00" "00")  # topics null, no tagged fields
+    wire = bytes.fromhex("02" "0274" "02" "00000003" "00" "00")  # [t: [3]]
+    assert request.parse(wire).topics[0].partition_indexes == [3]
+    assert describe_delayed.REQUEST[0].build(request.parse(wire)) == wire
+
+
+def test_describe_archive_response_carries_local_and_archived_sizes() -> None:
+    response = describe_archive.RESPONSE[0]
+    body = {"topics": [{"name": "t", "partitions": [
+        {"partition_index": 0, "local_log_start_offset": 120, "local_size": 300_000, "log_start_offset": 0,
+         "archived_size": 1_200_000, "archived_segment_count": 12, "highest_archived_offset": 119},
+        {"partition_index": 1, "error_code": 6}]}]}
+    wire = bytes.fromhex(
+        "00000000" "0000" "00"  # throttle_time_ms, error_code, error_message null
+        "02" "0274" "0000" "00"  # topics: 1, "t", no error
+        "03"  # partitions: 2
+        "00000000" "0000" "00"  # partition 0, no error
+        "0000000000000078" "00000000000493e0" "0000000000000000"  # local start 120, local 300000, start 0
+        "0000000000124f80" "0000000c" "0000000000000077" "00"  # archived 1200000 in 12, highest 119
+        "00000001" "0006" "00"  # partition 1: NOT_LEADER_OR_FOLLOWER, the defaults:
+        "ffffffffffffffff" "0000000000000000" "ffffffffffffffff"  # no offsets, no bytes
+        "0000000000000000" "00000000" "ffffffffffffffff" "00"  # nothing archived
+        "00" "00"  # tagged fields of topic, response
+    )
+    assert response.build(body) == wire
+    assert response.parse(wire).topics[0].partitions[0].highest_archived_offset == 119
