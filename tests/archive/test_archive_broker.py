@@ -27,7 +27,8 @@ from confluent_kafka.admin import (
 )
 from prometheus_client.parser import text_string_to_metric_families
 
-from kbroker.archive.object_store import ObjectStore
+from kbroker.archive.object_store import ObjectNotFound, ObjectStore
+from kbroker.client import Client
 from kbroker.launcher import LaunchError
 from kbroker.s3_server import S3Server
 from protocol.errors import ErrorCode
@@ -340,3 +341,66 @@ def test_deleting_a_tiered_topic_deletes_its_archive(archive: tuple[TcpProxy, Ob
     wait_until(lambda: len(archived_logs(store, topic)) >= 2, 180, "the new topic's segments archived")
     assert not set(store.list_keys(f"{topic}.")) & set(old_keys)
     assert digest_by_confluent(broker.bootstrap, topic, RECORDS // 4) == expected_digest(RECORDS // 4)
+
+
+def test_delete_records_and_the_total_retention_clean_the_archive(archive: tuple[TcpProxy, ObjectStore, str],
+                                                                  broker: BrokerProcess) -> None:
+    _, store, _ = archive
+    topic = create_tiered(broker.bootstrap)
+    produce(broker.bootstrap, topic, 0, RECORDS // 2)
+    wait_until(lambda: list_offset(broker.bootstrap, topic, EARLIEST_LOCAL) > 0, 180, "archived segments deleted")
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    # DeleteRecords into the archive: the partition starts there; the segments wholly below go.
+    cut = list_offset(broker.bootstrap, topic, EARLIEST_LOCAL) // 2
+    deleted = admin.delete_records([TopicPartition(topic, 0, cut)])
+    assert next(iter(deleted.values())).result(30).low_watermark == cut
+    assert list_offset(broker.bootstrap, topic, -2) == cut
+    wait_until(lambda: sum(base_of(key) <= cut for key in archived_logs(store, topic)) == 1, 60,
+               "the archived segments below the log start deleted")
+    assert first_offset_read(broker.bootstrap, topic) == cut
+    # retention.bytes over the archive and the disk: the oldest archived segments go, as long as
+    # what is left stays at or over the limit (Kafka's rule).
+    limit = LOCAL_BYTES + 2 * SEGMENT_BYTES
+    assert whole_log_bytes(broker, store, topic)[0] > limit
+    retention = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[
+        ConfigEntry("retention.bytes", str(limit), incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([retention])[retention].result(30)
+    wait_until(lambda: (sizes := whole_log_bytes(broker, store, topic))[0] - sizes[1] < limit, 60,
+               "the archive within retention", interval_s=0.5)
+    assert whole_log_bytes(broker, store, topic)[0] >= limit
+    start = list_offset(broker.bootstrap, topic, -2)
+    assert start == min(base_of(key) for key in archived_logs(store, topic)) > cut
+    assert first_offset_read(broker.bootstrap, topic) == start
+
+
+def whole_log_bytes(broker: BrokerProcess, store: ObjectStore, topic: str) -> tuple[int, int]:
+    """What retention.bytes counts (the archived segments and the local ones not archived), and
+    the oldest archived segment's size."""
+    with Client(broker.bootstrap) as client:
+        archived = client.describe_archive_of([(topic, 0)])[0]
+    local_only = sum(path.stat().st_size for path in (broker.log_dir / f"{topic}-0").glob("*.log")
+                     if int(path.stem) > archived.highest_archived_offset)
+    oldest = min(archived_logs(store, topic), key=base_of)
+    try:
+        oldest_size = len(store.get_bytes(oldest))
+    except ObjectNotFound:  # deleted since the listing: counted as nothing, and asked again
+        oldest_size = 0
+    return archived.archived_size + local_only, oldest_size
+
+
+def base_of(key: str) -> int:
+    """The base offset in an archived object's name (`<topic key>-<partition>/<base>-<id>.log`)."""
+    return int(key.split("/")[1].split("-")[0])
+
+
+def first_offset_read(bootstrap: str, topic: str) -> int:
+    """The first offset a consumer starting at the earliest offset gets."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{uuid.uuid4().hex}",
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    consumer.subscribe([topic])
+    try:
+        message = wait_until(lambda: consumer.poll(1), 60, "a record")
+        assert message.error() is None, message.error()
+        return message.offset()
+    finally:
+        consumer.close()
