@@ -163,6 +163,12 @@ _DEFS = [
               "First wait before a partition's failed archiving is tried again (then doubled)."),
     ConfigDef("remote.log.manager.task.retry.backoff.max.ms", _int, "30000",
               "Longest wait between tries of a partition's failed archiving."),
+    ConfigDef("remote.log.manager.thread.pool.size", _int, "10",
+              "Deprecated in Kafka: the copier pool's size when remote.log.manager.copier.thread.pool.size is -1."),
+    ConfigDef("remote.log.manager.copier.thread.pool.size", _int, "-1",
+              "Partitions the archive copies and expires at once, and threads for their uploads "
+              "(-1: remote.log.manager.thread.pool.size)."),
+    ConfigDef("remote.log.reader.threads", _int, "10", "Threads for consumers' reads of the archive."),
     ConfigDef("remote.log.index.file.cache.total.size.bytes", _int, "1073741824",
               "Local disk for chunks and indexes of archived segments read by consumers (in the first log dir)."),
     ConfigDef("remote.log.storage.s3.endpoint", _str, None,

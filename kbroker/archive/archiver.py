@@ -17,13 +17,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import logging
 import re
 import uuid
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from kbroker.archive.object_store import ObjectStore, ObjectStoreError
 from kbroker.archive.remote_log import (
@@ -52,6 +54,7 @@ from protocol.errors import ErrorCode, KafkaError
 from protocol.records import read_header
 
 log = logging.getLogger("kbroker.archive")
+T = TypeVar("T")
 limited_log = RateLimitedLog(log)
 
 
@@ -80,6 +83,11 @@ class ArchiveSettings:
     retry_backoff_ms: int = 500
     retry_backoff_max_ms: int = 30_000
     cache_bytes: int = 1 << 30
+    # remote.log.manager.copier.thread.pool.size: partitions a round archives at once, and the
+    # threads their uploads and deletions run on.
+    copier_threads: int = 10
+    # remote.log.reader.threads: the threads consumers' reads of the archive run on.
+    reader_threads: int = 10
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +132,8 @@ class Archiver:
         self.partitions = partitions
         self.clock = clock
         self.reader = RemoteReader(store, cache_dir, settings.cache_bytes)
+        self._copiers = ThreadPoolExecutor(settings.copier_threads, thread_name_prefix="archive-copy")
+        self._readers = ThreadPoolExecutor(settings.reader_threads, thread_name_prefix="archive-read")
         self.remote_logs: dict[tuple[str, int], RemoteLog] = {}  # as last read or written
         self._backoff: dict[tuple[str, int], _Backoff] = {}
         self._task: asyncio.Task[None] | None = None
@@ -148,8 +158,18 @@ class Archiver:
         for task in list(self._deletions):  # a deletion under way finishes (its objects would stay)
             with contextlib.suppress(Exception):
                 await task
+        for pool in (self._copiers, self._readers):  # what runs there finishes; what waits does not
+            await asyncio.to_thread(pool.shutdown, wait=True, cancel_futures=True)
         await asyncio.to_thread(self.reader.close)
         self.store.close()
+
+    async def _copying(self, call: Callable[..., T], *args: object) -> T:
+        """`call(*args)` on a copier thread (uploads, deletions: they block on the object store)."""
+        return await asyncio.get_running_loop().run_in_executor(self._copiers, functools.partial(call, *args))
+
+    async def _reading(self, call: Callable[..., T], *args: object) -> T:
+        """`call(*args)` on a reader thread: consumers' reads never wait behind uploads."""
+        return await asyncio.get_running_loop().run_in_executor(self._readers, functools.partial(call, *args))
 
     def wake(self) -> None:
         """Run a round now (a topic's configs changed; tests)."""
@@ -167,22 +187,30 @@ class Archiver:
             self._wake.clear()
 
     async def round(self) -> None:
-        """One pass over the hosted tiered partitions."""
-        for partition in list(self.partitions()):
-            if not partition.log.tiered:
-                continue
-            key = (partition.topic, partition.index)
-            backoff = self._backoff.get(key)
-            if backoff is not None and self.clock() < backoff.next_ms:
-                continue
-            try:
-                await self._archive(partition)
-            except (ObjectStoreError, MetadataConflict, OSError) as e:
-                self._failed(key, partition, e)
-            except Fenced as e:
-                log.info("%s-%d: %s", *key, e)
-            else:
-                self._backoff.pop(key, None)
+        """One pass over the hosted tiered partitions, `copier_threads` of them at a time."""
+        now = self.clock()
+        due = [p for p in self.partitions() if p.log.tiered and (
+            (backoff := self._backoff.get((p.topic, p.index))) is None or now >= backoff.next_ms)]
+        slots = asyncio.Semaphore(self.settings.copier_threads)
+
+        async def one(partition: Hosted) -> None:
+            async with slots:
+                await self._round_of(partition)
+
+        for outcome in await asyncio.gather(*(one(p) for p in due), return_exceptions=True):
+            if isinstance(outcome, Exception):  # a bug: the other partitions went on
+                log.error("archiving round of a partition failed", exc_info=outcome)
+
+    async def _round_of(self, partition: Hosted) -> None:
+        key = (partition.topic, partition.index)
+        try:
+            await self._archive(partition)
+        except (ObjectStoreError, MetadataConflict, OSError) as e:
+            self._failed(key, partition, e)
+        except Fenced as e:
+            log.info("%s-%d: %s", *key, e)
+        else:
+            self._backoff.pop(key, None)
 
     def _failed(self, key: tuple[str, int], partition: Hosted, error: Exception) -> None:
         self.failures += 1
@@ -214,11 +242,11 @@ class Archiver:
             for document, version in documents.values():  # type: ignore[union-attr]
                 for segment in RemoteLog.from_document(key, 0, document, version).segments:
                     self.reader.forget(segment)
-            listed = await asyncio.to_thread(self.store.list_keys, f"{key}-")
+            listed = await self._copying(self.store.list_keys, f"{key}-")
             # Only "<key>-<partition>/...": a topic whose name starts with this key is another's.
             ours = re.compile(re.escape(key) + r"-\d+/")
             objects = [name for name in listed if ours.match(name)]
-            await asyncio.to_thread(self.store.delete_keys, objects)
+            await self._copying(self.store.delete_keys, objects)
             log.info("deleted the archive of %s: %d object(s)", key, len(objects))
         except (ObjectStoreError, MetadataConflict, OSError) as e:
             log.error("deleting the archive of %s failed (its objects are under %s-*): %s", key, key, e)
@@ -260,7 +288,7 @@ class Archiver:
                              f"offset {offset} of {topic}-{index} is neither archived nor local")
         following = next((s for s in remote.finished if s.base_offset == segment.end_offset + 1), None)
         try:
-            data = await asyncio.to_thread(self.reader.read, topic, index, segment, offset, max_bytes, following)
+            data = await self._reading(self.reader.read, topic, index, segment, offset, max_bytes, following)
             if not data:
                 return RemoteRead(data, offset, [])
             aborted = await self._aborted(partition, remote, segment, offset, _end_of(data)) if committed else []
@@ -283,7 +311,7 @@ class Archiver:
             for segment in sorted(remote.finished, key=lambda s: s.base_offset):
                 if segment.end_offset < start or segment.max_timestamp < timestamp:
                     continue
-                found = await asyncio.to_thread(self.reader.offset_for_timestamp, topic, index, segment, timestamp,
+                found = await self._reading(self.reader.offset_for_timestamp, topic, index, segment, timestamp,
                                                 start)
                 if found is not None:
                     return found
@@ -302,7 +330,7 @@ class Archiver:
         for later in sorted(remote.finished, key=lambda s: s.base_offset):
             if later.base_offset < segment.base_offset or later.has_aborted is False:
                 continue
-            entries = await asyncio.to_thread(self.reader.aborted_transactions, _key(partition), partition.index,
+            entries = await self._reading(self.reader.aborted_transactions, _key(partition), partition.index,
                                               later)
             for txn in entries:
                 if txn.last_offset >= offset and txn.first_offset < upper:
@@ -322,8 +350,8 @@ class Archiver:
             segment = remote.segment_for(leader_local_start - 1)
             if segment is None:  # nothing archived before the leader's local log
                 return FollowerStart(leader_local_start, [], b"")
-            epochs = await asyncio.to_thread(self.store.get_bytes, segment.object_key(topic, index, LEADER_EPOCHS))
-            snapshot = await asyncio.to_thread(self.store.get_bytes,
+            epochs = await self._reading(self.store.get_bytes, segment.object_key(topic, index, LEADER_EPOCHS))
+            snapshot = await self._reading(self.store.get_bytes,
                                                segment.object_key(topic, index, PRODUCER_SNAPSHOT))
         except Exception as e:  # the object store's or the metadata store's
             limited_log.warning(f"aux-{topic}-{index}", "reading the archive of %s-%d for a follower failed: %r",
@@ -375,7 +403,7 @@ class Archiver:
         unfinished = [s for s in remote.segments if s.state != COPY_FINISHED]
         if not unfinished:
             return remote
-        await asyncio.to_thread(self._delete_objects, partition, unfinished)
+        await self._copying(self._delete_objects, partition, unfinished)
         kept = [s for s in remote.segments if s.state == COPY_FINISHED]
         log.info("%s-%d: removed %d unfinished archived segment(s)", partition.topic, partition.index,
                  len(unfinished))
@@ -387,13 +415,13 @@ class Archiver:
         for segment, first, end_offset in copyable(partition.log, remote.highest_offset):
             # A new leader's segments need not end where its predecessor's did: of one holding
             # archived offsets, only the rest goes up, so no offset is archived twice.
-            position = 0 if first == segment.base_offset else await asyncio.to_thread(segment.bound_position, first)
+            position = 0 if first == segment.base_offset else await self._copying(segment.bound_position, first)
             started = RemoteSegment(uuid.uuid4().hex, first, end_offset, COPY_STARTED, epoch,
                                     segment.size - position, segment.largest_timestamp,
                                     any(txn.last_offset >= first for txn in segment.txn_index.entries))
             remote = await self._write(remote, [*remote.segments, started], epoch)
             try:
-                await asyncio.to_thread(self._upload, partition, segment, started, position)
+                await self._copying(self._upload, partition, segment, started, position)
             except Exception:
                 await self._abandon(partition, remote, started, epoch)
                 raise
@@ -403,7 +431,7 @@ class Archiver:
                                            epoch)
             except MetadataConflict:
                 # Someone else wrote meanwhile (a newer leader): what was uploaded is not recorded.
-                await asyncio.to_thread(self._delete_objects, partition, [started])
+                await self._copying(self._delete_objects, partition, [started])
                 raise
             partition.log.highest_offset_in_remote = end_offset
             self.segments_copied += 1
@@ -416,7 +444,7 @@ class Archiver:
     async def _abandon(self, partition: Hosted, remote: RemoteLog, started: RemoteSegment, epoch: int) -> None:
         """An upload failed: its objects and record go now if the store lets us, else next round."""
         with contextlib.suppress(ObjectStoreError, MetadataConflict, OSError):
-            await asyncio.to_thread(self._delete_objects, partition, [started])
+            await self._copying(self._delete_objects, partition, [started])
             await self._write(remote, [s for s in remote.segments if s.id != started.id], epoch)
 
     def _upload(self, partition: Hosted, segment: LogSegment, remote: RemoteSegment, position: int) -> None:
@@ -461,7 +489,7 @@ class Archiver:
         remote = await self._write(remote, marked, epoch)
         # As Kafka: the log start moves first, so no reader is sent to what is being deleted.
         partition.log.advance_log_start_for_archive(max(s.end_offset for s in doomed) + 1)
-        await asyncio.to_thread(self._delete_objects, partition, doomed)
+        await self._copying(self._delete_objects, partition, doomed)
         gone = {s.id for s in doomed}
         self.segments_deleted += len(doomed)
         log.info("%s-%d: deleted %d archived segment(s) by retention; log start is now %d", partition.topic,

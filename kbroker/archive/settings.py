@@ -11,6 +11,9 @@ from kbroker.archive.archiver import ArchiveSettings
 from kbroker.archive.object_store import BUCKET, PROPERTY_NAMES, ObjectStoreConfig
 
 SYSTEM_ENABLE = "remote.log.storage.system.enable"
+# As Kafka 3.9: the copier pool's size, -1 for the deprecated all-purpose pool's.
+COPIER_THREADS = "remote.log.manager.copier.thread.pool.size"
+MANAGER_THREADS = "remote.log.manager.thread.pool.size"
 
 
 def archive_settings(get: Callable[[str], Any], encrypting: bool) -> tuple[ObjectStoreConfig, ArchiveSettings]:
@@ -28,6 +31,8 @@ def archive_settings(get: Callable[[str], Any], encrypting: bool) -> tuple[Objec
         retry_backoff_ms=_positive(get, "remote.log.manager.task.retry.backoff.ms"),
         retry_backoff_max_ms=_positive(get, "remote.log.manager.task.retry.backoff.max.ms"),
         cache_bytes=_positive(get, "remote.log.index.file.cache.total.size.bytes"),
+        copier_threads=_positive(get, COPIER_THREADS if int(get(COPIER_THREADS)) != -1 else MANAGER_THREADS),
+        reader_threads=_positive(get, "remote.log.reader.threads"),
     )
     return store, settings
 
