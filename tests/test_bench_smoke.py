@@ -294,7 +294,7 @@ def test_filtered_views_against_their_source(tmp_path: Path) -> None:
     targets = {t["name"]: t for t in results["targets"]}
     wire_target = targets["filtered view keeping ~10 %: source bytes / view bytes over the wire (lz4, p=2)"]
     assert wire_target["measured"] == case["ratios"]["ten"]["wire"] and wire_target["met"] in (True, False)
-    for reader, which in (("all", "read again"), ("all-new", "first read")):
+    for reader, which in (("all", "made before the records"), ("all-new", "made over existing records")):
         rate_target = targets[f"view matching everything, {which}: read rate / the source's (lz4, p=2)"]
         assert rate_target["measured"] == case["ratios"][reader]["rate"] and rate_target["met"] in (True, False)
     assert "| ten (`tag = 't3'`) |" in (tmp_path / "views" / "summary.md").read_text()

@@ -164,7 +164,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     views.add_argument("--consumer-config", action="append", default=[], metavar="KEY=VALUE",
                        help="a librdkafka property of every reader; repeatable")
     views.add_argument("--profile", action="store_true",
-                       help="after each case's runs, py-spy on the broker while the views all and ten are read again")
+                       help="after each case's runs, py-spy on the broker while the views all and ten are read")
 
     archive = command("archive", "the archive (kbroker alone): a topic read from offset 0 out of an S3-compatible "
                       "server on this machine (moto's, installed with the test extra) against the same records "

@@ -3,10 +3,11 @@ wire and what the broker pays for it, as ratios to reading the source in the sam
 
 Each case preloads one topic with 1 KB records, each tagged (a header `tag`) with one of ten
 tags drawn per record from a seeded generator, so every batch holds every tag and no batch
-boundary follows them, and makes views of it: `all` keeps every record, `ten` one tag (~10 %),
-`none` nothing; `all-new` is `all`'s filter in a view created just before each of its reads,
-whose verdicts on the source's batches the broker has not yet remembered (docs/views.md): it
-decodes every batch, where `all` is answered from the verdicts its earlier reads left.
+boundary follows them, with views made before the records arrive: `all` keeps every record,
+`ten` one tag (~10 %), `none` nothing. The broker learns their verdicts on the batches as they
+are appended (docs/views.md), so even their first read answers batches kept whole or emptied
+from their headers. `all-new` is `all`'s filter in a view created over the existing records just
+before each of its reads: the broker knows none of its verdicts, and it decodes every batch.
 Each round reads the source and every view once, from the start to the high
 watermark, each reader a fresh confluent-kafka consumer in its own process, the order rotating
 from round to round. The ratios are per round (a view against the source read next to it),
@@ -54,7 +55,8 @@ VIEWS = {
     "ten": ViewSpec(f"tag = 't{KEPT_TAG}'", (KEPT_TAG,)),  # ~10 %: every batch rebuilt
     "none": ViewSpec("tag = 'no-such-tag'", ()),  # every batch emptied, gap markers
 }
-# `all`'s filter in a view created anew for each read: a first read, which decodes every batch.
+# `all`'s filter in a view created anew over the existing records for each read: its first read,
+# which decodes every batch.
 FIRST_READ = "all-new"
 # Every reader's librdkafka settings unless --consumer-config says otherwise. librdkafka
 # postpones a partition's next fetch by fetch.queue.backoff.ms (1 s by default) once the
@@ -80,10 +82,12 @@ def views_case(env: Env, partitions: int, records: int, message_size: int, compr
     first_reads = "all" in views
     created = [source]  # deleted afterwards, views first: a source with views cannot be deleted
     try:
-        preloaded = _preload(env, server, source, partitions, per_partition, message_size,
-                             {**preload_config, "compression.type": compression}, label)
+        # The views exist before the records arrive, as a view's users create them: the broker
+        # learns the verdicts of the batches as they are appended (kbroker/views/view_indexer.py).
         create_views(server, source, {readers[name]: VIEWS[name].filter for name in views})
         created[:0] = [readers[name] for name in views]
+        preloaded = _preload(env, server, source, partitions, per_partition, message_size,
+                             {**preload_config, "compression.type": compression}, label)
         expected = {SOURCE: per_partition * partitions,
                     **{name: VIEWS[name].expected(preloaded["tag_counts"]) for name in views}}
         if first_reads:
@@ -269,7 +273,7 @@ def targets(cases: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
             wire = ratios["ten"]["wire"]
             found.append(_target("filtered view keeping ~10 %: source bytes / view bytes over the wire" + of, "≥ 5×",
                                  wire, "×", wire is not None and wire >= 5, case["name"]))
-        for name, which in (("all", "read again"), (FIRST_READ, "first read")):
+        for name, which in (("all", "made before the records"), (FIRST_READ, "made over existing records")):
             if name in ratios:
                 rate = ratios[name]["rate"]
                 found.append(_target(f"view matching everything, {which}: read rate / the source's" + of,

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 from kbroker.metrics.stats import BrokerStats
 from kbroker.storage.log import AppendInfo, Log
 from kbroker.storage.producer_state import AppendOrigin, ProducerView
-from kbroker.storage.read_results import ReadResult
+from kbroker.storage.read_results import Read, ReadResult
 from protocol.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
@@ -438,6 +438,11 @@ class Partition:
         """This partition's offsets as of now and no records: a fetch's answer before (or instead of) a read."""
         return LogReadResult(ErrorCode.NO_ERROR, self.high_watermark, self.last_stable_offset, self.log_start_offset,
                              aborted_transactions=[] if isolation is FetchIsolation.TXN_COMMITTED else None)
+
+    def read_committed_log(self, offset: int, max_bytes: int) -> Read | None:
+        """Whole batches from `offset` below the high watermark, for this broker's own readers
+        of what no truncation takes back (the view indexer)."""
+        return self.log.read(offset, max_bytes, max_offset_exclusive=self.high_watermark)
 
     def read_log(self, offset: int, max_bytes: int) -> ReadResult | None:
         """Whole batches from `offset` up to the log end, for this broker's own readers (the

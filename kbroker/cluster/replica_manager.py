@@ -45,6 +45,7 @@ from kbroker.storage.log_validator import RecordValidationError
 from kbroker.storage.producer_state import AppendOrigin, ProducerView
 from kbroker.storage.read_results import BatchBytes
 from kbroker.views.view import View
+from kbroker.views.view_indexer import ViewIndexer
 from kbroker.views.view_reader import ViewReader
 from protocol.errors import ErrorCode, KafkaError
 from protocol.records import ATTRIBUTES_OFFSET, HEADER_SIZE, TRANSACTIONAL_BIT, read_header
@@ -174,6 +175,8 @@ class ReplicaManager:
         # served from their source's partitions.
         self.views: Mapping[str, View] = {}
         self.view_reader = ViewReader()
+        # Verdicts of sources' new batches, learnt as they are appended (kbroker/views/view_indexer.py).
+        self.view_indexer = ViewIndexer(self.view_reader.verdicts, self._views_of)
         self.archive: Archiver | None = None  # tiered storage (remote.log.storage.system.enable)
 
     def host(
@@ -269,6 +272,7 @@ class ReplicaManager:
                 log.info("%s: broker %d fell behind; leaving the ISR %s", partition.name, replica, partition.isr)
 
     async def stop(self) -> None:
+        await self.view_indexer.stop()
         for fetcher in self._fetchers.values():
             await fetcher.stop()
         self._fetchers.clear()
@@ -310,6 +314,7 @@ class ReplicaManager:
             yield
         self.stats.forget_topic(topic)
         self.view_reader.forget(topic)
+        self.view_indexer.forget(topic)
 
     def update_config(self, topic: str, config: LogConfig) -> None:
         self.log_manager.update_config(topic, config)
@@ -358,6 +363,8 @@ class ReplicaManager:
                 counted = self.stats.topic(topic)
                 counted.bytes_in += len(records)
                 counted.messages_in += info.record_count
+                if self.views and self._views_of(topic):
+                    self.view_indexer.appended(partition, info.first_offset, len(records))
             if written is not None:
                 writes.append((result, written))
             end = info.last_offset + 1
@@ -530,6 +537,10 @@ class ReplicaManager:
             raise KafkaError(ErrorCode.INVALID_TOPIC, f"{topic} is a view: delete records of its source "
                              f"{self.views[topic].source}")
         return self.get(topic, index).delete_records(before_offset)
+
+    def _views_of(self, topic: str) -> list[View]:
+        """The views of a source topic."""
+        return [view for view in self.views.values() if view.source == topic]
 
     def _readable(self, topic: str, index: int) -> Partition:
         """The partition a read of `topic` reads: a view's source's."""

@@ -245,13 +245,17 @@ class BrokerCollector(Collector):
         remembered = GaugeMetricFamily("kbroker_view_verdicts", "Source batches whose verdict (kept whole, or "
                                        "emptied) the views remember, all views together: read again, they are "
                                        "answered without being decoded.", value=len(reader.verdicts))
+        indexer = self.broker.replicas.view_indexer
+        indexed = CounterMetricFamily("kbroker_view_batches_indexed", "Source batches filtered as they were "
+                                      "appended (all views together), so that first reads find their verdicts.",
+                                      value=indexer.batches_indexed)
         for view, counted in list(reader.stats.items()):
             records.add_metric([view, "kept"], counted.records_kept)
             records.add_metric([view, "filtered"], counted.records_in - counted.records_kept)
             batches.add_metric([view, "whole"], counted.batches_whole)
             batches.add_metric([view, "rebuilt"], counted.batches_rebuilt)
             batches.add_metric([view, "emptied"], counted.batches_emptied)
-        return [records, batches, remembered]
+        return [records, batches, remembered, indexed]
 
     def _archive(self) -> list[Metric]:
         """The archive (docs/archive.md), when the broker archives."""

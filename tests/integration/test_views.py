@@ -23,7 +23,9 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 from confluent_kafka.admin import AdminClient, ConfigResource, NewPartitions, NewTopic, ResourceType
 from prometheus_client.parser import text_string_to_metric_families
 
+from protocol.records import HEADER_SIZE, read_header
 from tests.brokers import BrokerProcess, free_port
+from tests.waiting import wait_until
 
 KBROKER = str(Path(sys.executable).parent / "kbroker")
 TAGS = ("paid", "refunded", "created", "shipped")
@@ -177,7 +179,8 @@ def _view_metrics(broker: BrokerProcess, view: str) -> dict[tuple[str, str], flo
     found = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
-            if sample.labels.get("view") == view or sample.name == "kbroker_view_verdicts":
+            if sample.labels.get("view") == view or sample.name in ("kbroker_view_verdicts",
+                                                                    "kbroker_view_batches_indexed_total"):
                 found[(sample.name, sample.labels.get("outcome", ""))] = sample.value
     return found
 
@@ -203,6 +206,48 @@ def test_a_view_read_again_decodes_only_the_batches_it_rebuilds(broker: BrokerPr
     for outcome in ("whole", "rebuilt", "emptied"):
         assert again[("kbroker_view_batches_total", outcome)] == 2 * batches[outcome]
     assert again[("kbroker_view_verdicts", "")] == first[("kbroker_view_verdicts", "")]
+
+
+def test_a_view_that_exists_as_records_arrive_knows_them_before_its_first_read(broker: BrokerProcess) -> None:
+    """Batches appended to a source with views are filtered as they come: before any read, the
+    broker knows the verdict of every batch; the view's first read learns none and gives exactly
+    the records."""
+    name = f"live-{uuid.uuid4().hex[:8]}"
+    _create(broker.bootstrap, name)
+    view = f"view-{uuid.uuid4().hex[:8]}"
+    _create(broker.bootstrap, view, -1, **{"view.source.topic": name, "view.filter": "header('region') exists"})
+    before = _view_metrics(broker, view)
+    written = _produce(broker.bootstrap, name, "lz4", 0, 2000)
+    batches = _batches_in(broker, name)  # every record has a region: each batch is kept whole
+
+    def learnt(metrics: dict[tuple[str, str], float], sample: str) -> float:
+        return metrics[(sample, "")] - before[(sample, "")]
+
+    def all_indexed() -> dict[tuple[str, str], float] | None:
+        metrics = _view_metrics(broker, view)
+        done = learnt(metrics, "kbroker_view_verdicts") == learnt(metrics, "kbroker_view_batches_indexed_total") \
+            == batches
+        return metrics if done else None
+
+    indexed = wait_until(all_indexed, 60, "every appended batch indexed")
+    assert ("kbroker_view_records_total", "kept") not in indexed  # no read yet
+    assert _consume_all(broker.bootstrap, view) == _expected(sorted(written, key=lambda w: (w.partition, w.offset)),
+                                                             lambda w: True)
+    read = _view_metrics(broker, view)
+    assert read[("kbroker_view_batches_total", "whole")] == batches
+    assert read[("kbroker_view_verdicts", "")] == indexed[("kbroker_view_verdicts", "")]  # none learnt by the read
+
+
+def _batches_in(broker: BrokerProcess, topic: str) -> int:
+    """The record batches in the topic's log files."""
+    count = 0
+    for path in broker.log_dir.glob(f"{topic}-*/*.log"):
+        data = path.read_bytes()
+        position = 0
+        while position + HEADER_SIZE <= len(data):
+            position += read_header(data, position).size
+            count += 1
+    return count
 
 
 def test_kafka_python_reads_a_view_and_a_group_resumes_after_a_restart(
