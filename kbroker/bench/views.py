@@ -82,6 +82,14 @@ def views_case(env: Env, partitions: int, records: int, message_size: int, compr
     first_reads = "all" in views
     created = [source]  # deleted afterwards, views first: a source with views cannot be deleted
     try:
+        # What indexing costs the producer: the same records into a topic without views first.
+        plain = topic_name("view-plain")
+        server.create_topic(plain, partitions)
+        try:
+            unindexed = _preload(env, server, plain, partitions, per_partition, message_size,
+                                 {**preload_config, "compression.type": compression}, f"{label} (no views)")
+        finally:
+            server.delete_topic(plain)
         # The views exist before the records arrive, as a view's users create them: the broker
         # learns the verdicts of the batches as they are appended (kbroker/views/view_indexer.py).
         create_views(server, source, {readers[name]: VIEWS[name].filter for name in views})
@@ -123,7 +131,10 @@ def views_case(env: Env, partitions: int, records: int, message_size: int, compr
     case.update(name=label, views=filters, expected=expected,
                 params={"partitions": partitions, "records": per_partition * partitions, "message_size": message_size,
                         "compression": compression, "tags": TAGS, "kept_tag": f"t{KEPT_TAG}", "seed": SEED,
-                        "source_mb": round(source_mb, 3), "source_log_mb": log_mb},
+                        "source_mb": round(source_mb, 3), "source_log_mb": log_mb,
+                        # With the views there already: the broker indexes the batches as they come.
+                        "preload_mb_per_s": _rate(source_mb, preloaded),
+                        "preload_without_views_mb_per_s": _rate(source_mb, unindexed)},
                 consumer_config=consumer_config, preload_config=preload_config)
     return case
 
@@ -138,6 +149,10 @@ def _preload(env: Env, server: Server, topic: str, partitions: int, per_partitio
         raise BenchError(f"preload of {topic}: {result['acked']} of {per_partition * partitions} acknowledged "
                          f"({result['first_error']})")
     return result
+
+
+def _rate(mb: float, preloaded: dict[str, Any]) -> float:
+    return round(mb / max(preloaded["end"] - preloaded["start"], 1e-9), 1)
 
 
 def source_log_mb(server: Server, topic: str, partitions: int) -> float | None:
@@ -294,7 +309,9 @@ def summary_lines(cases: list[dict[str, Any]] | None) -> list[str]:
         params = case["params"]
         log = f"{params['source_log_mb']:.1f} MB" if params["source_log_mb"] is not None else "an unknown size"
         lines += [f"## {case['name']}", "",
-                  f"{params['source_mb']:.1f} MB of records in {log} of {params['compression']} log; each view's "
+                  f"{params['source_mb']:.1f} MB of records in {log} of {params['compression']} log, produced at "
+                  f"{params.get('preload_mb_per_s', 0):.1f} MB/s with the views there "
+                  f"({params.get('preload_without_views_mb_per_s', 0):.1f} MB/s into a topic without views); each view's "
                   "ratios are per round, against the source read in the same round, then the median.", "",
                   "| reader | records | MB/s of source | records/s | MB over the wire | broker CPU | "
                   "broker CPU ms/MB | filtering ms/MB | client CPU | rate / source | source bytes / view's "

@@ -260,6 +260,56 @@ def _filter_batch(buf: bytes, pos: int, size: int, keep: Keep, stats: FilterStat
     return _rebuilt_batch(header, plain, spans, kept, max_delta)
 
 
+@dataclass(slots=True)
+class Learnt:
+    """What `learn_verdicts` found, per filter in its order: batches whose verdict it learnt
+    (kept whole or emptied) and batches kept in part (nothing to remember); and the offset
+    after the last complete batch (-1: none)."""
+
+    remembered: list[int]
+    mixed: list[int]
+    next_offset: int = -1
+
+
+def learn_verdicts(data: bytes, filters: Sequence[tuple[Keep, KnownVerdicts]]) -> Learnt:
+    """Teach each filter's `known` the verdicts on the complete batches of `data` it does not
+    know yet, decoding each batch once for all of them (the view indexer's work: nothing is
+    rebuilt, nothing answered). Control batches, empty ones and batches of another format are
+    left to the reads, which answer or refuse them."""
+    learnt = Learnt([0] * len(filters), [0] * len(filters))
+    view = memoryview(data)
+    pos = 0
+    while (size := complete_batch_size(data, pos, MIN_BATCH_LENGTH)) is not None:
+        header = read_header(data, pos)
+        learnt.next_offset = header.base_offset + header.last_offset_delta + 1
+        if header.magic == CURRENT_MAGIC and not header.is_control and header.record_count:
+            unknown = [i for i, (_, known) in enumerate(filters) if known.get(header) is None]
+            if unknown:
+                records = _records(uncompressed_batch(view[pos : pos + size], header), header)
+                for i in unknown:
+                    keep, known = filters[i]
+                    kept = [delta for key, headers, delta in records if keep(key, headers)]
+                    if kept and len(kept) < header.record_count:
+                        learnt.mixed[i] += 1
+                        continue
+                    known.put(header, kept[-1] if kept else -1)
+                    learnt.remembered[i] += 1
+        pos += size
+    return learnt
+
+
+def _records(batch: bytes | memoryview, header: BatchHeader) -> list[tuple[bytes | None, list, int]]:
+    """Each record's key, headers and offset delta, walked once (in C, as `_verdicts` does)."""
+    try:
+        records = [(r.key, r.headers, r.offset - header.base_offset) for r in DefaultRecordBatch(batch)]
+    except CorruptRecordException as e:
+        raise CorruptRecordError(f"batch at offset {header.base_offset}: {e}") from None
+    if len(records) != header.record_count:
+        raise CorruptRecordError(f"batch at offset {header.base_offset} holds {len(records)} records, "
+                                 f"not {header.record_count}")
+    return records
+
+
 def _all_or_none(header: BatchHeader, last_kept_delta: int, stats: FilterStats) -> Piece | None:
     """A batch kept whole (`last_kept_delta` its last record's) is itself; one kept none of
     (-1) becomes an empty batch."""

@@ -25,7 +25,7 @@ from kbroker.pacing import Pacer
 from kbroker.storage.batch_scan import MIN_BATCH_LENGTH
 from kbroker.storage.read_results import Read
 from kbroker.tasks import cancel_and_wait
-from kbroker.views.batch_filter import FilterStats, filter_batches
+from kbroker.views.batch_filter import Learnt, learn_verdicts
 from kbroker.views.verdict_memo import VerdictMemo
 from kbroker.views.view import View
 from protocol.errors import KafkaError
@@ -142,11 +142,9 @@ class ViewIndexer:
         if read is None or read.size == 0:
             return False
         data = read.read_bytes()
-        next_offset = progress.next_offset
-        for view in views:
-            stats = self._filter(view, partition.index, data)
-            next_offset = max(next_offset, stats.next_offset)
-            await pacer.tick()
+        learnt = self._learn(views, partition.index, data)
+        await pacer.tick()
+        next_offset = learnt.next_offset
         if next_offset <= progress.next_offset:
             return False  # not one complete batch below the high watermark yet
         progress.lag_bytes = max(0, progress.lag_bytes - len(data))
@@ -169,22 +167,25 @@ class ViewIndexer:
         waiter.add_done_callback(moved)
         progress.partition.add_waiter(waiter)
 
-    def _filter(self, view: View, index: int, data: bytes) -> FilterStats:
-        """Filter `data` for `view` so that its memo learns the verdicts, unless the view has
-        lately kept most batches in part (then only the offsets are read)."""
-        stats = FilterStats()
-        key = (view, index)
-        left_out = self._unhelpful.get(key, 0)
-        if left_out:
-            self._unhelpful[key] = left_out - 1
-            stats.next_offset = _next_offset(data)
-            return stats
-        filter_batches(data, view.filter.matches, stats, known=self.memo.of(view, index))
-        learnt = stats.batches_whole + stats.batches_emptied
-        self.batches_indexed += learnt + stats.batches_rebuilt
-        if stats.batches_rebuilt > learnt:
-            self._unhelpful[key] = RETRY_UNHELPFUL_CHUNKS
-        return stats
+    def _learn(self, views: list[View], index: int, data: bytes) -> Learnt:
+        """The verdicts of `views` on `data`, each batch decoded once for all of them; a view that
+        has lately kept most batches in part is left out for a while (nothing of those can be
+        remembered)."""
+        asked = []
+        for view in views:
+            left_out = self._unhelpful.get((view, index), 0)
+            if left_out:
+                self._unhelpful[(view, index)] = left_out - 1
+            else:
+                asked.append(view)
+        learnt = learn_verdicts(data, [(view.filter.matches, self.memo.of(view, index)) for view in asked])
+        if not asked:
+            learnt.next_offset = _next_offset(data)
+        for view, remembered, mixed in zip(asked, learnt.remembered, learnt.mixed, strict=True):
+            self.batches_indexed += remembered + mixed
+            if mixed > remembered:
+                self._unhelpful[(view, index)] = RETRY_UNHELPFUL_CHUNKS
+        return learnt
 
     def forget(self, topic: str) -> None:
         """A deleted topic: a source's partitions are not indexed any more, a view's state goes."""
