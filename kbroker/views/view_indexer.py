@@ -22,15 +22,12 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from kbroker.pacing import Pacer
-from kbroker.storage.batch_scan import MIN_BATCH_LENGTH
 from kbroker.storage.read_results import Read
 from kbroker.tasks import cancel_and_wait
 from kbroker.views.batch_filter import Learnt, learn_verdicts
 from kbroker.views.verdict_memo import VerdictMemo
 from kbroker.views.view import View
 from protocol.errors import KafkaError
-from protocol.record_batch import complete_batch_size
-from protocol.records import read_header
 
 log = logging.getLogger("kbroker.views")
 
@@ -141,11 +138,14 @@ class ViewIndexer:
         read = partition.read_committed_log(progress.next_offset, CHUNK_BYTES)
         if read is None or read.size == 0:
             return False
+        start = progress.next_offset
         data = read.read_bytes()
         learnt = self._learn(views, partition.index, data)
         await pacer.tick()
+        if progress.next_offset != start:
+            return True  # it skipped ahead meanwhile (see `appended`): from there
         next_offset = learnt.next_offset
-        if next_offset <= progress.next_offset:
+        if next_offset <= start:
             return False  # not one complete batch below the high watermark yet
         progress.lag_bytes = max(0, progress.lag_bytes - len(data))
         progress.next_offset = next_offset
@@ -179,8 +179,6 @@ class ViewIndexer:
             else:
                 asked.append(view)
         learnt = learn_verdicts(data, [(view.filter.matches, self.memo.of(view, index)) for view in asked])
-        if not asked:
-            learnt.next_offset = _next_offset(data)
         for view, remembered, mixed in zip(asked, learnt.remembered, learnt.mixed, strict=True):
             self.batches_indexed += remembered + mixed
             if mixed > remembered:
@@ -201,11 +199,3 @@ class ViewIndexer:
         return not self._due and not self._busy
 
 
-
-def _next_offset(data: bytes) -> int:
-    """The offset after the last complete batch of `data` (-1: none)."""
-    position, end = 0, -1
-    while (size := complete_batch_size(data, position, MIN_BATCH_LENGTH)) is not None:
-        end = read_header(data, position).last_offset + 1
-        position += size
-    return end
