@@ -53,8 +53,9 @@ ALLOWED: dict[str, frozenset[str]] = {
     "kbroker.dynamic_config": frozenset({"kbroker.config", "kbroker.kafka_configs", "kbroker.security", "protocol"}),
     "kbroker.metadata": frozenset({"kbroker.clock", "kbroker.config", "kbroker.fsutil", "kbroker.meta_properties",
                                    "kbroker.ports", "kbroker.security", "protocol"}),
-    # Filtered views: the filter language, batches filtered, a view's read of its source's log.
-    "kbroker.views": frozenset({"kbroker.pacing", "kbroker.storage", "protocol"}),
+    # Filtered views: the filter language, batches filtered, a view's read of its source's log, the
+    # indexer of appended batches (a task of its own).
+    "kbroker.views": frozenset({"kbroker.pacing", "kbroker.storage", "kbroker.tasks", "protocol"}),
     # The archive (tiered storage): the object store, remote log metadata, copies and reads.
     "kbroker.archive": frozenset({"kbroker.clock", "kbroker.log_limiter", "kbroker.metadata", "kbroker.storage",
                                   "kbroker.tasks", "protocol"}),
