@@ -302,8 +302,8 @@ class Archiver:
     async def offset_for_timestamp(self, partition: Hosted, timestamp: int) -> tuple[int, int, int] | None:
         """ListOffsets by time in the archive (Kafka looks there before the local log): the first
         archived record from the log start on with timestamp >= `timestamp`, as (offset,
-        timestamp, leader epoch); None when no archived record is that new. KAFKA_STORAGE_ERROR when the
-        archive cannot be read."""
+        timestamp, leader epoch); None when no archived record is that new. KAFKA_STORAGE_ERROR
+        when the archive cannot be read."""
         topic, index = _key(partition), partition.index
         start = partition.log.log_start_offset
         remote = await self.remote_log(partition)
@@ -312,7 +312,7 @@ class Archiver:
                 if segment.end_offset < start or segment.max_timestamp < timestamp:
                     continue
                 found = await self._reading(self.reader.offset_for_timestamp, topic, index, segment, timestamp,
-                                                start)
+                                            start)
                 if found is not None:
                     return found
         except (ObjectStoreError, OSError) as e:
@@ -331,7 +331,7 @@ class Archiver:
             if later.base_offset < segment.base_offset or later.has_aborted is False:
                 continue
             entries = await self._reading(self.reader.aborted_transactions, _key(partition), partition.index,
-                                              later)
+                                          later)
             for txn in entries:
                 if txn.last_offset >= offset and txn.first_offset < upper:
                     found.append((txn.producer_id, txn.first_offset))
@@ -351,8 +351,7 @@ class Archiver:
             if segment is None:  # nothing archived before the leader's local log
                 return FollowerStart(leader_local_start, [], b"")
             epochs = await self._reading(self.store.get_bytes, segment.object_key(topic, index, LEADER_EPOCHS))
-            snapshot = await self._reading(self.store.get_bytes,
-                                               segment.object_key(topic, index, PRODUCER_SNAPSHOT))
+            snapshot = await self._reading(self.store.get_bytes, segment.object_key(topic, index, PRODUCER_SNAPSHOT))
         except Exception as e:  # the object store's or the metadata store's
             limited_log.warning(f"aux-{topic}-{index}", "reading the archive of %s-%d for a follower failed: %r",
                                 topic, index, e)
