@@ -258,8 +258,10 @@ class Archiver:
         be read."""
         topic, index = _key(partition), partition.index
         cached = self.remote_logs.get((topic, index))
-        if cached is not None:
-            return cached
+        return cached if cached is not None else await self._load_for_reads(topic, index)
+
+    async def _load_for_reads(self, topic: str, index: int) -> RemoteLog:
+        """`load`, its failure a KAFKA_STORAGE_ERROR for the reader that asked."""
         try:
             return await self.load(topic, index)
         except Exception as e:  # the metadata store's own errors (a ZooKeeper session lost, ...)
@@ -276,12 +278,7 @@ class Archiver:
         topic, index = _key(partition), partition.index
         remote = self.remote_logs.get((topic, index))
         if remote is None or remote.segment_for(offset) is None:
-            try:
-                remote = await self.load(topic, index)  # after a start, or a copy by another leader
-            except Exception as e:  # the metadata store's own errors (a ZooKeeper session lost, ...)
-                limited_log.warning(f"load-{topic}-{index}", "reading the archive's metadata of %s-%d failed: %r",
-                                    topic, index, e)
-                raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, "the archive's metadata cannot be read") from None
+            remote = await self._load_for_reads(topic, index)  # after a start, or a copy by another leader
         segment = remote.segment_for(offset)
         if segment is None:
             raise KafkaError(ErrorCode.OFFSET_OUT_OF_RANGE,

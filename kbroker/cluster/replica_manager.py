@@ -52,7 +52,6 @@ from protocol.records import ATTRIBUTES_OFFSET, HEADER_SIZE, TRANSACTIONAL_BIT, 
 
 if TYPE_CHECKING:  # the archive brings boto3: imported only by a broker that archives
     from kbroker.archive.archiver import Archiver
-    from kbroker.archive.remote_log import RemoteLog
 
 log = logging.getLogger("kbroker.replication")
 
@@ -566,13 +565,10 @@ class ReplicaManager:
         if partition is None:
             raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"{topic}-{index} is not hosted on this broker")
         partition.require_leader()
-        remote = await self._archived(partition) if partition.log.tiered else None
+        # None before the archiver starts (the listeners open after it), or for a topic not tiered.
+        archive = self.archive if partition.log.tiered else None
+        remote = await archive.remote_log(partition) if archive is not None else None
         return partition.archive_summary(remote)  # asks again: leadership may have moved meanwhile
-
-    async def _archived(self, partition: Partition) -> RemoteLog | None:
-        """What the archive holds of a tiered partition (None before the archiver starts: the
-        listeners open after it)."""
-        return None if self.archive is None else await self.archive.remote_log(partition)
 
     def describe_log_dirs(self, wanted: set[tuple[str, int]] | None) -> list[LogDirDescription]:
         """DescribeLogDirs (Kafka's describeLogDirs): every log dir with the replicas it holds
