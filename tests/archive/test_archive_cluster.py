@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -16,10 +16,18 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from kbroker.archive.object_store import ObjectStore
+from kbroker.archive.remote_log import SEGMENT_FILES
 from kbroker.s3_server import S3Server
 from protocol.records import read_header
-from tests.archive.conftest import archiving, new_bucket_name, store_config
-from tests.archive.test_archive_broker import archived_logs, digest_by_confluent, list_offset, value_of
+from tests.archive.conftest import archiving, new_bucket_name
+from tests.archive.test_archive_broker import (
+    archived_logs,
+    base_of,
+    digest_by_confluent,
+    list_offset,
+    local_log_bytes,
+    value_of,
+)
 from tests.brokers import BrokerProcess, bootstrap_of, running_cluster
 from tests.integration.test_replicated_cluster import LAG_SETTINGS, partition_info
 from tests.waiting import wait_until
@@ -27,16 +35,12 @@ from tests.waiting import wait_until
 SEGMENT_BYTES = 1 << 20
 LOCAL_BYTES = 3 << 20
 EARLIEST_LOCAL = -4
-SEGMENT_FILES = (".log", ".index", ".timeindex", ".txnindex", ".snapshot", ".epochs")
 
 
 @pytest.fixture
-def bucket(s3_server: S3Server) -> Iterator[tuple[ObjectStore, str]]:
+def bucket(make_store: Callable[..., ObjectStore]) -> tuple[ObjectStore, str]:
     name = new_bucket_name()
-    store = ObjectStore(store_config(s3_server.endpoint, name))
-    store.ensure_bucket()
-    yield store, name
-    store.close()
+    return make_store(name), name
 
 
 class PacedProducer(threading.Thread):
@@ -80,10 +84,6 @@ def leader_of(brokers: list[BrokerProcess], topic: str) -> BrokerProcess | None:
     return next((b for b in brokers if b.overrides["broker.id"] == str(leader)), None)
 
 
-def local_bytes(broker: BrokerProcess, topic: str) -> int:
-    return sum(f.stat().st_size for f in (broker.log_dir / f"{topic}-0").glob("*.log"))
-
-
 def archived_ranges(store: ObjectStore, topic: str) -> list[tuple[int, int]]:
     """(first, last) offset of every archived .log object, from its batches; every segment with
     all its files."""
@@ -99,7 +99,7 @@ def archived_ranges(store: ObjectStore, topic: str) -> list[tuple[int, int]]:
             first = header.base_offset if first is None else first
             last = header.last_offset
             position += header.size
-        assert first == int(key.split("/")[1].split("-")[0]), key  # named by its first offset
+        assert first == base_of(key), key  # named by its first offset
         ranges.append((first, last))
     return sorted(ranges)
 
@@ -142,7 +142,7 @@ def test_a_killed_leader_loses_and_duplicates_nothing_and_comes_back_from_the_ar
                    "the archive caught up")
         # Followers delete archived segments too: every replica's disk comes down to the window.
         for broker in brokers:
-            wait_until(lambda b=broker: local_bytes(b, topic) <= LOCAL_BYTES + 2 * SEGMENT_BYTES, 180,
+            wait_until(lambda b=broker: local_log_bytes(b, topic) <= LOCAL_BYTES + 2 * SEGMENT_BYTES, 180,
                        f"broker {broker.overrides['broker.id']}'s disk down to the window")
         ranges = archived_ranges(store, topic)
         assert ranges[0][0] == 0
