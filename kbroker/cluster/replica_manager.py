@@ -362,7 +362,7 @@ class ReplicaManager:
                 counted = self.stats.topic(topic)
                 counted.bytes_in += len(records)
                 counted.messages_in += info.record_count
-                if self.views and self._views_of(topic):
+                if self.views and any(view.source == topic for view in self.views.values()):
                     self.view_indexer.appended(partition, info.first_offset, len(records))
             if written is not None:
                 writes.append((result, written))
