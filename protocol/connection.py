@@ -23,10 +23,12 @@ from protocol.primitives import (
     SegmentedWriter,
     TooManyEntries,
     UnknownFieldError,
+    ViewStream,
     build_into,
     parse_all,
     parse_context,
 )
+from protocol.struct_compiler import parser
 
 _SIZE = struct.Struct(">i")
 PRODUCE_KEY = 0
@@ -159,43 +161,14 @@ def build_message(con: Any, body: Any, writer: io.BytesIO, message: str) -> None
         raise
 
 
-class _ViewStream:
-    """A read-only stream over a frame whose large reads are views into it, not copies.
-
-    Produce requests are parsed through it, so a record set reaches the log as a slice of the
-    frame the socket filled (the log makes the one copy it patches). Small reads are bytes, as
-    every other field expects.
-    """
-
-    __slots__ = ("_view", "_position")
-    ZERO_COPY_FROM = 4096
-
-    def __init__(self, view: memoryview) -> None:
-        self._view = view
-        self._position = 0
-
-    def read(self, size: int = -1) -> bytes | memoryview:
-        start = self._position
-        end = len(self._view) if size < 0 else min(start + size, len(self._view))
-        self._position = end
-        chunk = self._view[start:end]
-        return chunk if end - start >= self.ZERO_COPY_FROM else bytes(chunk)
-
-    def tell(self) -> int:
-        return self._position
-
-    def seek(self, position: int, whence: int = 0) -> int:
-        self._position = position if whence == 0 else self._position + position if whence == 1 \
-            else len(self._view) + position
-        return self._position
-
-
-def _read_header(frame: memoryview) -> tuple[RequestHeader, ModuleType | None, io.BytesIO | _ViewStream]:
+def _read_header(frame: memoryview) -> tuple[RequestHeader, ModuleType | None, ViewStream]:
     if len(frame) < 8:
         raise MalformedRequest("frame shorter than a request header")
     api_key, api_version, correlation_id = struct.unpack_from(">hhi", frame, 0)
     api = BY_KEY.get(api_key)
-    stream: io.BytesIO | _ViewStream = _ViewStream(memoryview(frame)) if api_key == PRODUCE_KEY else io.BytesIO(frame)
+    # Produce requests keep their record sets as views into the frame the socket filled (the log
+    # makes the one copy it patches); every other request's fields are copies.
+    stream = ViewStream(memoryview(frame), copy=api_key != PRODUCE_KEY)
     partial = RequestHeader(api_key, api_version, correlation_id, None)
     header_version = request_header_version(api, api_version) if api else 1
     try:
@@ -213,8 +186,12 @@ def _read_header(frame: memoryview) -> tuple[RequestHeader, ModuleType | None, i
     return RequestHeader(api_key, api_version, correlation_id, raw.client_id), api, stream
 
 
-def parse_all_stream(con, stream: io.BytesIO | _ViewStream, max_entries: int | None = None) -> Container:
-    return con._parsereport(stream, parse_context(max_entries), "")
+def parse_all_stream(con, stream: io.BytesIO | ViewStream, max_entries: int | None = None) -> Container:
+    context = parse_context(max_entries)
+    if isinstance(stream, ViewStream):  # the compiled parser reads the buffer in place
+        value, stream.position = parser(con)(stream.view, stream.position, context, not stream.copy)
+        return value
+    return con._parsereport(stream, context, "")
 
 
 def decode_request(frame: memoryview, max_entries: int | None = None) -> Request:
@@ -275,16 +252,16 @@ class ClientProtocol:
     def parse_response(self, frame: bytes | bytearray) -> tuple[int, Container]:
         """A whole response frame (without its size prefix), parsed in place: large fields (a
         fetch's record sets) are views into `frame`, not copies."""
-        return self._parse_response(frame, _ViewStream(memoryview(frame)))
+        return self._parse_response(frame, ViewStream(memoryview(frame)))
 
     def next_response(self) -> tuple[int, Container] | None:
         frame = self._frames.next_frame()
         if frame is None:
             return None
-        return self._parse_response(frame, io.BytesIO(frame))
+        return self._parse_response(frame, ViewStream(memoryview(frame), copy=True))
 
     def _parse_response(self, frame: bytes | bytearray | memoryview,
-                        stream: io.BytesIO | _ViewStream) -> tuple[int, Container]:
+                        stream: ViewStream) -> tuple[int, Container]:
         (correlation_id,) = struct.unpack_from(">i", frame, 0)
         api, version = self._pending.pop(correlation_id)
         parse_all_stream(response_header.SCHEMA[response_header_version(api, version)], stream)

@@ -508,13 +508,55 @@ class SegmentedWriter(io.BytesIO):
         return out
 
 
+class ViewStream:
+    """A read-only stream over a buffer, for parsing it in place.
+
+    Compiled parsers (protocol/struct_compiler.py) read `view` from `position` directly; the
+    interpreter reads through `read`. Unless `copy`, reads of at least ZERO_COPY_FROM bytes are
+    views into the buffer, not copies: produce requests are parsed so, and a record set reaches
+    the log as a slice of the frame the socket filled. Smaller reads are bytes, as every other
+    field expects.
+    """
+
+    __slots__ = ("view", "position", "copy")
+    ZERO_COPY_FROM = 4096
+
+    def __init__(self, view: memoryview, position: int = 0, *, copy: bool = False) -> None:
+        self.view = view
+        self.position = position
+        self.copy = copy
+
+    def read(self, size: int = -1) -> bytes | memoryview:
+        start = self.position
+        end = len(self.view) if size < 0 else min(start + size, len(self.view))
+        self.position = end
+        chunk = self.view[start:end]
+        return chunk if not self.copy and end - start >= self.ZERO_COPY_FROM else bytes(chunk)
+
+    def tell(self) -> int:
+        return self.position
+
+    def seek(self, position: int, whence: int = 0) -> int:
+        self.position = position if whence == 0 else self.position + position if whence == 1 \
+            else len(self.view) + position
+        return self.position
+
+
 def parse_all(con: Construct, data: BytesLike) -> Container:
     """Parse `data` fully with `con`; trailing bytes are tolerated (newer clients may add tags)."""
-    return con._parsereport(io.BytesIO(data), parse_context(), "")
+    return _compiled.parser(con)(memoryview(data), 0, parse_context(), False)[0]
+
+
+def build_context() -> Container:
+    return Container(_parsing=False, _building=True, _sizing=False, _params={})
+
+
+# Building never writes into its context (parsing does: the entry budget), so one serves all.
+_BUILD_CONTEXT = build_context()
 
 
 def build_into(con: Construct, obj: Any, writer: io.BytesIO) -> None:
-    con._build(obj, writer, Container(_parsing=False, _building=True, _sizing=False, _params={}), "")
+    _compiled.builder(con)(obj, writer, _BUILD_CONTEXT)
 
 
 # Re-exported for generated modules.
@@ -544,7 +586,12 @@ __all__ = [
     "UVarInt",
     "Uuid",
     "VarInt",
+    "ViewStream",
     "build_into",
     "parse_all",
     "parse_context",
 ]
+
+
+# Last: the compiler reads the declarations' types above (either module may be imported first).
+from protocol import struct_compiler as _compiled  # noqa: E402
