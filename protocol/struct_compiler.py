@@ -383,7 +383,13 @@ def _compile_builder(con: p.KStruct) -> Builder:
         src.emit(2, "raise")
     if con.flexible:
         if con.tagged:
-            src.emit(1, f"{me}._build_tagged(obj, stream, ctx, '')")
+            # A tagged field given as None is left out, as one holding its default: only a
+            # struct with a tagged value set needs the interpreter's section.
+            unset = " and ".join(f"get({f.name!r}) is None" for f in con.tagged.values())
+            src.emit(1, f"if {unset}:")
+            src.emit(2, "write(b'\\x00')")
+            src.emit(1, "else:")
+            src.emit(2, f"{me}._build_tagged(obj, stream, ctx, '')")
         else:
             src.emit(1, "write(b'\\x00')")
     return src.compile(con.name)
