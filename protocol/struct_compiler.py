@@ -2,8 +2,8 @@
 
 The declarations in `protocol/messages` are interpreted by `KStruct._parse` and `_build`: a
 method call, a stream read and a small allocation per field, which made parsing and encoding
-about a fifth of a broker's busy time on small requests (docs/performance.md, "Codecs
-compiled from the declarations"). Here each KStruct is turned once, on first use, into Python
+a tenth to a fifth of a broker's busy time on small requests (docs/performance.md, "Compiled
+codecs, one-copy answers for followers"). Here each KStruct is turned once, on first use, into Python
 source that reads its fields from a buffer at an offset (`struct.unpack_from`, consecutive
 fixed-width fields in one call) and writes them the same way, nested structs calling their own
 compiled functions. The functions give the results and raise the errors of the interpreter:
@@ -11,13 +11,14 @@ malformed input is a `ProtocolError`, too many array entries `TooManyEntries`, a
 `UnknownFieldError` with the path to it (tests/protocol/test_struct_compiler.py compares the
 two on every declaration).
 
-Tagged fields, rare on the hot path, go through the interpreter's code for them.
+Tagged fields are rare on the hot path: a tagged section that holds any is read field by field
+with these parsers, and one to write with a value set goes through the interpreter.
 """
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from construct import Construct, Container, ListContainer
@@ -159,7 +160,7 @@ def _fallback_parser(con: Construct) -> Parser:
     """A declaration this module does not compile: the interpreter, over a stream of the buffer."""
 
     def parse(buf: memoryview, pos: int, context: Any, views: bool) -> tuple[Any, int]:
-        stream = p.ViewStream(buf, pos) if views else p.ViewStream(buf, pos, copy=True)
+        stream = p.ViewStream(buf, pos, copy=not views)
         value = con._parsereport(stream, context, "")
         return value, stream.tell()
 
@@ -170,10 +171,26 @@ def parser(con: Construct) -> Parser:
     """The compiled parser of `con` (made on first use, then kept on the declaration)."""
     compiled = getattr(con, "_compiled_parse", None)
     if compiled is None:
-        compiled = _compile_parser(con) if isinstance(con, p.KStruct) and type(con) is p.KStruct \
-            else _fallback_parser(con)
+        compiled = _compile_parser(con) if type(con) is p.KStruct else _fallback_parser(con)
         con._compiled_parse = compiled  # type: ignore[attr-defined]
     return compiled
+
+
+def _runs(fields: Sequence[p.Field]) -> Iterator[tuple[Sequence[p.Field], struct.Struct | None]]:
+    """The fields in order: each run of consecutive fixed-width ones with the one packer for all
+    of them, any other field alone (packer None)."""
+    i = 0
+    while i < len(fields):
+        formats, j = "", i
+        while j < len(fields) and (fmt := _fixed_format(fields[j].con)) is not None:
+            formats += fmt
+            j += 1
+        if j == i:
+            yield fields[i:i + 1], None
+            i += 1
+        else:
+            yield fields[i:j], struct.Struct(">" + formats)
+            i = j
 
 
 def _compile_parser(con: p.KStruct) -> Parser:
@@ -189,27 +206,15 @@ def _compile_parser(con: p.KStruct) -> Parser:
         src.emit(1, "if marker != 1:")
         src.emit(2, "raise ProtocolError(f'bad nullable struct marker {marker}')")
     src.emit(1, "obj = Container()")
-    fields = list(con.fields)
-    i = 0
-    while i < len(fields):
-        fmt = _fixed_format(fields[i].con)
-        if fmt is not None:
-            run = [fields[i]]
-            formats = fmt
-            while i + len(run) < len(fields) and (more := _fixed_format(fields[i + len(run)].con)) is not None:
-                run.append(fields[i + len(run)])
-                formats += more
-            packer = struct.Struct(">" + formats)
-            name = src.const(packer, "s")
-            src.emit(1, f"if pos + {packer.size} > len(buf):")
-            src.emit(2, f"raise _short(buf, pos, {packer.size})")
-            targets = ", ".join(f"obj[{f.name!r}]" for f in run)
-            src.emit(1, f"{targets}, = {name}.unpack_from(buf, pos)")
-            src.emit(1, f"pos += {packer.size}")
-            i += len(run)
+    for run, packer in _runs(con.fields):
+        if packer is None:
+            _emit_parse_value(src, run[0].con, f"obj[{run[0].name!r}]", 1)
             continue
-        _emit_parse_value(src, fields[i].con, f"obj[{fields[i].name!r}]", 1)
-        i += 1
+        src.emit(1, f"if pos + {packer.size} > len(buf):")
+        src.emit(2, f"raise _short(buf, pos, {packer.size})")
+        targets = ", ".join(f"obj[{f.name!r}]" for f in run)
+        src.emit(1, f"{targets}, = {src.const(packer, 's')}.unpack_from(buf, pos)")
+        src.emit(1, f"pos += {packer.size}")
     for f in con.absent:
         src.emit(1, f"obj[{f.name!r}] = {_default_expr(src, f)}")
     if con.flexible:
@@ -320,8 +325,7 @@ def builder(con: Construct) -> Builder:
     """The compiled builder of `con` (made on first use, then kept on the declaration)."""
     compiled = getattr(con, "_compiled_build", None)
     if compiled is None:
-        compiled = _compile_builder(con) if isinstance(con, p.KStruct) and type(con) is p.KStruct \
-            else _fallback_builder(con)
+        compiled = _compile_builder(con) if type(con) is p.KStruct else _fallback_builder(con)
         con._compiled_build = compiled  # type: ignore[attr-defined]
     return compiled
 
@@ -351,30 +355,19 @@ def _compile_builder(con: p.KStruct) -> Builder:
         body = 2
     else:
         body = 1
-    i = 0
-    while i < len(fields):
-        fmt = _fixed_format(fields[i].con)
-        if fmt is not None:
-            run = [fields[i]]
-            formats = fmt
-            while i + len(run) < len(fields) and (more := _fixed_format(fields[i + len(run)].con)) is not None:
-                run.append(fields[i + len(run)])
-                formats += more
-            packer = struct.Struct(">" + formats)
-            name = src.const(packer, "s")
-            values = ", ".join(_value_expr(src, f) for f in run)
-            src.emit(body, f"values = ({values},)")
-            src.emit(body, "try:")
-            src.emit(body + 1, f"write({name}.pack(*values))")
-            src.emit(body, "except struct.error as e:")
-            src.emit(body + 1, f"raise _pack_error({name}, values, e) from None")
-            i += len(run)
+    for run, packer in _runs(fields):
+        if packer is None:
+            f = run[0]
+            if not _is_leaf(f.con):
+                src.emit(body, f"field = {f.name!r}")
+            _emit_build_value(src, f.con, _value_expr(src, f), body)
             continue
-        f = fields[i]
-        if not _is_leaf(f.con):
-            src.emit(body, f"field = {f.name!r}")
-        _emit_build_value(src, f.con, _value_expr(src, f), body)
-        i += 1
+        name = src.const(packer, "s")
+        src.emit(body, f"values = ({', '.join(_value_expr(src, f) for f in run)},)")
+        src.emit(body, "try:")
+        src.emit(body + 1, f"write({name}.pack(*values))")
+        src.emit(body, "except struct.error as e:")
+        src.emit(body + 1, f"raise _pack_error({name}, values, e) from None")
     if body == 2:
         src.emit(2, "field = None")
         src.emit(1, "except UnknownFieldError as e:")
@@ -397,8 +390,7 @@ def _compile_builder(con: p.KStruct) -> Builder:
 
 def _is_leaf(con: Construct) -> bool:
     """A field whose building cannot raise UnknownFieldError (no struct inside)."""
-    return not isinstance(con, p.KStruct | p.KArray) and type(con) in (
-        p._Fixed, p._Bool, p._UVarInt, p._VarInt, p._Uuid, p.KString, p.KBytes)
+    return type(con) in (p._Fixed, p._Bool, p._UVarInt, p._VarInt, p._Uuid, p.KString, p.KBytes)
 
 
 def _value_expr(src: _Source, f: p.Field) -> str:
@@ -464,7 +456,7 @@ def _emit_build_value(src: _Source, con: Construct, value: str, indent: int) -> 
         src.emit(indent + 1, f"element = {src.const(builder(element), 'b')}")
         src.emit(indent + 1, "for item in items:")
         src.emit(indent + 2, "element(item, stream, ctx)")
-    elif isinstance(con, p.KStruct) and type(con) is p.KStruct:
+    elif type(con) is p.KStruct:
         src.emit(indent, f"{src.const(builder(con), 'b')}({value}, stream, ctx)")
     else:  # KBytes (external slices), and anything not compiled: the interpreter
         src.emit(indent, f"{src.const(con, 'k')}._build({value}, stream, ctx, '')")
