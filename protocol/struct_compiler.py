@@ -375,14 +375,17 @@ def _compile_builder(con: p.KStruct) -> Builder:
         src.emit(3, "e.path.insert(0, field)")
         src.emit(2, "raise")
     if con.flexible:
-        if con.tagged:
+        if con.tagged and all(type(f).is_default is p.TaggedField.is_default for f in con.tagged.values()):
             # A tagged field given as None is left out, as one holding its default: only a
-            # struct with a tagged value set needs the interpreter's section.
+            # struct with a tagged value set needs the interpreter's section. (A field that
+            # decides otherwise, written even when null, always takes the interpreter's way.)
             unset = " and ".join(f"get({f.name!r}) is None" for f in con.tagged.values())
             src.emit(1, f"if {unset}:")
             src.emit(2, "write(b'\\x00')")
             src.emit(1, "else:")
             src.emit(2, f"{me}._build_tagged(obj, stream, ctx, '')")
+        elif con.tagged:
+            src.emit(1, f"{me}._build_tagged(obj, stream, ctx, '')")
         else:
             src.emit(1, "write(b'\\x00')")
     return src.compile(con.name)

@@ -128,3 +128,47 @@ def test_the_entry_budget_stops_a_parse_at_the_array_that_exceeds_it() -> None:
         compiled_parse(con, wire, 3)
     with pytest.raises(TooManyEntries):
         interpreted_parse(con, wire, 3)
+
+
+def _structs_within(value: Any, found: dict[int, KStruct]) -> None:
+    """Every KStruct in `value` and nested in it (fields, array elements, wrapped structs)."""
+    if isinstance(value, KStruct):
+        if id(value) in found:
+            return
+        found[id(value)] = value
+        for f in (*value.fields, *value.tagged.values()):
+            _structs_within(f.con, found)
+    elif isinstance(value, dict):
+        for item in value.values():
+            _structs_within(item, found)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            _structs_within(item, found)
+    elif value is not None and hasattr(value, "element"):
+        _structs_within(value.element, found)
+    elif value is not None and isinstance(getattr(value, "struct", None), KStruct):
+        _structs_within(value.struct, found)
+
+
+def record_structs() -> list[tuple[str, KStruct]]:
+    """The declarations of the internal topics' records (not generated from Kafka's specs)."""
+    from kbroker.coordinator import share_state_records
+    from protocol import consumer_group_records, coordinator_records
+
+    found: dict[int, KStruct] = {}
+    for module in (consumer_group_records, coordinator_records, share_state_records):
+        for value in vars(module).values():
+            _structs_within(value, found)
+    return [(f"{con.name}-{index}", con) for index, con in enumerate(found.values())]
+
+
+RECORD_STRUCTS = record_structs()
+
+
+@pytest.mark.parametrize(("name", "con"), RECORD_STRUCTS, ids=[name for name, _ in RECORD_STRUCTS])
+def test_record_declarations_build_and_parse_alike(name: str, con: KStruct) -> None:
+    """Defaults, and tagged fields given as None: some of these are written even when null."""
+    for value in ({}, {f.name: None for f in con.tagged.values()}):
+        wire = interpreted_bytes(con, value)
+        assert compiled_bytes(con, value) == wire
+        assert compiled_parse(con, wire) == interpreted_parse(con, wire)
