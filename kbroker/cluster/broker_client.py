@@ -17,6 +17,7 @@ import collections
 import contextlib
 import ssl
 import time
+from collections.abc import Callable
 from typing import Any
 
 from construct import ConstructError, Container
@@ -46,8 +47,8 @@ class AnswerReader(asyncio.BufferedProtocol):
     its size prefix); a hang-up or error raises EOFError or the error.
     """
 
-    def __init__(self, response_size: Any) -> None:
-        self._response_size = response_size  # the checked size of a 4-byte prefix
+    def __init__(self, response_size: Callable[[bytes], int]) -> None:
+        self._response_size = response_size  # the checked size a 4-byte prefix announces
         self._scratch = bytearray(SCRATCH_SIZE)
         self._filled = 0
         self._big: bytearray | None = None
