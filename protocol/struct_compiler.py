@@ -167,13 +167,20 @@ def _fallback_parser(con: Construct) -> Parser:
     return parse
 
 
+def _kept(con: Construct, attribute: str, compile_struct: Callable[[Any], Any],
+          fallback: Callable[[Construct], Any]) -> Any:
+    """The function kept on `con` under `attribute`, made on first use: compiled for a KStruct,
+    the interpreter's for anything else."""
+    made = getattr(con, attribute, None)
+    if made is None:
+        made = compile_struct(con) if type(con) is p.KStruct else fallback(con)
+        setattr(con, attribute, made)
+    return made
+
+
 def parser(con: Construct) -> Parser:
     """The compiled parser of `con` (made on first use, then kept on the declaration)."""
-    compiled = getattr(con, "_compiled_parse", None)
-    if compiled is None:
-        compiled = _compile_parser(con) if type(con) is p.KStruct else _fallback_parser(con)
-        con._compiled_parse = compiled  # type: ignore[attr-defined]
-    return compiled
+    return _kept(con, "_compiled_parse", _compile_parser, _fallback_parser)
 
 
 def _runs(fields: Sequence[p.Field]) -> Iterator[tuple[Sequence[p.Field], struct.Struct | None]]:
@@ -323,11 +330,7 @@ def _fallback_builder(con: Construct) -> Builder:
 
 def builder(con: Construct) -> Builder:
     """The compiled builder of `con` (made on first use, then kept on the declaration)."""
-    compiled = getattr(con, "_compiled_build", None)
-    if compiled is None:
-        compiled = _compile_builder(con) if type(con) is p.KStruct else _fallback_builder(con)
-        con._compiled_build = compiled  # type: ignore[attr-defined]
-    return compiled
+    return _kept(con, "_compiled_build", _compile_builder, _fallback_builder)
 
 
 def _pack_error(packer: struct.Struct, values: tuple, error: struct.error) -> p.ProtocolError:
