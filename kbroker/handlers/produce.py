@@ -33,14 +33,14 @@ _BATCH_LENGTH = struct.Struct(">i")
 
 
 async def handle(ctx: RequestContext, request: Any) -> ProduceResponse | Deferred | None:
+    pacer = Pacer()
     # Kafka's order: the transactional id (the whole request), then WRITE on each topic.
-    if _has_transactional_records(request) and not (
+    if await _has_transactional_records(request, pacer) and not (
             request.transactional_id is not None
             and allowed(ctx, Op.WRITE, Resource.TRANSACTIONAL_ID, request.transactional_id)):
         raise KafkaError(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
                          "Transactional Id authorization failed.")
     writable = allowed_names(ctx, Op.WRITE, Resource.TOPIC, (t.name for t in request.topic_data))
-    pacer = Pacer()
     # Per topic, per partition: its answer already (refused by the request-level checks), or
     # where its result will be among the appended entries.
     layout: list[tuple[str, list[PartitionProduceResponse | int]]] = []
@@ -125,11 +125,16 @@ def _answer(index: int, result: AppendResult) -> PartitionProduceResponse:
     }
 
 
-def _has_transactional_records(request: Any) -> bool:
-    """Kafka's RequestUtils.hasTransactionalRecords: any batch with the transactional bit."""
-    return any(data.records is not None and len(data.records) >= HEADER_SIZE
-               and data.records[ATTRIBUTES_OFFSET + 1] & TRANSACTIONAL_FLAG
-               for topic in request.topic_data for data in topic.partition_data)
+async def _has_transactional_records(request: Any, pacer: Pacer) -> bool:
+    """Kafka's RequestUtils.hasTransactionalRecords: any batch with the transactional bit. Paced:
+    a request may name tens of thousands of partitions."""
+    for topic in request.topic_data:
+        for data in topic.partition_data:
+            records = data.records
+            if records is not None and len(records) >= HEADER_SIZE and records[ATTRIBUTES_OFFSET + 1] & TRANSACTIONAL_FLAG:
+                return True
+            await pacer.tick()
+    return False
 
 
 def _transaction_verifier(ctx: RequestContext) -> VerifyTransaction | None:
