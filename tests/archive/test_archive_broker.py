@@ -46,6 +46,7 @@ TS0 = int(time.time() * 1000) - 3_600_000
 VALUE_BYTES = 10_000  # 20 MB in all
 SEGMENT_BYTES = 1 << 20
 LOCAL_BYTES = 3 << 20
+ROLL_RECORDS = SEGMENT_BYTES // VALUE_BYTES + 20  # enough to close the active segment
 EARLIEST_LOCAL, LATEST_TIERED = -4, -5
 
 
@@ -134,13 +135,17 @@ def fetch_error(bootstrap: str, topic: str, offset: int) -> int:
     return result.error_code
 
 
-def digest_by_confluent(bootstrap: str, topic: str, count: int) -> str:
+def digest_by_confluent(bootstrap: str, topic: str, count: int, timeout_s: float = 300) -> str:
+    """The digest of the first `count` records' values; AssertionError after `timeout_s` (a
+    reader in a background thread must not outlive a failed test for the rest of the run)."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{uuid.uuid4().hex}",
                          "enable.auto.commit": False})
     consumer.assign([TopicPartition(topic, 0, 0)])
     digest, expected = hashlib.sha256(), 0
+    deadline = time.monotonic() + timeout_s
     try:
         while expected < count:
+            assert time.monotonic() < deadline, f"{expected} of {count} records read in {timeout_s} s"
             for message in consumer.consume(500, timeout=10):
                 assert message.error() is None, message.error()
                 assert message.offset() == expected
@@ -227,7 +232,10 @@ def test_a_minute_without_the_object_store_loses_nothing_and_catches_up(
     cut_at = time.monotonic()
     reader = ReadInBackground(broker.bootstrap, topic, first_half)
     reader.start()
-    produced = first_half
+    # Every closed segment may already be archived: the archiver only touches the store (and
+    # fails) once a new segment has closed, so a segment's worth and more is written first.
+    produce(broker.bootstrap, topic, first_half, ROLL_RECORDS)
+    produced = first_half + ROLL_RECORDS
     while time.monotonic() - cut_at < OUTAGE_S:
         failures = metric(broker, "kbroker_archive_failures_total")
         wait_until(lambda before=failures: metric(broker, "kbroker_archive_failures_total") > before, 60,
