@@ -90,6 +90,13 @@ def test_acks_all_waits_for_the_follower_and_the_isr_follows_it(tmp_path: Path) 
             await b.replicas.stop()  # the follower stops fetching
             info = leader.append_as_leader(batch(b"z"), wall_clock_ms(), required_acks=-1)
             assert await leader.wait_for_replication(info.last_offset + 1, 0.2) == ErrorCode.REQUEST_TIMED_OUT
+            assert not leader._acks_waiters  # a wait that timed out leaves no waiter behind
+            waiting = asyncio.ensure_future(leader.wait_for_replication(info.last_offset + 1, 10))
+            await until(lambda: leader._acks_waiters)
+            waiting.cancel()  # its producer's connection went away
+            with pytest.raises(asyncio.CancelledError):
+                await waiting
+            assert not leader._acks_waiters
             a.replicas.shrink_isrs(wall_clock_ms() + LAG_MS + 1, LAG_MS)
             assert leader.isr == [0] and leader.high_watermark == 3  # the HW no longer waits for it
             with pytest.raises(KafkaError) as refused:
@@ -141,6 +148,7 @@ def test_isr_changes_wait_for_the_store_without_holding_up_replication(tmp_path:
             assert leader.isr == [0, 1] and leader.high_watermark == 1 and not acked.done()
             shrink.release.set()
             assert await acked == ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+            assert not leader._acks_waiters
             assert leader.isr == [0] and leader.high_watermark == 2 and leader.pending_isr is None
 
             expand = HeldIsrWrites()

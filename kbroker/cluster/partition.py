@@ -18,6 +18,7 @@ an ISR the store does not hold.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import logging
 import uuid
@@ -144,7 +145,9 @@ class Partition:
     on_delayed: Callable[[Partition], None] | None = None
     stats: BrokerStats | None = None  # counts ISR shrinks and expansions (kbroker/metrics)
     _waiters: set[asyncio.Future[None]] = field(default_factory=set)
-    _acks_waiters: list[tuple[int, asyncio.Future[None]]] = field(default_factory=list)
+    # acks=all answers waiting for the HW: (end offset, waiter); a waiter's result is None once
+    # released (and out of the list), or the error it timed out with.
+    _acks_waiters: list[tuple[int, asyncio.Future[int | None]]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.local_id < 0:
@@ -279,20 +282,23 @@ class Partition:
         below min.insync.replicas, this broker stops leading, or `timeout_s` passes."""
         if self.high_watermark >= end_offset:
             return self._acks_result()
-        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        # A bare timer on the waiter rather than asyncio.timeout: one of these per acks=all
+        # request, and the timeout's cancellation machinery cost more than the wait's bookkeeping.
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[int | None] = loop.create_future()
         entry = (end_offset, waiter)
         self._acks_waiters.append(entry)
+        timer = loop.call_later(timeout_s, _time_out, waiter)
         try:
-            async with asyncio.timeout(timeout_s):
-                await waiter
-        except TimeoutError:
-            return ErrorCode.REQUEST_TIMED_OUT
+            timed_out = await waiter
         except KafkaError as e:
             return e.code
         finally:
-            if entry in self._acks_waiters:
-                self._acks_waiters.remove(entry)
-        return self._acks_result()
+            timer.cancel()
+            if _still_listed(waiter):
+                with contextlib.suppress(ValueError):  # a failure since may have cleared the list
+                    self._acks_waiters.remove(entry)
+        return timed_out if timed_out is not None else self._acks_result()
 
     def _acks_result(self) -> int:
         if len(self.maximal_isr) < self.min_insync_replicas:
@@ -387,9 +393,16 @@ class Partition:
 
     def _release_acks_waiters(self) -> None:
         hw = self.log.high_watermark
-        for end_offset, waiter in list(self._acks_waiters):
-            if end_offset <= hw and not waiter.done():
+        waiting = []
+        for entry in self._acks_waiters:
+            end_offset, waiter = entry
+            if end_offset > hw:
+                waiting.append(entry)
+            elif not waiter.done():
                 waiter.set_result(None)
+            else:  # timed out: its wait removes it
+                waiting.append(entry)
+        self._acks_waiters = waiting
 
     def _fail_acks_waiters(self, code: ErrorCode) -> None:
         for _, waiter in self._acks_waiters:
@@ -549,3 +562,13 @@ class Partition:
             if not waiter.done():
                 waiter.set_result(None)
         self._waiters.clear()
+
+
+def _still_listed(waiter: asyncio.Future[int | None]) -> bool:
+    """A waiter that timed out or was cancelled: released and failed ones left the list."""
+    return waiter.cancelled() or not waiter.done() or (waiter.exception() is None and waiter.result() is not None)
+
+
+def _time_out(waiter: asyncio.Future[int | None]) -> None:
+    if not waiter.done():
+        waiter.set_result(ErrorCode.REQUEST_TIMED_OUT)

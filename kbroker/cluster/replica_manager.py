@@ -645,7 +645,11 @@ async def _when_done(writes: list[tuple[AppendResult, asyncio.Future[None]]],
 async def _when_replicated(waits: list[tuple[AppendResult, Partition, int]], timeout_s: float) -> None:
     """acks=all: done once every ISR member has the data (the HW passed it), as Kafka's delayed
     produce; a write that could not be replicated becomes its result's error."""
-    codes = await asyncio.gather(*(partition.wait_for_replication(end, timeout_s) for _, partition, end in waits))
+    if len(waits) == 1:  # the usual produce: no task to run one wait beside nothing
+        _, partition, end = waits[0]
+        codes = [await partition.wait_for_replication(end, timeout_s)]
+    else:
+        codes = await asyncio.gather(*(partition.wait_for_replication(end, timeout_s) for _, partition, end in waits))
     for (result, _, _), code in zip(waits, codes, strict=True):
         if code != ErrorCode.NO_ERROR:
             result.error = code

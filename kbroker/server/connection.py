@@ -691,14 +691,29 @@ class ServedConnection(asyncio.BufferedProtocol):
 
     async def _send_in_order(self) -> None:
         """Send queued answers as each completes, in order; once none is left, answers go
-        straight out again. A failure closes the connection."""
+        straight out again. A failure closes the connection.
+
+        Answers already complete behind the one awaited leave in the same write: one high
+        watermark step releases many acks=all answers of a producer at once, and each write is a
+        system call and a wake-up of the client."""
         try:
+            held: asyncio.Future[list | None] | None = None  # taken from the queue, not complete yet
             while True:
-                answer = self._answers.get_nowait()  # never empty here: see _queue_answer
+                answer = held if held is not None else self._answers.get_nowait()  # see _queue_answer
+                held = None
                 parts = await answer
-                if parts is not None:
-                    await self._write(parts)
-                if self._answers.empty():
+                out = [] if parts is None else list(parts)
+                while not self._answers.empty():
+                    following = self._answers.get_nowait()
+                    if not following.done():
+                        held = following
+                        break
+                    more = following.result()  # a failed answer fails the connection, as awaited
+                    if more is not None:
+                        out += more
+                if out:
+                    await self._write(out)
+                if held is None and self._answers.empty():
                     self._sender = None  # the processor writes directly again
                     return
         except (ConnectionError, OSError):

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import socket
+from pathlib import Path
 
 from protocol.connection import ClientProtocol
+from tests.brokers import BrokerProcess
+from tests.conftest import create_topic
 from tests.rawclient import RawClient
+from tests.storage.batches import batch
 
-API_VERSIONS, METADATA = 18, 3
+API_VERSIONS, METADATA, PRODUCE = 18, 3, 0
 
 
 def test_pipelined_requests_are_answered_in_order(broker, new_topic) -> None:
@@ -31,6 +35,42 @@ def test_pipelined_requests_are_answered_in_order(broker, new_topic) -> None:
             while (response := client.next_response()) is not None:
                 seen.append(response[0])
     assert seen == expected
+
+
+def test_deferred_answers_leave_in_order_when_many_complete_at_once(tmp_path: Path) -> None:
+    """Every append written by the log dir's writer thread: each Produce answer is deferred until
+    its write completes, and answers already complete go out together, behind any not yet
+    complete, with the Metadata answers between them in their places."""
+    broker = BrokerProcess(tmp_path, env={"KBROKER_WRITE_BEHIND_MIN_BYTES": "1"}).start()
+    try:
+        topic = create_topic(broker.bootstrap, "deferred", 1)
+        client = ClientProtocol("deferred")
+        frames, expected = [], []
+        for i in range(300):
+            if i % 3 == 2:
+                correlation, frame = client.encode_request(METADATA, 12, {"topics": [{"name": topic}]})
+            else:
+                correlation, frame = client.encode_request(PRODUCE, 9, {"acks": 1, "timeout_ms": 30000, "topic_data": [
+                    {"name": topic, "partition_data": [{"index": 0, "records": batch(values=[b"v%d" % i])}]}]})
+            frames.append(frame)
+            expected.append(correlation)
+        with socket.create_connection(("127.0.0.1", broker.port), timeout=30) as sock:
+            sock.sendall(b"".join(frames))
+            seen, offsets = [], []
+            while len(seen) < len(expected):
+                chunk = sock.recv(1 << 16)
+                assert chunk, "broker closed a pipelining connection"
+                client.receive_data(chunk)
+                while (response := client.next_response()) is not None:
+                    seen.append(response[0])
+                    if hasattr(response[1], "responses"):
+                        answer = response[1].responses[0].partition_responses[0]
+                        assert answer.error_code == 0
+                        offsets.append(answer.base_offset)
+        assert seen == expected
+        assert offsets == list(range(200))
+    finally:
+        broker.kill()
 
 
 def test_a_client_that_vanishes_mid_pipeline_does_not_hurt_others(broker) -> None:
