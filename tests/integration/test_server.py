@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 from pathlib import Path
+from typing import Any
 
 from protocol.connection import ClientProtocol
 from tests.brokers import BrokerProcess
@@ -12,6 +13,21 @@ from tests.rawclient import RawClient
 from tests.storage.batches import batch
 
 API_VERSIONS, METADATA, PRODUCE = 18, 3, 0
+
+
+def send_pipelined(port: int, client: ClientProtocol, frames: list[bytes]) -> list[tuple[int, Any]]:
+    """Send every frame at once on one connection; the (correlation id, body) of each answer, in
+    the order they came."""
+    answers: list[tuple[int, Any]] = []
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        sock.sendall(b"".join(frames))
+        while len(answers) < len(frames):
+            chunk = sock.recv(1 << 16)
+            assert chunk, "broker closed a pipelining connection"
+            client.receive_data(chunk)
+            while (response := client.next_response()) is not None:
+                answers.append(response)
+    return answers
 
 
 def test_pipelined_requests_are_answered_in_order(broker, new_topic) -> None:
@@ -25,16 +41,8 @@ def test_pipelined_requests_are_answered_in_order(broker, new_topic) -> None:
             correlation, frame = client.encode_request(API_VERSIONS, 3, {})
         frames.append(frame)
         expected.append(correlation)
-    with socket.create_connection(("127.0.0.1", broker.port), timeout=30) as sock:
-        sock.sendall(b"".join(frames))
-        seen = []
-        while len(seen) < len(expected):
-            chunk = sock.recv(1 << 16)
-            assert chunk, "broker closed a pipelining connection"
-            client.receive_data(chunk)
-            while (response := client.next_response()) is not None:
-                seen.append(response[0])
-    assert seen == expected
+    answers = send_pipelined(broker.port, client, frames)
+    assert [correlation for correlation, _ in answers] == expected
 
 
 def test_deferred_answers_leave_in_order_when_many_complete_at_once(tmp_path: Path) -> None:
@@ -54,21 +62,11 @@ def test_deferred_answers_leave_in_order_when_many_complete_at_once(tmp_path: Pa
                     {"name": topic, "partition_data": [{"index": 0, "records": batch(values=[b"v%d" % i])}]}]})
             frames.append(frame)
             expected.append(correlation)
-        with socket.create_connection(("127.0.0.1", broker.port), timeout=30) as sock:
-            sock.sendall(b"".join(frames))
-            seen, offsets = [], []
-            while len(seen) < len(expected):
-                chunk = sock.recv(1 << 16)
-                assert chunk, "broker closed a pipelining connection"
-                client.receive_data(chunk)
-                while (response := client.next_response()) is not None:
-                    seen.append(response[0])
-                    if hasattr(response[1], "responses"):
-                        answer = response[1].responses[0].partition_responses[0]
-                        assert answer.error_code == 0
-                        offsets.append(answer.base_offset)
-        assert seen == expected
-        assert offsets == list(range(200))
+        answers = send_pipelined(broker.port, client, frames)
+        assert [correlation for correlation, _ in answers] == expected
+        produced = [body.responses[0].partition_responses[0] for _, body in answers if hasattr(body, "responses")]
+        assert [answer.error_code for answer in produced] == [0] * 200
+        assert [answer.base_offset for answer in produced] == list(range(200))
     finally:
         broker.kill()
 
