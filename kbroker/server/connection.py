@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import struct
 import time
 from collections import deque
@@ -37,6 +36,7 @@ from kbroker.metrics.stats import error_codes
 from kbroker.security.principal import ANONYMOUS, SslPrincipalMapper, certificate_principal
 from kbroker.security.sasl_server import Admission, SaslSession
 from kbroker.server.loop_time import LoopTime
+from kbroker.server.socket_writes import send_file_slice, sendfile_worth, write_joined
 from protocol.connection import (
     MalformedRequest,
     Request,
@@ -52,9 +52,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("kbroker.server")
 limited_log = RateLimitedLog(log)
 
-# Below this, reading a slice into memory and writing it beats a sendfile system call
-# (KBROKER_SENDFILE_MIN_BYTES changes it, for measuring; docs/performance.md).
-SENDFILE_THRESHOLD = int(os.environ.get("KBROKER_SENDFILE_MIN_BYTES", 64 * 1024))
 # Small frames are cut out of this per-connection buffer (allocated on first use: an idle
 # connection costs no buffer); larger ones get their own.
 SCRATCH_SIZE = 16 * 1024
@@ -72,9 +69,6 @@ DECODE_INLINE_ENTRIES = 256
 # Answers with more entries than this are encoded off the event loop.
 ENCODE_INLINE_ENTRIES = 2000
 _SIZE = struct.Struct(">i")
-# asyncio's own loop sends files with sendfile(2); an alternative event loop (uvloop, measured
-# in docs/performance.md) may not: then a file part is read and written like any other.
-_NATIVE_SENDFILE = os.environ.get("KBROKER_EVENT_LOOP", "asyncio") == "asyncio"
 SASL_HANDSHAKE_KEY = 17
 
 
@@ -735,17 +729,17 @@ class ServedConnection(asyncio.BufferedProtocol):
         for part in parts:
             if isinstance(part, bytes | bytearray | memoryview):
                 pending.append(part)
-            elif part.size >= SENDFILE_THRESHOLD and hasattr(part, "file") and not self.tls and _NATIVE_SENDFILE:
-                _write_joined(transport, pending)
+            elif sendfile_worth(part, self.tls):
+                write_joined(transport, pending)
                 pending = []
                 await self._drain()
-                await loop.sendfile(transport, part.file, part.position, part.size)
+                await send_file_slice(loop, transport, part.file, part.position, part.size)
             else:
                 # Over TLS the bytes must pass through the encryption, so no sendfile: one read
                 # from the file into memory, which the TLS transport encrypts as it writes
                 # (asyncio's own sendfile fallback would read in 16 KiB steps in a thread).
                 pending.append(part.read_bytes())
-        _write_joined(transport, pending)
+        write_joined(transport, pending)
         self.last_activity = time.monotonic()
         await self._drain()
 
@@ -760,13 +754,6 @@ class ServedConnection(asyncio.BufferedProtocol):
         finally:
             self._drain_waiter = None
         self.last_activity = time.monotonic()
-
-
-def _write_joined(transport: asyncio.Transport, chunks: list[bytes | bytearray | memoryview]) -> None:
-    if len(chunks) == 1:
-        transport.write(chunks[0])
-    elif chunks:
-        transport.write(b"".join(chunks))
 
 
 def _answer_throttle(body: object, throttle_ms: int) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import socket
 from pathlib import Path
 from typing import Any
@@ -10,9 +11,9 @@ from protocol.connection import ClientProtocol
 from tests.brokers import BrokerProcess
 from tests.conftest import create_topic
 from tests.rawclient import RawClient
-from tests.storage.batches import batch
+from tests.storage.batches import batch, read_records
 
-API_VERSIONS, METADATA, PRODUCE = 18, 3, 0
+API_VERSIONS, METADATA, PRODUCE, FETCH = 18, 3, 0, 1
 
 
 def send_pipelined(port: int, client: ClientProtocol, frames: list[bytes]) -> list[tuple[int, Any]]:
@@ -69,6 +70,36 @@ def test_deferred_answers_leave_in_order_when_many_complete_at_once(tmp_path: Pa
         assert [answer.base_offset for answer in produced] == list(range(200))
     finally:
         broker.kill()
+
+
+def test_a_fetch_answer_larger_than_the_socket_takes_arrives_whole(broker, new_topic) -> None:
+    """An 8 MB fetch answer to a client with a small receive window: sendfile sends what the
+    socket takes at once and the rest as the client reads on, every byte in order."""
+    topic = new_topic()
+    values = [random.Random(i).randbytes(16_000) for i in range(8 * 60)]
+    with RawClient(broker.bootstrap) as producer:
+        for first in range(0, len(values), 60):  # batches of 0.96 MB, under message.max.bytes
+            answer = producer.request(PRODUCE, 9, {"acks": 1, "timeout_ms": 30000, "topic_data": [
+                {"name": topic, "partition_data": [{"index": 0, "records": batch(values=values[first:first + 60])}]}]})
+            assert answer.responses[0].partition_responses[0].error_code == 0
+    client = ClientProtocol("slow-reader")
+    _, frame = client.encode_request(FETCH, 12, {
+        "replica_id": -1, "max_wait_ms": 0, "min_bytes": 1, "max_bytes": 16 << 20, "isolation_level": 0,
+        "session_id": 0, "session_epoch": -1, "topics": [{"topic": topic, "partitions": [
+            {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 16 << 20, "current_leader_epoch": -1,
+             "log_start_offset": -1}]}], "forgotten_topics_data": [], "rack_id": ""})
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8192)  # before connecting: the window
+        sock.settimeout(30)
+        sock.connect(("127.0.0.1", broker.port))
+        sock.sendall(frame)
+        while (response := client.next_response()) is None:
+            chunk = sock.recv(4096)
+            assert chunk, "the broker closed the connection mid-answer"
+            client.receive_data(chunk)
+    partition = response[1].responses[0].partitions[0]
+    assert partition.error_code == 0
+    assert [record.value for record in read_records(bytes(partition.records))] == values
 
 
 def test_a_client_that_vanishes_mid_pipeline_does_not_hurt_others(broker) -> None:
