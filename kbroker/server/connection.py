@@ -699,10 +699,11 @@ class ServedConnection(asyncio.BufferedProtocol):
                 out = [] if parts is None else list(parts)
                 while not self._answers.empty():
                     following = self._answers.get_nowait()
-                    if not following.done():
+                    # Not ready, or failed: awaited in its turn, after what is ready before it.
+                    if not following.done() or following.cancelled() or following.exception() is not None:
                         held = following
                         break
-                    more = following.result()  # a failed answer fails the connection, as awaited
+                    more = following.result()
                     if more is not None:
                         out += more
                 if out:

@@ -27,8 +27,8 @@ async def send_file_slice(loop: asyncio.AbstractEventLoop, transport: asyncio.Tr
     """`size` bytes of `file` from `position`, with sendfile(2) straight on the socket while the
     transport holds nothing unsent (so nothing can overtake them). asyncio's `loop.sendfile`
     pauses reading, registers the socket for writing and takes two turns of the loop even when
-    the kernel takes the whole slice in one call: four epoll changes and an fstat per answer. What the
-    socket does not take at once goes through `loop.sendfile`, which waits for it."""
+    the kernel takes the whole slice in one call: four epoll changes and an fstat per answer.
+    What the socket does not take at once goes through `loop.sendfile`, which waits for it."""
     if transport.get_write_buffer_size() == 0:
         sock, source = transport.get_extra_info("socket").fileno(), file.fileno()
         try:
