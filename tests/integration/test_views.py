@@ -12,6 +12,7 @@ import itertools
 import shutil
 import subprocess
 import sys
+import time
 import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
@@ -135,9 +136,13 @@ def _consume_all(bootstrap: str, topic: str, partitions: int = PARTITIONS) -> li
     consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
     got: list[tuple[int, int, bytes]] = []
     done: set[int] = {p for p, end in ends.items() if end == 0}
+    deadline = time.monotonic() + 60
     try:
         while len(done) < partitions:
-            for message in consumer.consume(1000, timeout=10):
+            assert time.monotonic() < deadline, f"{topic} not read to its end in 60 s: {sorted(done)} done"
+            # A short poll: consume() waits its whole timeout for a last handful of records, and
+            # the positions, checked after each poll, tell when the end is reached.
+            for message in consumer.consume(1000, timeout=0.5):
                 assert message.error() is None, message.error()
                 got.append((message.partition(), message.offset(), message.value()))
             for p in range(partitions):
