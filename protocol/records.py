@@ -94,6 +94,11 @@ def peek_magic(buf: bytes | bytearray | memoryview, pos: int = 0) -> int:
     return buf[pos + MAGIC_OFFSET]
 
 
+def peek_transactional(buf: bytes | bytearray | memoryview) -> bool:
+    """Whether `buf` starts with a whole batch header whose attributes carry the transactional bit."""
+    return len(buf) >= HEADER_SIZE and bool(buf[ATTRIBUTES_OFFSET + 1] & TRANSACTIONAL_BIT)
+
+
 def compute_crc(buf: bytes | bytearray | memoryview, pos: int, size: int) -> int:
     """CRC32C over attributes .. end of batch, as the header's CRC field should hold."""
     return crc32c.crc32c(memoryview(buf)[pos + ATTRIBUTES_OFFSET : pos + size])

@@ -48,7 +48,7 @@ from kbroker.views.view import View
 from kbroker.views.view_indexer import ViewIndexer
 from kbroker.views.view_reader import ViewReader
 from protocol.errors import ErrorCode, KafkaError
-from protocol.records import ATTRIBUTES_OFFSET, HEADER_SIZE, TRANSACTIONAL_BIT, read_header
+from protocol.records import peek_transactional, read_header
 
 if TYPE_CHECKING:  # the archive brings boto3: imported only by a broker that archives
     from kbroker.archive.archiver import Archiver
@@ -617,7 +617,7 @@ def _verify_transaction(partition: Partition, records: bytes, transactional_id: 
                         verify: VerifyTransaction) -> None:
     """The first transactional batch of a producer on a partition must belong to its coordinator's
     transaction (KIP-890 part 1): later ones are in a transaction the partition already knows."""
-    if len(records) < HEADER_SIZE or not records[ATTRIBUTES_OFFSET + 1] & TRANSACTIONAL_BIT:
+    if not peek_transactional(records):
         return
     header = read_header(records)
     if partition.has_open_transaction(header.producer_id):

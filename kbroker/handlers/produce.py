@@ -19,6 +19,7 @@ from protocol.records import (
     LOG_OVERHEAD,
     MAGIC_OFFSET,
     peek_magic,
+    peek_transactional,
 )
 
 API_KEY = 0
@@ -28,7 +29,6 @@ ADVERTISED_MIN = 0
 MIN_VERSION = 3
 MAX_VERSION = 11
 ZSTD = 4
-TRANSACTIONAL_FLAG = 0x10  # bit 4 of a batch's attributes
 _BATCH_LENGTH = struct.Struct(">i")
 
 
@@ -130,8 +130,7 @@ async def _has_transactional_records(request: Any, pacer: Pacer) -> bool:
     a request may name tens of thousands of partitions."""
     for topic in request.topic_data:
         for data in topic.partition_data:
-            records = data.records
-            if records is not None and len(records) >= HEADER_SIZE and records[ATTRIBUTES_OFFSET + 1] & TRANSACTIONAL_FLAG:
+            if data.records is not None and peek_transactional(data.records):
                 return True
             await pacer.tick()
     return False
