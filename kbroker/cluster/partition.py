@@ -145,8 +145,9 @@ class Partition:
     on_delayed: Callable[[Partition], None] | None = None
     stats: BrokerStats | None = None  # counts ISR shrinks and expansions (kbroker/metrics)
     _waiters: set[asyncio.Future[None]] = field(default_factory=set)
-    # acks=all answers waiting for the HW: (end offset, waiter); a waiter's result is None once
-    # released (and out of the list), or the error it timed out with.
+    # acks=all answers waiting for the HW: (end offset, waiter). Whatever ends a wait takes its
+    # entry out: the release (result None), the timer (the error it timed out with), a failure
+    # of them all, or the wait's cancellation.
     _acks_waiters: list[tuple[int, asyncio.Future[int | None]]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -288,17 +289,25 @@ class Partition:
         waiter: asyncio.Future[int | None] = loop.create_future()
         entry = (end_offset, waiter)
         self._acks_waiters.append(entry)
-        timer = loop.call_later(timeout_s, _time_out, waiter)
+        timer = loop.call_later(timeout_s, self._time_out, entry)
         try:
             timed_out = await waiter
         except KafkaError as e:
             return e.code
         finally:
             timer.cancel()
-            if _still_listed(waiter):
-                with contextlib.suppress(ValueError):  # a failure since may have cleared the list
-                    self._acks_waiters.remove(entry)
+            if waiter.cancelled():  # the producer's connection went: nothing else takes it out
+                self._drop_acks_waiter(entry)
         return timed_out if timed_out is not None else self._acks_result()
+
+    def _time_out(self, entry: tuple[int, asyncio.Future[int | None]]) -> None:
+        self._drop_acks_waiter(entry)
+        if not entry[1].done():
+            entry[1].set_result(ErrorCode.REQUEST_TIMED_OUT)
+
+    def _drop_acks_waiter(self, entry: tuple[int, asyncio.Future[int | None]]) -> None:
+        with contextlib.suppress(ValueError):  # released or failed since: already out
+            self._acks_waiters.remove(entry)
 
     def _acks_result(self) -> int:
         if len(self.maximal_isr) < self.min_insync_replicas:
@@ -398,10 +407,8 @@ class Partition:
             end_offset, waiter = entry
             if end_offset > hw:
                 waiting.append(entry)
-            elif not waiter.done():
+            elif not waiter.done():  # a cancelled one leaves the list here too
                 waiter.set_result(None)
-            else:  # timed out: its wait removes it
-                waiting.append(entry)
         self._acks_waiters = waiting
 
     def _fail_acks_waiters(self, code: ErrorCode) -> None:
@@ -563,12 +570,3 @@ class Partition:
                 waiter.set_result(None)
         self._waiters.clear()
 
-
-def _still_listed(waiter: asyncio.Future[int | None]) -> bool:
-    """A waiter that timed out or was cancelled: released and failed ones left the list."""
-    return waiter.cancelled() or not waiter.done() or (waiter.exception() is None and waiter.result() is not None)
-
-
-def _time_out(waiter: asyncio.Future[int | None]) -> None:
-    if not waiter.done():
-        waiter.set_result(ErrorCode.REQUEST_TIMED_OUT)
