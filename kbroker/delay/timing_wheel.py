@@ -47,9 +47,11 @@ class _Level:
         self.size = size
         self.interval_ms = tick_ms * size
         self.current_ms = start_ms - start_ms % tick_ms
-        self.buckets = [array("q") for _ in range(size)]
-        # The start of the range each bucket holds this round; -1 for an empty, flushed bucket.
-        self.expirations = array("q", [_NO_EXPIRATION]) * size
+        # Only buckets holding entries exist: every partition has a wheel, nearly all of them
+        # empty, and 256 empty arrays cost a partition some 24 KiB (docs/performance.md).
+        self.buckets: dict[int, array] = {}
+        # The start of the range each bucket holds this round; absent for an empty, flushed bucket.
+        self.expirations: dict[int, int] = {}
 
     def advance(self, time_ms: int) -> None:
         if time_ms >= self.current_ms + self.tick_ms:
@@ -117,7 +119,7 @@ class TimingWheel:
         while queue and queue[0][0] <= now_ms:
             expiration, level_no, bucket_no = heapq.heappop(queue)
             level = self._levels[level_no]
-            if level.expirations[bucket_no] != expiration:
+            if level.expirations.get(bucket_no, _NO_EXPIRATION) != expiration:
                 continue  # stale: the bucket was flushed already
             self._advance_clock(expiration)
             self._flush(level, bucket_no)
@@ -135,7 +137,7 @@ class TimingWheel:
         queue = self._bucket_queue
         while queue:
             expiration, level_no, bucket_no = queue[0]
-            if self._levels[level_no].expirations[bucket_no] == expiration:
+            if self._levels[level_no].expirations.get(bucket_no, _NO_EXPIRATION) == expiration:
                 return expiration
             heapq.heappop(queue)  # stale
         return None
@@ -155,9 +157,12 @@ class TimingWheel:
             if due_ms < level.current_ms + level.interval_ms:
                 virtual_id = due_ms // level.tick_ms
                 bucket_no = virtual_id % level.size
-                level.buckets[bucket_no].extend((due_ms, offset))
+                bucket = level.buckets.get(bucket_no)
+                if bucket is None:
+                    bucket = level.buckets[bucket_no] = array("q")
+                bucket.extend((due_ms, offset))
                 expiration = virtual_id * level.tick_ms
-                if level.expirations[bucket_no] != expiration:
+                if level.expirations.get(bucket_no, _NO_EXPIRATION) != expiration:
                     level.expirations[bucket_no] = expiration
                     heapq.heappush(self._bucket_queue, (expiration, level_no, bucket_no))
                 return
@@ -170,9 +175,8 @@ class TimingWheel:
             level.advance(time_ms)
 
     def _flush(self, level: _Level, bucket_no: int) -> None:
-        entries = level.buckets[bucket_no]
-        level.buckets[bucket_no] = array("q")
-        level.expirations[bucket_no] = _NO_EXPIRATION
+        entries = level.buckets.pop(bucket_no, ())
+        level.expirations.pop(bucket_no, None)
         removed = self._removed
         pairs = iter(entries)
         for due_ms, offset in zip(pairs, pairs, strict=True):

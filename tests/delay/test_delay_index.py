@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import tracemalloc
 
 import pytest
 
@@ -367,3 +368,16 @@ def test_an_unmarked_batch_naming_a_pending_record_is_not_its_delivery() -> None
     assert not index.needs_batch(read_header(encode_batch([Record(0, 0, None, b"v", headers)])))
     log.deliver([offset])
     assert not index.is_pending(offset)
+
+
+def test_an_idle_partitions_index_costs_little_memory() -> None:
+    """Every partition has a delay index and nearly all stay empty: an empty one must not cost
+    the wheel's 256 buckets (some 24 KiB a partition when each was an array of its own)."""
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        indexes = [DelayIndex(TOPIC, number, clock=lambda: T) for number in range(200)]
+        per_index = (tracemalloc.get_traced_memory()[0] - before) / len(indexes)
+    finally:
+        tracemalloc.stop()
+    assert per_index < 4096, f"an empty delay index takes {per_index:.0f} bytes"
