@@ -12,7 +12,7 @@ import struct
 import pytest
 
 from kbroker.storage.log_config import LogConfig
-from kbroker.storage.log_validator import RecordValidationError
+from kbroker.storage.log_validator import RecordValidationError, validate_batches, validate_records
 from protocol.errors import ErrorCode, KafkaError
 from protocol.record_batch import Record, compress, decode_batch, encode_batch, encode_records
 from protocol.records import ATTRIBUTES_OFFSET, CRC_OFFSET, HEADER_SIZE, compute_crc
@@ -134,3 +134,37 @@ def test_replicas_append_without_walking_records(open_log) -> None:
     log = open_log(LogConfig(cleanup_policy="compact"))
     log.append_as_follower(encode_batch([Record(0, T0, None, b"x")]))
     assert log.log_end_offset == 1
+
+
+# Most batches pass a quick loop (no headers, offset deltas in order, timestamps in bounds); the
+# first record it cannot pass hands the rest of the batch to the full walk. These check that
+# what comes after the hand-over is still judged record by record.
+
+
+def test_records_out_of_bounds_after_plain_ones_are_each_named(open_log) -> None:
+    log = open_log()  # the default bound: an hour into the future
+    late = T0 + 7_200_000
+    batch = encode_batch([Record(0, T0, b"a", b"x"), Record(1, late, b"b", b"y"), Record(2, T0, b"c", b"z"),
+                          Record(3, late, b"d", b"w")])
+    with pytest.raises(RecordValidationError) as refused:
+        log.append_as_leader(batch, 0, T0)
+    assert refused.value.code == ErrorCode.INVALID_TIMESTAMP
+    assert [index for index, _ in refused.value.record_errors] == [1, 3]
+    assert log.log_end_offset == 0
+
+
+def test_a_delay_header_after_plain_records_delays_its_record() -> None:
+    batch = encode_batch([Record(0, T0, b"a", b"x"), Record(1, T0, b"b", b"y"),
+                          Record(2, T0, b"c", b"z", [("kbroker.delay.ms", b"60000")])])
+    config = LogConfig()
+    headers = validate_batches(batch, config, "topic-0", from_client=True)
+    [plan] = validate_records(batch, headers, config, "topic-0", T0)
+    assert plan is not None
+    assert plan.due_times == [None, None, T0 + 60_000]
+
+
+def test_headers_without_a_delay_leave_the_batch_unplanned() -> None:
+    batch = encode_batch([Record(0, T0, b"a", b"x", [("trace", b"1")]), Record(1, T0, b"b", b"y")])
+    config = LogConfig()
+    assert validate_records(batch, validate_batches(batch, config, "topic-0", from_client=True), config,
+                            "topic-0", T0) == [None]
