@@ -177,8 +177,9 @@ def _check_records(
     create_time = not config.log_append_time
     before = config.message_timestamp_before_max_ms
     after = config.message_timestamp_after_max_ms
-    # A timestamp's distance from now is only worth computing when a bound could be exceeded.
-    bounded = before < LONG_MAX or after < LONG_MAX
+    # The timestamps a record may carry: checked only on CreateTime topics with a bound.
+    bounded = create_time and (before < LONG_MAX or after < LONG_MAX)
+    low, high = (now_ms - before, now_ms + after) if bounded else (-LONG_MAX, LONG_MAX)
     append_time_batch = header.log_append_time
     errors: list[tuple[int, int, str]] = []
     index = -1
@@ -192,7 +193,6 @@ def _check_records(
             # whose timestamp is within the bounds, needs no other look. This loop costs about
             # half the walk below (docs/performance.md); the first record it cannot pass goes
             # on to the walk, which decides about it and the rest.
-            low, high = (now_ms - before, now_ms + after) if create_time and bounded else (-LONG_MAX, LONG_MAX)
             for index, record in records:
                 if record.offset != index or record.headers or not low <= record.timestamp <= high:
                     records = chain(((index, record),), records)
@@ -209,11 +209,10 @@ def _check_records(
                 errors.append((ErrorCode.INVALID_RECORD, index,
                                f"Compacted topic cannot accept message without key in topic partition {name}"))
             elif create_time and (timestamp := record.timestamp) != NO_TIMESTAMP:
-                if bounded and (now_ms - timestamp > before or timestamp - now_ms > after):
+                if bounded and not low <= timestamp <= high:
                     errors.append((ErrorCode.INVALID_TIMESTAMP, index,
                                    f"Timestamp {timestamp} of message with offset {index} is out of range. The "
-                                   f"timestamp should be within [{_java_long(now_ms - before)}, "
-                                   f"{_java_long(now_ms + after)}]"))
+                                   f"timestamp should be within [{_java_long(low)}, {_java_long(high)}]"))
             elif append_time_batch:
                 errors.append((ErrorCode.INVALID_TIMESTAMP, index,
                                f"Invalid timestamp type in message {_describe(record)}. Producer should not set "
