@@ -5,6 +5,7 @@ followers, the long poll). A follower is a real fetch with its replica id, as th
 from __future__ import annotations
 
 import asyncio
+import errno
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -211,5 +212,47 @@ def test_appends_written_behind_are_answered_once_published(tmp_path: Path, monk
             assert offsets == [0, 2, 3] and all(r.error == ErrorCode.NO_ERROR for r in first.results)
             (result,) = await manager.fetch(CONSUMER, [fetch_of(0)], wall_clock_ms())
             assert values(result.records) == big
+
+    asyncio.run(asyncio.wait_for(scenario(), 30))
+
+
+def test_a_fetch_at_the_log_end_of_an_offline_dir_answers_a_storage_error(tmp_path: Path) -> None:
+    """A fetcher at the log end has nothing to read, but a dir gone offline still says so:
+    reading nothing is no reason to answer as if the disk were there."""
+    async def scenario() -> None:
+        async with replica_manager(tmp_path, [LEADER, FOLLOWER]) as manager:
+            await manager.append([("t", 0, batch(b"a"))], required_acks=1, timeout_ms=1000, now_ms=wall_clock_ms())
+            follower = FetchParams(replica_id=FOLLOWER, max_wait_ms=0, min_bytes=0, max_bytes=MAX_BYTES)
+            [at_end] = await manager.fetch(follower, [fetch_of(1)], wall_clock_ms())
+            assert (at_end.error, at_end.records, at_end.high_watermark) == (ErrorCode.NO_ERROR, None, 1)
+
+            manager.get("t", 0).log.health.failed(OSError(errno.EIO, "disk gone"), "a test")
+            for params, offset in ((follower, 1), (CONSUMER, 1), (CONSUMER, 0)):
+                [result] = await manager.fetch(params, [fetch_of(offset)], wall_clock_ms())
+                assert result.error == ErrorCode.KAFKA_STORAGE_ERROR, (params.replica_id, offset)
+
+    asyncio.run(asyncio.wait_for(scenario(), 30))
+
+
+def test_a_followers_repeated_fetch_keeps_it_caught_up_and_its_move_lifts_the_high_watermark(
+        tmp_path: Path) -> None:
+    """A session fetch names every partition a follower copies, moved or not: one that has not
+    moved keeps the follower caught up (it stays in the ISR), and the next move lifts the HW."""
+    async def scenario() -> None:
+        async with replica_manager(tmp_path, [LEADER, FOLLOWER]) as manager:
+            partition = manager.get("t", 0)
+            await manager.append([("t", 0, batch(b"a", b"b"))], required_acks=1, timeout_ms=1000,
+                                 now_ms=wall_clock_ms())
+            follower = FetchParams(replica_id=FOLLOWER, max_wait_ms=0, min_bytes=0, max_bytes=MAX_BYTES)
+            await manager.fetch(follower, [fetch_of(2)], 1_000)
+            assert partition.high_watermark == 2
+            await manager.fetch(follower, [fetch_of(2)], 5_000)  # unmoved, still at the end
+            assert partition.followers[FOLLOWER].last_caught_up_ms == 5_000
+            assert partition.shrink_isr(now_ms=6_000, max_lag_ms=10_000) == []
+
+            await manager.append([("t", 0, batch(b"c"))], required_acks=1, timeout_ms=1000, now_ms=wall_clock_ms())
+            assert partition.high_watermark == 2
+            await manager.fetch(follower, [fetch_of(3)], 7_000)
+            assert partition.high_watermark == 3
 
     asyncio.run(asyncio.wait_for(scenario(), 30))

@@ -326,10 +326,15 @@ class Partition:
         # so a follower of a busy leader is not dropped just because data keeps arriving).
         if fetch_offset >= leader_end or fetch_offset >= state.leader_end_at_last_fetch:
             state.last_caught_up_ms = now_ms
+        moved = fetch_offset != state.log_end_offset
         state.log_end_offset = fetch_offset
         state.leader_end_at_last_fetch = leader_end
         self._maybe_expand_isr(replica_id, state)
-        self.advance_high_watermark()
+        if moved:
+            # Only a follower's move can lift the HW here: every other input of it (the
+            # leader's end, the ISR) advances it where it changes. A follower's session
+            # fetch names every partition it follows from this leader, moved or not.
+            self.advance_high_watermark()
 
     def _maybe_expand_isr(self, replica_id: int, state: FollowerState) -> None:
         if replica_id in self.isr or replica_id not in self.replicas or self.pending_isr is not None:
@@ -438,6 +443,10 @@ class Partition:
         try:
             self.require_leader()
             self.check_leader_epoch(current_leader_epoch)
+            if fetch_offset == log.log_end_offset and log.health.readable:
+                # A fetcher at the end, the usual case of a session's idle partitions: nothing
+                # to read whatever the isolation (each bound is at most the log end).
+                return result
             # Followers copy the whole log; consumers see what the ISR has, read_committed ones
             # only decided transactions.
             upper = None if isolation is FetchIsolation.LOG_END else \

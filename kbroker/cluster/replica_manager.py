@@ -119,7 +119,7 @@ class FetchParams:
         return FetchIsolation.TXN_COMMITTED if self.read_committed else FetchIsolation.HIGH_WATERMARK
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: one per partition of every fetch, and frozen costs 4x to make
 class PartitionFetch:
     """One partition of a fetch (Kafka's FetchRequest.PartitionData); `topic` None names a topic
     id this broker does not know (UNKNOWN_TOPIC_ID)."""
@@ -421,7 +421,8 @@ class ReplicaManager:
     async def _hosted(self, partitions: Sequence[PartitionFetch], pacer: Pacer) -> list[Partition | None]:
         hosted = []
         for wanted in partitions:
-            await pacer.tick()
+            if pacer.due():
+                await pacer.pause()
             hosted.append(self._lookup(wanted))
         return hosted
 
@@ -451,7 +452,8 @@ class ReplicaManager:
         total = 0
         errors = False
         for position, wanted in enumerate(partitions):
-            await pacer.tick()
+            if pacer.due():
+                await pacer.pause()
             if look_up:
                 hosted.append(self._lookup(wanted))
             partition = hosted[position]
@@ -467,7 +469,15 @@ class ReplicaManager:
                 budget = min(wanted.max_bytes, max(params.max_bytes - total, 0))
                 # The first partition with data returns a whole batch even over the limits, so a
                 # fetcher always makes progress.
-                result = await self._read(partition, wanted, budget, isolation, total == 0, pacer)
+                if wanted.view is None:
+                    result = partition.read_records(wanted.fetch_offset, budget, wanted.current_leader_epoch,
+                                                    isolation, total == 0)
+                    if result.error == ErrorCode.OFFSET_MOVED_TO_TIERED_STORAGE and \
+                            isolation is not FetchIsolation.LOG_END:
+                        # A follower behind the local log start is told so (as Kafka).
+                        result = await self._read_archived(partition, result, wanted.fetch_offset, budget, isolation)
+                else:
+                    result = await self._read_view(partition, wanted, budget, isolation, total == 0, pacer)
             results.append(result)
             if result.error:
                 errors = True
@@ -475,16 +485,13 @@ class ReplicaManager:
                 total += result.records.size
         return results, total, errors
 
-    async def _read(self, partition: Partition, wanted: PartitionFetch, budget: int, isolation: FetchIsolation,
-                    first: bool, pacer: Pacer) -> LogReadResult:
+    async def _read_view(self, partition: Partition, wanted: PartitionFetch, budget: int, isolation: FetchIsolation,
+                         first: bool, pacer: Pacer) -> LogReadResult:
+        """A consumer's read of a filtered view, from its source `partition`."""
         def read_at(offset: int) -> LogReadResult:
             return partition.read_records(offset, budget, wanted.current_leader_epoch, isolation, first)
 
-        if wanted.view is None:
-            result = read_at(wanted.fetch_offset)
-            if result.error == ErrorCode.OFFSET_MOVED_TO_TIERED_STORAGE and isolation is not FetchIsolation.LOG_END:
-                return await self._read_archived(partition, result, wanted.fetch_offset, budget, isolation)
-            return result  # a follower behind the local log start is told so (as Kafka)
+        assert wanted.view is not None
         result = await self.view_reader.read(wanted.view, wanted.index, wanted.fetch_offset, read_at, pacer)
         assert isinstance(result, LogReadResult)
         return result

@@ -160,7 +160,8 @@ async def _wanted(ctx: RequestContext, request: Any, pacer: Pacer) -> dict[Parti
         for data in topic.partitions:
             wanted[_key(ctx, topic, data.partition)] = CachedPartition(
                 data.fetch_offset, data.partition_max_bytes, data.current_leader_epoch, data.log_start_offset)
-            await pacer.tick()
+            if pacer.due():
+                await pacer.pause()
     return wanted
 
 
@@ -176,7 +177,8 @@ async def _partition_fetches(ctx: RequestContext, wanted: dict[PartitionKey, Cac
     names: list[str | None] = []
     partitions: list[PartitionFetch] = []
     for (topic_id, name, index), entry in wanted.items():
-        await pacer.tick()
+        if pacer.due():
+            await pacer.pause()
         if name is None:
             if topic_id not in by_id:
                 by_id[topic_id] = _topic_name(ctx, topic_id)
@@ -230,7 +232,8 @@ async def _by_topic(reads: list[_Read], pacer: Pacer) -> list[FetchableTopicResp
             topics.append({"topic": resolved_name if name is None else name, "topic_id": topic_id, "partitions": []})
         topics[-1]["partitions"].append(_partition_data(index, result))
         last = key
-        await pacer.tick()
+        if pacer.due():
+            await pacer.pause()
     return topics
 
 

@@ -116,6 +116,7 @@ class Log(LogDelayedRecords, LogTiering):
         if parsed is None:
             raise ValueError(f"{directory} is not named <topic>-<partition> (or <topic>-<partition>.<id>-future)")
         self.topic, self.partition = parsed
+        self.name = f"{self.topic}-{self.partition}"  # read on every append and fetch: made once
         # Batches are authenticated with their partition: a batch moved to another one fails.
         self.cipher = BatchCipher(keyring, self.name) if keyring is not None else None
         self.directory = directory
@@ -179,10 +180,6 @@ class Log(LogDelayedRecords, LogTiering):
         if self.cipher is None:
             return batch
         return self.cipher.seal(batch, 0, read_header(batch))
-
-    @property
-    def name(self) -> str:
-        return f"{self.topic}-{self.partition}"
 
     def __repr__(self) -> str:
         return f"Log({self.name}, start={self.log_start_offset}, end={self._log_end_offset})"
