@@ -127,6 +127,7 @@ class Log(LogDelayedRecords, LogTiering):
         # Truncations so far: a flush of rolled segments that ran across one proves nothing.
         self._truncations = 0
         self._rolled_flush_running = False
+        self._unsynced_snapshots: list[Path] = []  # producer state snapshots taken at rolls
         # The log dir's writer thread for large appends, and the append it is writing
         # (write_behind.py); without one every append is written on the caller's thread.
         self.writer = writer
@@ -272,8 +273,12 @@ class Log(LogDelayedRecords, LogTiering):
         segment = self._segment(new_base, now, fresh=True)
         self._segments.add(segment)
         # As Kafka: a snapshot per segment, so a restart or truncation replays at most one segment.
+        # Not fsynced here: on the event loop an fsync waits for the file system's journal, which
+        # may be writing out a whole rolled segment (tens of milliseconds for every client). It
+        # is fsynced with the rolled segment, before the recovery point passes it; until then a
+        # crash replays from an older snapshot (a torn one fails its CRC).
         self.producer_state.map_end_offset = self._log_end_offset
-        self.producer_state.take_snapshot()
+        self._unsynced_snapshots.append(self.producer_state.take_snapshot(sync=False))
         self._snapshot_delay_index()
         return segment
 
@@ -756,6 +761,7 @@ class Log(LogDelayedRecords, LogTiering):
         self.is_future = directory.name.endswith(FUTURE_DIR_SUFFIX)
         self.epochs.path = directory / self.epochs.path.name
         self.producer_state.directory = directory
+        self._unsynced_snapshots = [directory / path.name for path in self._unsynced_snapshots]
         self._segments.repoint(directory)
 
     # -- durability and lifecycle -------------------------------------------------------------
@@ -768,6 +774,7 @@ class Log(LogDelayedRecords, LogTiering):
         for segment in self._segments.from_offset(self.recovery_point):
             if segment.base_offset < target:
                 segment.flush()
+        self._sync_snapshots()
         self.recovery_point = target
         self.last_flush_ms = self.clock()
 
@@ -807,11 +814,33 @@ class Log(LogDelayedRecords, LogTiering):
                     descriptors.append(os.dup(segment.fd))
                     if segment.txn_index.entries:  # as LogSegment.flush; its indexes are closed
                         descriptors.append(os.open(segment.txn_index.path, os.O_RDONLY))
+            descriptors += self._snapshot_descriptors()
         except BaseException:
             RolledFlush.close_all(descriptors)
             raise
         self._rolled_flush_running = True
         return RolledFlush(descriptors, target, self._truncations)
+
+    def _snapshot_descriptors(self) -> list[int]:
+        """Descriptors of the snapshots taken at rolls and of the directory (their renames),
+        for a flush to fsync; a snapshot deleted since (a truncation) is passed over."""
+        if not self._unsynced_snapshots:
+            return []
+        descriptors = []
+        try:
+            for path in self._unsynced_snapshots:
+                with contextlib.suppress(FileNotFoundError):
+                    descriptors.append(os.open(path, os.O_RDONLY))
+            descriptors.append(os.open(self.directory, os.O_RDONLY))
+        except BaseException:
+            RolledFlush.close_all(descriptors)
+            raise
+        self._unsynced_snapshots = []
+        return descriptors
+
+    def _sync_snapshots(self) -> None:
+        descriptors = self._snapshot_descriptors()
+        RolledFlush(descriptors, 0, 0).run()
 
     def finish_rolled_flush(self, flush: RolledFlush, succeeded: bool) -> None:
         """The flush has run: the recovery point passes the rolled segments if it succeeded and

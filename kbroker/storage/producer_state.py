@@ -345,7 +345,7 @@ class ProducerStateManager:
     def _snapshot_path(self, offset: int) -> Path:
         return self.directory / segment_file_name(offset, SNAPSHOT_SUFFIX)
 
-    def take_snapshot(self, *, sync: bool = True) -> None:
+    def take_snapshot(self, *, sync: bool = True) -> Path:
         """Write the state at `map_end_offset` to `<offset>.snapshot` (atomically; fsynced if `sync`).
 
         Unsynced snapshots (a clean shutdown writes thousands) are safe: a torn one fails its CRC
@@ -361,6 +361,7 @@ class ProducerStateManager:
         path = self._snapshot_path(self.map_end_offset)
         write_atomically(path, data, durable=sync)
         self.latest_snapshot = self.map_end_offset
+        return path
 
     def load_snapshot(self, at_most: int) -> int | None:
         """Load the newest readable snapshot at or below `at_most`; returns its offset (None: none)."""

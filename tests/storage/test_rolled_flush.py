@@ -111,3 +111,39 @@ def test_without_an_event_loop_the_tick_flushes_at_once(manager: LogManager, mon
     manager.tick(T0 + 1_000)
     assert log.recovery_point == 5
     assert ("MainThread", "00000000000000000000.log") in fsyncs.calls, fsyncs.calls
+
+
+def test_a_rolls_producer_snapshot_is_fsynced_with_the_rolled_segment(manager: LogManager,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """The roll writes the producer state snapshot but leaves its fsync (and the directory's, for
+    its rename) to the flusher thread, as Kafka does: on the loop it would wait for the journal."""
+    log = manager.get_or_create_log("t", 0)
+    fill(log, 1)  # the first append writes the leader epoch checkpoint (fsynced, where it happens)
+    fsyncs = HeldFsyncs(monkeypatch)
+    fill(log, 6)  # rolls at offset 5
+    assert (log.directory / "00000000000000000005.snapshot").exists()
+    assert fsyncs.calls == [], "the roll fsynced on the event loop"
+
+    async def scenario() -> None:
+        manager.tick(T0 + 1_000)
+        await asyncio.to_thread(fsyncs.entered.wait, 10)
+        assert log.recovery_point == 0
+        fsyncs.release.set()
+        await _flush_done(log, 5)
+
+    asyncio.run(scenario())
+    flushed = [name for thread, name in fsyncs.calls if thread.startswith("kbroker-flush")]
+    assert flushed == ["00000000000000000000.log", "00000000000000000005.snapshot", "t-0"], fsyncs.calls
+    on_loop = [name for thread, name in fsyncs.calls if not thread.startswith("kbroker-flush")]
+    assert not any(".snapshot" in name for name in on_loop), fsyncs.calls
+
+
+def test_a_flush_without_an_event_loop_fsyncs_the_rolls_snapshot_too(manager: LogManager,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    log = manager.get_or_create_log("t", 0)
+    fill(log, 7)
+    fsyncs = HeldFsyncs(monkeypatch)
+    log.flush()
+    names = [name for _, name in fsyncs.calls]
+    assert "00000000000000000005.snapshot" in names and "t-0" in names, fsyncs.calls
+    assert names.index("00000000000000000005.snapshot") > names.index("00000000000000000000.log")
