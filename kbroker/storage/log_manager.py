@@ -23,10 +23,12 @@ import asyncio
 import logging
 import os
 import shutil
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 from kbroker.clock import WallClock, wall_clock_ms
@@ -72,6 +74,39 @@ def _default_config(_topic: str) -> LogConfig:
     return LogConfig()
 
 
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """One checkpoint file's offsets as of when they were read, and that reading's number."""
+
+    path: Path
+    version: int
+    offsets: dict[tuple[str, int], int]
+
+
+class CheckpointFiles:
+    """Writes of checkpoint files from the event loop and from the flusher thread, never older
+    over newer: a periodic write queued behind a slow flush may run after a later, immediate
+    one (a log dir move, shutdown), and must then leave the newer file alone."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._versions = 0
+        self._written: dict[Path, int] = {}
+
+    def version(self, path: Path, offsets: dict[tuple[str, int], int]) -> Checkpoint:
+        with self._lock:
+            self._versions += 1
+            return Checkpoint(path, self._versions, offsets)
+
+    def write(self, checkpoints: Sequence[Checkpoint]) -> None:
+        for each in checkpoints:
+            with self._lock:  # held through the write: a newer version waits for an older one
+                if self._written.get(each.path, 0) > each.version:
+                    continue
+                checkpoint.write_offsets(each.path, each.offsets)
+                self._written[each.path] = each.version
+
 class LogManager:
     def __init__(
         self,
@@ -105,7 +140,9 @@ class LogManager:
         self._next_cleaning_ms = 0
         self._next_hw_checkpoint_ms = 0
         self._next_probe_ms = 0
-        self._flusher: ThreadPoolExecutor | None = None  # fsyncs rolled segments off the event loop
+        # fsyncs rolled segments and writes the periodic checkpoints off the event loop
+        self._flusher: ThreadPoolExecutor | None = None
+        self._checkpoint_files = CheckpointFiles()
         # Called with a dir's health when it goes FULL, OFFLINE or back ONLINE (the broker moves
         # leadership in a cluster).
         self.on_dir_change: Callable[[LogDirHealth], None] | None = None
@@ -290,12 +327,15 @@ class LogManager:
         if now_ms >= self._next_cleaning_ms:
             self._next_cleaning_ms = now_ms + self.cleaner_backoff_ms
             self._for_each_log("compaction", lambda each: compact(each, now_ms) if each.config.compact else None)
+        due: list[str] = []
         if now_ms >= self._next_checkpoint_ms:
             self._next_checkpoint_ms = now_ms + self.checkpoint_interval_ms
-            self.write_checkpoints(DELAYED_CHECKPOINTS)
+            due += DELAYED_CHECKPOINTS
         if now_ms >= self._next_hw_checkpoint_ms:
             self._next_hw_checkpoint_ms = now_ms + self.checkpoint_interval_ms
-            self.write_checkpoints(UNDELAYED_CHECKPOINTS)
+            due += UNDELAYED_CHECKPOINTS
+        if due:
+            self._write_checkpoints_behind(due)
 
     def _flush(self, each: Log, now_ms: int, delayed_tasks_due: bool) -> None:
         """flush.ms when due (after the initial task delay); otherwise the segments rolled since
@@ -315,9 +355,7 @@ class LogManager:
         job = each.start_rolled_flush()
         if job is None:
             return
-        if self._flusher is None:
-            self._flusher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kbroker-flush")
-        future = loop.run_in_executor(self._flusher, _timed, job.run)
+        future = loop.run_in_executor(self._flusher_executor(), _timed, job.run)
         future.add_done_callback(lambda done: self._rolled_flush_done(each, job, done))
 
     def _observe_flush(self, seconds: float) -> None:
@@ -358,21 +396,52 @@ class LogManager:
             _remove_deleted_log(directory, doomed)
 
     def write_checkpoints(self, files: Sequence[str] = ALL_CHECKPOINTS) -> None:
-        """Write the named checkpoint files (all by default) of every writable log dir."""
-        for log_dir in self.log_dirs:
-            if not self.health[log_dir].writable:
-                continue
+        """Write the named checkpoint files (all by default) of every writable log dir, now."""
+        for log_dir, contents in self._checkpoint_contents(files):
             try:
-                self._write_checkpoints(log_dir, files)
+                self._checkpoint_files.write(contents)
             except OSError as e:
                 self.health[log_dir].failed(e, f"writing the checkpoints of {log_dir}")
 
-    def _write_checkpoints(self, log_dir: Path, files: Sequence[str]) -> None:
-        # A future replica is checkpointed under its partition too (never in its current log's dir).
-        logs = self.logs_in(log_dir) + [each for each in self.future_logs.values() if each.directory.parent == log_dir]
-        for name in files:
-            field = _CHECKPOINTED_FIELDS[name]
-            checkpoint.write_offsets(log_dir / name, {(each.topic, each.partition): field(each) for each in logs})
+    def _write_checkpoints_behind(self, files: Sequence[str]) -> None:
+        """The periodic checkpoints: their offsets are read here, their files written (an fsync
+        each, and one of the directory) by the flusher thread when an event loop runs, as Kafka
+        writes them on its scheduler threads; on the loop they waited for the file system's
+        journal, every client with them."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # outside a broker (tools, tests): at once
+            self.write_checkpoints(files)
+            return
+        for log_dir, contents in self._checkpoint_contents(files):
+            written = loop.run_in_executor(self._flusher_executor(), self._checkpoint_files.write, contents)
+            written.add_done_callback(lambda done, log_dir=log_dir: self._checkpoints_written(log_dir, done))
+
+    def _checkpoints_written(self, log_dir: Path, done: asyncio.Future[None]) -> None:
+        error = None if done.cancelled() else done.exception()
+        if isinstance(error, OSError) and self.health[log_dir].writable:
+            self.health[log_dir].failed(error, f"writing the checkpoints of {log_dir}")
+        elif error is not None and not isinstance(error, OSError):
+            log.error("writing the checkpoints of %s failed: %r", log_dir, error)
+
+    def _checkpoint_contents(self, files: Sequence[str]) -> list[tuple[Path, list[Checkpoint]]]:
+        """Per writable log dir, each named file with the offsets it is to hold as of now."""
+        contents = []
+        for log_dir in self.log_dirs:
+            if not self.health[log_dir].writable:
+                continue
+            # A future replica is checkpointed under its partition too (never in its current log's dir).
+            logs = self.logs_in(log_dir) + [each for each in self.future_logs.values()
+                                            if each.directory.parent == log_dir]
+            contents.append((log_dir, [self._checkpoint_files.version(
+                log_dir / name, {(each.topic, each.partition): _CHECKPOINTED_FIELDS[name](each) for each in logs})
+                for name in files]))
+        return contents
+
+    def _flusher_executor(self) -> ThreadPoolExecutor:
+        if self._flusher is None:
+            self._flusher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kbroker-flush")
+        return self._flusher
 
     # -- shutdown -------------------------------------------------------------------------------
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from kbroker.storage import checkpoint
 from kbroker.storage.log import Log
 from kbroker.storage.log_config import LogConfig
 from kbroker.storage.log_manager import LogManager
@@ -132,7 +133,8 @@ def test_a_rolls_producer_snapshot_is_fsynced_with_the_rolled_segment(manager: L
         await _flush_done(log, 5)
 
     asyncio.run(scenario())
-    flushed = [name for thread, name in fsyncs.calls if thread.startswith("kbroker-flush")]
+    flushed = [name for thread, name in fsyncs.calls  # the checkpoints (*.tmp, the dir) aside
+               if thread.startswith("kbroker-flush") and not name.endswith(".tmp") and name != "logs"]
     assert flushed == ["00000000000000000000.log", "00000000000000000005.snapshot", "t-0"], fsyncs.calls
     on_loop = [name for thread, name in fsyncs.calls if not thread.startswith("kbroker-flush")]
     assert not any(".snapshot" in name for name in on_loop), fsyncs.calls
@@ -147,3 +149,46 @@ def test_a_flush_without_an_event_loop_fsyncs_the_rolls_snapshot_too(manager: Lo
     names = [name for _, name in fsyncs.calls]
     assert "00000000000000000005.snapshot" in names and "t-0" in names, fsyncs.calls
     assert names.index("00000000000000000005.snapshot") > names.index("00000000000000000000.log")
+
+
+def test_the_periodic_checkpoints_are_written_by_the_flusher_thread(manager: LogManager,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """On the loop, a checkpoint's fsyncs wait for the file system's journal: Kafka writes them on
+    its scheduler threads, kbroker in the flusher thread."""
+    log = manager.get_or_create_log("t", 0)
+    fill(log, 2)
+    fsyncs = HeldFsyncs(monkeypatch)
+
+    async def scenario() -> None:
+        manager.tick(T0 + 1_000)
+        await asyncio.to_thread(fsyncs.entered.wait, 10)  # the tick returned while they are held
+        fsyncs.release.set()
+        await asyncio.get_running_loop().run_in_executor(manager._flusher, lambda: None)
+
+    asyncio.run(scenario())
+    written = {name for _, name in fsyncs.calls}
+    assert {"recovery-point-offset-checkpoint.tmp", "replication-offset-checkpoint.tmp"} <= written, fsyncs.calls
+    assert all(thread.startswith("kbroker-flush") for thread, _ in fsyncs.calls), fsyncs.calls
+    assert checkpoint.read_offsets(log.directory.parent / checkpoint.REPLICATION_CHECKPOINT) == {("t", 0): 0}
+
+
+def test_a_checkpoint_queued_behind_a_flush_never_replaces_a_newer_one(manager: LogManager,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    log = manager.get_or_create_log("t", 0)
+    fill(log, 7)
+    fsyncs = HeldFsyncs(monkeypatch)
+
+    async def scenario() -> None:
+        manager.tick(T0 + 1_000)  # the rolled flush (held), then the checkpoints, queued behind it
+        await asyncio.to_thread(fsyncs.entered.wait, 10)
+        log.high_watermark = 7
+        log.delete_records_before(3)
+        manager.write_checkpoints()  # at once, on this thread: the log start is 3
+        assert checkpoint.read_offsets(log.directory.parent / checkpoint.LOG_START_CHECKPOINT) == {("t", 0): 3}
+        fsyncs.release.set()
+        await _flush_done(log, 5)
+        await asyncio.get_running_loop().run_in_executor(manager._flusher, lambda: None)
+
+    asyncio.run(scenario())
+    # The queued write read the log start before the deletion (0): it left the newer file alone.
+    assert checkpoint.read_offsets(log.directory.parent / checkpoint.LOG_START_CHECKPOINT) == {("t", 0): 3}
