@@ -146,6 +146,9 @@ def test_latency(tmp_path: Path, broker: BrokerProcess) -> None:
         run = case["servers"][server]["runs"][0]
         assert run["samples"] > 0 and run["p50_ms"] <= run["p99_ms"] <= run["max_ms"]
         assert case["cdf"][server][-1][1] == 1.0
+        # A step is 100 ms of messages at 400 msg/s: 40 of them; the largest step is the run's maximum.
+        timeline = run["max_ms_per_100ms"]
+        assert len(timeline) == -(-run["samples"] // 40) and max(timeline) == run["max_ms"]
     assert any(t["name"].startswith("end-to-end") for t in results["targets"])
 
 

@@ -332,6 +332,7 @@ def latency_case(env: Env, rate: float, message_size: int, duration_s: float, wa
             "p50_ms": _ms(_quantile(ordered, 0.5)), "p99_ms": _ms(_quantile(ordered, 0.99)),
             "p999_ms": _ms(_quantile(ordered, 0.999)), "max_ms": _ms(ordered[-1]),
             "mean_ms": _ms(sum(ordered) / len(ordered)),
+            "max_ms_per_100ms": _timeline(latencies, rate),
             "server_cpu": _cpu_share(server, cpu_before, warmup_s + duration_s),
             **_cpu_part_shares(server, parts_before, warmup_s + duration_s),
         }
@@ -354,6 +355,13 @@ def latency_case(env: Env, rate: float, message_size: int, duration_s: float, wa
                    "warmup_s": warmup_s, "partitions": partitions, **env.cluster_params()},
         "producer_config": producer_conf, "consumer_config": consumer_conf, "cdf": cdf, **summary,
     }
+
+
+def _timeline(latencies: array[int], rate: float) -> list[float]:
+    """The largest latency of each 100 ms of messages, in the order they arrived: a stall (a
+    segment roll, a flush) shows as a run of high values that a quantile would hide."""
+    step = max(1, int(rate / 10))
+    return [_ms(max(latencies[i:i + step])) for i in range(0, len(latencies), step)]
 
 
 def _quantile(ordered: list[int], q: float) -> float:
