@@ -74,7 +74,6 @@ def _default_config(_topic: str) -> LogConfig:
     return LogConfig()
 
 
-
 @dataclass(frozen=True, slots=True)
 class Checkpoint:
     """One checkpoint file's offsets as of when they were read, and that reading's number."""
@@ -106,6 +105,7 @@ class CheckpointFiles:
                     continue
                 checkpoint.write_offsets(each.path, each.offsets)
                 self._written[each.path] = each.version
+
 
 class LogManager:
     def __init__(
