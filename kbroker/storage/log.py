@@ -82,11 +82,16 @@ class RolledFlush:
 
     def run(self) -> None:
         """fsync every segment (in a thread: fsync releases the GIL), then close the descriptors."""
+        self.fsync_all(self.descriptors)
+
+    @classmethod
+    def fsync_all(cls, descriptors: list[int]) -> None:
+        """fsync each descriptor in order, then close them all (also when one fails)."""
         try:
-            for descriptor in self.descriptors:
+            for descriptor in descriptors:
                 os.fsync(descriptor)
         finally:
-            self.close_all(self.descriptors)
+            cls.close_all(descriptors)
 
     @staticmethod
     def close_all(descriptors: list[int]) -> None:
@@ -839,8 +844,7 @@ class Log(LogDelayedRecords, LogTiering):
         return descriptors
 
     def _sync_snapshots(self) -> None:
-        descriptors = self._snapshot_descriptors()
-        RolledFlush(descriptors, 0, 0).run()
+        RolledFlush.fsync_all(self._snapshot_descriptors())
 
     def finish_rolled_flush(self, flush: RolledFlush, succeeded: bool) -> None:
         """The flush has run: the recovery point passes the rolled segments if it succeeded and

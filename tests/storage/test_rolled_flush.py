@@ -57,6 +57,11 @@ def fill(log: Log, count: int) -> None:
         log.append_as_leader(batch([Rec(b"k", b"r" * 100, T0)]), 0, T0)
 
 
+async def _flusher_idle(manager: LogManager) -> None:
+    """Everything queued on the flusher thread before now has run (it runs one job at a time)."""
+    await asyncio.get_running_loop().run_in_executor(manager._flusher, lambda: None)
+
+
 async def _flush_done(log: Log, recovery_point: int) -> None:
     async with asyncio.timeout(10):
         while log.recovery_point != recovery_point:
@@ -163,7 +168,7 @@ def test_the_periodic_checkpoints_are_written_by_the_flusher_thread(manager: Log
         manager.tick(T0 + 1_000)
         await asyncio.to_thread(fsyncs.entered.wait, 10)  # the tick returned while they are held
         fsyncs.release.set()
-        await asyncio.get_running_loop().run_in_executor(manager._flusher, lambda: None)
+        await _flusher_idle(manager)
 
     asyncio.run(scenario())
     written = {name for _, name in fsyncs.calls}
@@ -187,7 +192,7 @@ def test_a_checkpoint_queued_behind_a_flush_never_replaces_a_newer_one(manager: 
         assert checkpoint.read_offsets(log.directory.parent / checkpoint.LOG_START_CHECKPOINT) == {("t", 0): 3}
         fsyncs.release.set()
         await _flush_done(log, 5)
-        await asyncio.get_running_loop().run_in_executor(manager._flusher, lambda: None)
+        await _flusher_idle(manager)
 
     asyncio.run(scenario())
     # The queued write read the log start before the deletion (0): it left the newer file alone.
