@@ -127,6 +127,7 @@ class Broker:
                 initial_task_delay_ms=config.log_initial_task_delay_ms,
                 keyring=config.encryption_keyring,
                 archiving=self._archive_config is not None,
+                rolled_flush_busy_percent=config.get("log.flush.rolled.busy.percent"),
             )
         except MissingKey as e:  # encrypted data this broker cannot read: serve nothing, delete nothing
             self.store.close()

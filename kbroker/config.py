@@ -56,6 +56,13 @@ def _int(text: str) -> int:
     return int(text.strip())
 
 
+def _percent(text: str) -> int:
+    value = int(text.strip())
+    if not 1 <= value <= 100:
+        raise ValueError("expected 1 to 100")
+    return value
+
+
 def _bool(text: str) -> bool:
     lowered = text.strip().lower()
     if lowered not in ("true", "false"):
@@ -185,6 +192,9 @@ _DEFS = [
               "How long after start retention, flush.ms flushes, the recovery-point and log-start-offset "
               "checkpoints and the removal of deleted partitions first run (Kafka: for testing only)."),
     ConfigDef("log.flush.scheduler.interval.ms", _int, "9223372036854775807", "Kept for compatibility."),
+    ConfigDef("log.flush.rolled.busy.percent", _percent, "10",
+              "Share of the time a rolled segment's writeback keeps the disk busy before its fsync; "
+              "100: one fsync at once, as Kafka (kbroker's own, docs/operations.md)."),
     # Consumer groups and committed offsets.
     ConfigDef("group.initial.rebalance.delay.ms", _int, "3000", "How long a new group waits for more members."),
     ConfigDef("group.min.session.timeout.ms", _int, "6000", "Smallest session timeout a member may ask for."),

@@ -47,6 +47,7 @@ _KBROKER_ONLY_TYPES = {
     "socket.request.max.entries": "INT",
     "metrics.listener": "STRING",  # the metrics endpoint's http://host:port (docs/operations.md)
     "log.encryption.key.file": "STRING",  # a path, not the keys: not sensitive (as ssl.keystore.location)
+    "log.flush.rolled.busy.percent": "INT",  # the paced writeback of rolled segments (docs/operations.md)
     # The archive's object store (docs/archive.md); its secret key is a password, hidden as Kafka hides them.
     "remote.log.storage.s3.endpoint": "STRING",
     "remote.log.storage.s3.bucket": "STRING",

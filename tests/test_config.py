@@ -79,6 +79,8 @@ def test_overrides_win_and_node_id_is_a_synonym(tmp_path: Path) -> None:
         {"listeners": "PLAINTEXT://a:1,PLAINTEXT://b:2"},
         {"log.cleanup.policy": "shred"},
         {"log.retention.hours": "soon"},
+        {"log.flush.rolled.busy.percent": "0"},
+        {"log.flush.rolled.busy.percent": "101"},
     ],
 )
 def test_invalid_values_are_config_errors(props: dict[str, str]) -> None:

@@ -17,7 +17,7 @@ import logging
 import os
 import shutil
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from kbroker.clock import WallClock, wall_clock_ms
@@ -53,6 +53,7 @@ from kbroker.storage.read_results import Read
 from kbroker.storage.segment import LogSegment
 from kbroker.storage.txn_index import AbortedTxn
 from kbroker.storage.write_behind import DirWriter, PendingWrite, settled
+from kbroker.storage.writeback import PacedWriteback
 from protocol.errors import ErrorCode, KafkaError
 from protocol.records import NO_TIMESTAMP, BatchHeader, read_header
 
@@ -79,10 +80,20 @@ class RolledFlush:
     descriptors: list[int]
     target: int  # the recovery point once they are on disk
     truncations: int  # the log's truncation count when it started
+    segments: list[int] = field(default_factory=list)  # the rolled segments' descriptors, also in `descriptors`
+    # Set on the event loop when the flush falls behind (another roll, flushes waiting behind
+    # it): read by the flusher thread, it stops the paced writeback.
+    hurried: bool = False
 
-    def run(self) -> None:
-        """fsync every segment (in a thread: fsync releases the GIL), then close the descriptors."""
-        self.fsync_all(self.descriptors)
+    def run(self, writeback: PacedWriteback | None = None) -> None:
+        """Write the segments back paced by `writeback` while not hurried, then fsync every
+        descriptor and close them (in a thread: both release the GIL)."""
+        try:
+            if writeback is not None:
+                for descriptor in self.segments:
+                    writeback.write_back(descriptor, lambda: self.hurried)
+        finally:
+            self.fsync_all(self.descriptors)
 
     @classmethod
     def fsync_all(cls, descriptors: list[int]) -> None:
@@ -131,7 +142,7 @@ class Log(LogDelayedRecords, LogTiering):
         self.cleaning_paused = False
         # Truncations so far: a flush of rolled segments that ran across one proves nothing.
         self._truncations = 0
-        self._rolled_flush_running = False
+        self._rolled_flush: RolledFlush | None = None  # the one running, if any
         self._unsynced_snapshots: list[Path] = []  # producer state snapshots taken at rolls
         # The log dir's writer thread for large appends, and the append it is writing
         # (write_behind.py); without one every append is written on the caller's thread.
@@ -808,23 +819,30 @@ class Log(LogDelayedRecords, LogTiering):
         As Kafka's flush of a rolled segment on its scheduler thread: an fsync of a segment of
         up to segment.bytes takes as long as the disk needs, and the event loop must not wait."""
         target = self.active_segment.base_offset
-        if self.recovery_point >= target or self._rolled_flush_running:
+        running = self._rolled_flush
+        if running is not None:
+            if target > running.target:  # rolled again meanwhile: no more rests for that one
+                running.hurried = True
+            return None
+        if self.recovery_point >= target:
             return None
         # Descriptors of their own: a segment deleted or closed meanwhile is still fsynced
         # whole, and no descriptor number can be reused under the flush.
         descriptors = []
+        segments = []
         try:
             for segment in self._segments.from_offset(self.recovery_point):
                 if segment.base_offset < target:
                     descriptors.append(os.dup(segment.fd))
+                    segments.append(descriptors[-1])
                     if segment.txn_index.entries:  # as LogSegment.flush; its indexes are closed
                         descriptors.append(os.open(segment.txn_index.path, os.O_RDONLY))
             descriptors += self._snapshot_descriptors()
         except BaseException:
             RolledFlush.close_all(descriptors)
             raise
-        self._rolled_flush_running = True
-        return RolledFlush(descriptors, target, self._truncations)
+        self._rolled_flush = RolledFlush(descriptors, target, self._truncations, segments)
+        return self._rolled_flush
 
     def _snapshot_descriptors(self) -> list[int]:
         """Descriptors of the snapshots taken at rolls and of the directory (their renames),
@@ -849,7 +867,7 @@ class Log(LogDelayedRecords, LogTiering):
     def finish_rolled_flush(self, flush: RolledFlush, succeeded: bool) -> None:
         """The flush has run: the recovery point passes the rolled segments if it succeeded and
         no truncation came meanwhile (their offsets may then hold other, unflushed data)."""
-        self._rolled_flush_running = False
+        self._rolled_flush = None
         if succeeded and flush.truncations == self._truncations:
             self.recovery_point = max(self.recovery_point, min(flush.target, self._log_end_offset))
 

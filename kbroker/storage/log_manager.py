@@ -42,6 +42,7 @@ from kbroker.storage.log_config import LogConfig
 from kbroker.storage.log_dir_health import KafkaStorageError, LogDirHealth
 from kbroker.storage.log_mover import finish_interrupted_swaps
 from kbroker.storage.write_behind import DirWriter
+from kbroker.storage.writeback import PacedWriteback
 
 log = logging.getLogger("kbroker.storage")
 
@@ -120,6 +121,7 @@ class LogManager:
         clock: WallClock = wall_clock_ms,
         keyring: Keyring | None = None,
         archiving: bool = False,
+        rolled_flush_busy_percent: int = 100,
     ) -> None:
         if not log_dirs:
             raise ValueError("at least one log dir is needed")
@@ -142,6 +144,10 @@ class LogManager:
         self._next_probe_ms = 0
         # fsyncs rolled segments and writes the periodic checkpoints off the event loop
         self._flusher: ThreadPoolExecutor | None = None
+        # How a rolled segment goes to disk before its fsync (writeback.py), and the flushes
+        # submitted and not yet done: one rests only while none waits behind it.
+        self.writeback = PacedWriteback(rolled_flush_busy_percent)
+        self._rolled_flushes: list[RolledFlush] = []
         self._checkpoint_files = CheckpointFiles()
         # Called with a dir's health when it goes FULL, OFFLINE or back ONLINE (the broker moves
         # leadership in a cluster).
@@ -355,7 +361,10 @@ class LogManager:
         job = each.start_rolled_flush()
         if job is None:
             return
-        future = loop.run_in_executor(self._flusher_executor(), _timed, job.run)
+        for waited_for in self._rolled_flushes:
+            waited_for.hurried = True
+        self._rolled_flushes.append(job)
+        future = loop.run_in_executor(self._flusher_executor(), _timed, lambda: job.run(self.writeback))
         future.add_done_callback(lambda done: self._rolled_flush_done(each, job, done))
 
     def _observe_flush(self, seconds: float) -> None:
@@ -363,6 +372,7 @@ class LogManager:
             self.flush_observer(seconds)
 
     def _rolled_flush_done(self, each: Log, job: RolledFlush, done: asyncio.Future[float]) -> None:
+        self._rolled_flushes.remove(job)
         error = None if done.cancelled() else done.exception()
         each.finish_rolled_flush(job, succeeded=not done.cancelled() and error is None)
         if not done.cancelled() and error is None:
@@ -451,7 +461,8 @@ class LogManager:
         A dir that is full or failed (or fails now) is closed without its marker, so its logs are
         recovered at the next start; the other dirs shut down cleanly all the same.
         """
-        if self._flusher is not None:  # a flush of rolled segments in progress ends first
+        if self._flusher is not None:  # a flush of rolled segments in progress ends first, unpaced
+            self.writeback.hurry.set()
             self._flusher.shutdown(wait=True)
             self._flusher = None
         for each in self.logs():  # appends being written are published, then flushed

@@ -103,7 +103,7 @@ def test_a_truncation_during_the_flush_keeps_the_recovery_point(manager: LogMana
         fill(log, 4)
         fsyncs.release.set()
         async with asyncio.timeout(10):
-            while log._rolled_flush_running:
+            while log._rolled_flush is not None:
                 await asyncio.sleep(0.001)
 
     asyncio.run(scenario())
