@@ -1,11 +1,19 @@
-"""The fetch session cache's room rules and epoch arithmetic (the wire behaviour is in
-tests/integration/test_fetch_sessions.py)."""
+"""The fetch session cache's room rules, epoch arithmetic and what an incremental answer
+includes (the wire behaviour is in tests/integration/test_fetch_sessions.py)."""
 
 from __future__ import annotations
 
 import uuid
 
-from kbroker.cluster.fetch_sessions import INVALID_SESSION_ID, CachedPartition, FetchSessionCache, next_epoch
+from kbroker.cluster.fetch_sessions import (
+    INVALID_SESSION_ID,
+    CachedPartition,
+    FetchSession,
+    FetchSessionCache,
+    next_epoch,
+)
+from kbroker.cluster.partition import QUIET
+from kbroker.handlers.fetch import _news
 
 KEY = (uuid.UUID(int=0), "t", 0)
 
@@ -47,3 +55,12 @@ def test_a_cached_partition_reports_only_news() -> None:
     assert cached.must_respond(0, 6, 2, error=False)  # a moved log start
     assert cached.must_respond(0, -1, -1, error=True) and cached.must_respond(0, -1, -1, error=True)
     assert cached.must_respond(0, 6, 2, error=False)  # after an error, the next answer is news too
+
+
+def test_a_quiet_read_is_no_news_and_leaves_what_was_told() -> None:
+    """A follower's session partition the replica manager passed over (QUIET) is left out of the
+    incremental answer, and the session still remembers the high watermark it last sent."""
+    session = FetchSession(1, True, {KEY: CachedPartition(7, 1 << 20, 1, 0, high_watermark=7, log_start_offset=0)},
+                           created_ms=0, last_used_ms=0)
+    assert _news(session, [(KEY, "t", QUIET)]) == []
+    assert session.partitions[KEY].high_watermark == 7 and session.partitions[KEY].log_start_offset == 0

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from kbroker.clock import wall_clock_ms
+from kbroker.cluster.partition import QUIET
 from kbroker.cluster.replica_manager import FetchParams, PartitionFetch, ReplicaManager
 from kbroker.storage import write_behind
 from kbroker.storage.log_config import LogConfig
@@ -254,5 +255,74 @@ def test_a_followers_repeated_fetch_keeps_it_caught_up_and_its_move_lifts_the_hi
             assert partition.high_watermark == 2
             await manager.fetch(follower, [fetch_of(3)], 7_000)
             assert partition.high_watermark == 3
+
+    asyncio.run(asyncio.wait_for(scenario(), 30))
+
+
+def told(offset: int, high_watermark: int, log_start_offset: int = 0) -> PartitionFetch:
+    """A session fetch of t-0, with what the session last told the fetcher of it."""
+    return PartitionFetch("t", 0, offset, MAX_BYTES, 1, None, high_watermark, log_start_offset)
+
+
+def test_a_quiet_partition_of_a_followers_session_is_passed_over_until_it_moves(tmp_path: Path) -> None:
+    """An in-sync follower at the end, told the current high watermark and log start: nothing to
+    read, tell or record. The read gives the shared QUIET result, the follower's state is left
+    as it was, and a long poll still wakes for the partition's next append."""
+    async def scenario() -> None:
+        async with replica_manager(tmp_path, [LEADER, FOLLOWER]) as manager:
+            partition = manager.get("t", 0)
+            await manager.append([("t", 0, batch(b"a", b"b"))], required_acks=1, timeout_ms=1000,
+                                 now_ms=wall_clock_ms())
+            follower = FetchParams(replica_id=FOLLOWER, max_wait_ms=0, min_bytes=0, max_bytes=MAX_BYTES)
+            await manager.fetch(follower, [fetch_of(2)], 1_000)
+            assert partition.high_watermark == 2
+
+            [result] = await manager.fetch(follower, [told(2, 2)], 5_000)
+            assert result is QUIET
+            assert partition.followers[FOLLOWER].last_caught_up_ms == 1_000  # not recorded
+            [result] = await manager.fetch(follower, [told(2, 1)], 6_000)  # told an older HW: news
+            assert result is not QUIET and result.high_watermark == 2
+            assert partition.followers[FOLLOWER].last_caught_up_ms == 6_000
+
+            parked = FetchParams(replica_id=FOLLOWER, max_wait_ms=10_000, min_bytes=1, max_bytes=MAX_BYTES)
+            waiting = asyncio.ensure_future(manager.fetch(parked, [told(2, 2)], 7_000))
+            await asyncio.sleep(0.05)
+            assert not waiting.done()
+            await manager.append([("t", 0, batch(b"c"))], required_acks=1, timeout_ms=1000, now_ms=wall_clock_ms())
+            [result] = await asyncio.wait_for(waiting, 5)
+            assert values(result.records) == [b"c"]
+
+    asyncio.run(asyncio.wait_for(scenario(), 30))
+
+
+def test_a_follower_is_not_passed_over_where_its_state_is_not_recorded(tmp_path: Path) -> None:
+    """Out of the ISR (it may join), or at an offset its state does not hold yet (a new
+    leadership reset it): the fetch is recorded as usual."""
+    async def scenario() -> None:
+        async with replica_manager(tmp_path, [LEADER, FOLLOWER]) as manager:
+            partition = manager.get("t", 0)
+            follower = FetchParams(replica_id=FOLLOWER, max_wait_ms=0, min_bytes=0, max_bytes=MAX_BYTES)
+            await manager.fetch(follower, [told(0, 0)], 1_000)  # never recorded before
+            assert partition.followers[FOLLOWER].log_end_offset == 0
+            assert partition.followers[FOLLOWER].last_caught_up_ms == 1_000
+            partition.isr = [LEADER]
+            await manager.fetch(follower, [told(0, 0)], 2_000)
+            assert partition.isr == [LEADER, FOLLOWER]  # recorded: caught up, it joins again
+
+    asyncio.run(asyncio.wait_for(scenario(), 30))
+
+
+def test_a_follower_at_the_leaders_end_stays_in_sync_however_long_ago_it_fetched(tmp_path: Path) -> None:
+    """Kafka's isCaughtUp: at the leader's end, or caught up within the lag time. A follower
+    behind the end that has not caught up for longer leaves the ISR."""
+    async def scenario() -> None:
+        async with replica_manager(tmp_path, [LEADER, FOLLOWER]) as manager:
+            partition = manager.get("t", 0)
+            await manager.append([("t", 0, batch(b"a"))], required_acks=1, timeout_ms=1000, now_ms=wall_clock_ms())
+            follower = FetchParams(replica_id=FOLLOWER, max_wait_ms=0, min_bytes=0, max_bytes=MAX_BYTES)
+            await manager.fetch(follower, [fetch_of(1)], 1_000)
+            assert partition.shrink_isr(now_ms=100_000, max_lag_ms=10_000) == []
+            await manager.append([("t", 0, batch(b"b"))], required_acks=1, timeout_ms=1000, now_ms=wall_clock_ms())
+            assert partition.shrink_isr(now_ms=100_000, max_lag_ms=10_000) == [FOLLOWER]
 
     asyncio.run(asyncio.wait_for(scenario(), 30))

@@ -89,6 +89,11 @@ class LogReadResult:
         return 0 if self.records is None else self.records.size
 
 
+# A follower's read of a partition with nothing to read or tell it (`Partition.is_quiet_for`):
+# one shared result, never changed, that a session's answer leaves out.
+QUIET = LogReadResult()
+
+
 @dataclass(frozen=True, slots=True)
 class TimestampAndOffset:
     """ListOffsets' answer for one partition: offset -1 when nothing qualifies."""
@@ -336,6 +341,21 @@ class Partition:
             # fetch names every partition it follows from this leader, moved or not.
             self.advance_high_watermark()
 
+    def is_quiet_for(self, replica_id: int, fetch_offset: int, leader_epoch: int, told_high_watermark: int,
+                     told_log_start_offset: int) -> bool:
+        """Whether an in-sync follower's fetch of this partition, at the log end, with the high
+        watermark and log start it was last told (its fetch session's), can be passed over:
+        reading finds nothing, there is nothing to tell it and nothing to record (it is caught
+        up by Kafka's rule, see `shrink_isr`). The usual case of a session's idle partitions."""
+        log = self.log
+        if (fetch_offset != log.log_end_offset or told_high_watermark != log.high_watermark
+                or told_log_start_offset != log.log_start_offset or self.leader_id != self.local_id):
+            return False
+        state = self.followers.get(replica_id)
+        # Recorded at this offset already (not since a new leadership reset it), and in the ISR.
+        return (state is not None and state.log_end_offset == fetch_offset and replica_id in self.isr
+                and (leader_epoch < 0 or leader_epoch == self.leader_epoch) and log.health.readable)
+
     def _maybe_expand_isr(self, replica_id: int, state: FollowerState) -> None:
         if replica_id in self.isr or replica_id not in self.replicas or self.pending_isr is not None:
             return
@@ -348,7 +368,12 @@ class Partition:
         one node; in a cluster once the store has the new ISR)."""
         if not self.is_leader or self.pending_isr is not None:
             return []
+        # Kafka's isCaughtUp: a follower at the leader's end is caught up however long ago it
+        # fetched (an idle partition's in-sync follower fetches it without recording a thing;
+        # a broker that died leaves the ISRs through the controller).
+        end = self.log.log_end_offset
         lagging = [r for r in self.isr if r != self.local_id and r in self.followers
+                   and self.followers[r].log_end_offset != end
                    and now_ms - self.followers[r].last_caught_up_ms > max_lag_ms]
         if lagging:
             self._change_isr([r for r in self.isr if r not in lagging])

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kbroker.cluster.partition import (
+    QUIET,
     ArchiveSummary,
     DelayedSummary,
     FetchIsolation,
@@ -130,6 +131,9 @@ class PartitionFetch:
     max_bytes: int
     current_leader_epoch: int = -1
     view: View | None = None  # a consumer's read of a filtered view: `topic` is the view
+    # What the fetcher's session last told it of the partition (-1: nothing, or no session).
+    told_high_watermark: int = -1
+    told_log_start_offset: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -433,7 +437,9 @@ class ReplicaManager:
         Returns why the follower may not read some partitions at all, by position."""
         refused: dict[int, KafkaError] = {}
         for position, (wanted, partition) in enumerate(zip(partitions, hosted, strict=True)):
-            if partition is None or not partition.is_leader:
+            if partition is None or not partition.is_leader or partition.is_quiet_for(
+                    replica_id, wanted.fetch_offset, wanted.current_leader_epoch, wanted.told_high_watermark,
+                    wanted.told_log_start_offset):
                 continue
             try:
                 partition.record_follower_fetch(replica_id, wanted.fetch_offset, now_ms)
@@ -448,6 +454,7 @@ class ReplicaManager:
         record bytes read and whether any partition failed. An empty `hosted` is filled in."""
         isolation = params.isolation
         look_up = not hosted
+        follower = params.replica_id if params.is_follower else None
         results: list[LogReadResult] = []
         total = 0
         errors = False
@@ -461,6 +468,11 @@ class ReplicaManager:
                 code = ErrorCode.UNKNOWN_TOPIC_ID if wanted.topic is None else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 results.append(LogReadResult(code, hosted=False))
                 errors = True
+                continue
+            if follower is not None and partition.is_quiet_for(
+                    follower, wanted.fetch_offset, wanted.current_leader_epoch, wanted.told_high_watermark,
+                    wanted.told_log_start_offset):
+                results.append(QUIET)
                 continue
             if refused and position in refused:
                 result = partition.empty_read(isolation)

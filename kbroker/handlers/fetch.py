@@ -21,7 +21,7 @@ from kbroker.cluster.fetch_sessions import (
     PartitionKey,
     next_epoch,
 )
-from kbroker.cluster.partition import LogReadResult
+from kbroker.cluster.partition import QUIET, LogReadResult
 from kbroker.cluster.replica_manager import FetchParams, PartitionFetch
 from kbroker.handlers import Pacer, RequestContext
 from kbroker.handlers.authorize import Op, Resource, allowed_names, cluster_allowed
@@ -185,7 +185,8 @@ async def _partition_fetches(ctx: RequestContext, wanted: dict[PartitionKey, Cac
             name = by_id[topic_id]
         names.append(name)
         view = ctx.broker.metadata_cache.view(name) if consumer else None
-        partitions.append(PartitionFetch(name, index, entry.fetch_offset, entry.max_bytes, entry.leader_epoch, view))
+        partitions.append(PartitionFetch(name, index, entry.fetch_offset, entry.max_bytes, entry.leader_epoch, view,
+                                         entry.high_watermark, entry.log_start_offset))
     return names, partitions
 
 
@@ -201,6 +202,8 @@ def _news(session: FetchSession, reads: list[_Read]) -> list[_Read]:
     news = []
     for read in reads:
         key, _, result = read
+        if result is QUIET:  # nothing read, nothing new to tell
+            continue
         cached = session.partitions[key]
         if cached.must_respond(result.size, result.high_watermark, result.log_start_offset,
                                result.error != ErrorCode.NO_ERROR):
