@@ -266,8 +266,9 @@ def told(offset: int, high_watermark: int, log_start_offset: int = 0) -> Partiti
 
 def test_a_quiet_partition_of_a_followers_session_is_passed_over_until_it_moves(tmp_path: Path) -> None:
     """An in-sync follower at the end, told the current high watermark and log start: nothing to
-    read, tell or record. The read gives the shared QUIET result, the follower's state is left
-    as it was, and a long poll still wakes for the partition's next append."""
+    read or tell. The read gives the shared QUIET result, the follower's caught-up time is still
+    refreshed (an append just before an ISR check must not drop it), and a long poll still wakes
+    for the partition's next append."""
     async def scenario() -> None:
         async with replica_manager(tmp_path, [LEADER, FOLLOWER]) as manager:
             partition = manager.get("t", 0)
@@ -279,10 +280,9 @@ def test_a_quiet_partition_of_a_followers_session_is_passed_over_until_it_moves(
 
             [result] = await manager.fetch(follower, [told(2, 2)], 5_000)
             assert result is QUIET
-            assert partition.followers[FOLLOWER].last_caught_up_ms == 1_000  # not recorded
+            assert partition.followers[FOLLOWER].last_caught_up_ms == 5_000
             [result] = await manager.fetch(follower, [told(2, 1)], 6_000)  # told an older HW: news
             assert result is not QUIET and result.high_watermark == 2
-            assert partition.followers[FOLLOWER].last_caught_up_ms == 6_000
 
             parked = FetchParams(replica_id=FOLLOWER, max_wait_ms=10_000, min_bytes=1, max_bytes=MAX_BYTES)
             waiting = asyncio.ensure_future(manager.fetch(parked, [told(2, 2)], 7_000))
@@ -291,6 +291,12 @@ def test_a_quiet_partition_of_a_followers_session_is_passed_over_until_it_moves(
             await manager.append([("t", 0, batch(b"c"))], required_acks=1, timeout_ms=1000, now_ms=wall_clock_ms())
             [result] = await asyncio.wait_for(waiting, 5)
             assert values(result.records) == [b"c"]
+
+            await manager.fetch(follower, [told(3, 2)], 8_000)  # has c: the HW moves to 3
+            [result] = await manager.fetch(follower, [told(3, 3)], 20_000)
+            assert result is QUIET
+            await manager.append([("t", 0, batch(b"d"))], required_acks=1, timeout_ms=1000, now_ms=wall_clock_ms())
+            assert partition.shrink_isr(now_ms=29_999, max_lag_ms=10_000) == []  # behind, but caught up at 20 s
 
     asyncio.run(asyncio.wait_for(scenario(), 30))
 

@@ -341,12 +341,23 @@ class Partition:
             # fetch names every partition it follows from this leader, moved or not.
             self.advance_high_watermark()
 
+    def record_quiet_follower_fetch(self, replica_id: int, fetch_offset: int, leader_epoch: int,
+                                    told_high_watermark: int, told_log_start_offset: int, now_ms: int) -> bool:
+        """`record_follower_fetch` for a quiet partition (`is_quiet_for`), where all it would
+        change is the follower's caught-up time; False, and nothing recorded, when not quiet."""
+        if not self.is_quiet_for(replica_id, fetch_offset, leader_epoch, told_high_watermark, told_log_start_offset):
+            return False
+        # Still refreshed: an append may come just before an ISR check, which must find the
+        # follower caught up a moment ago, as Kafka's, which records every session partition.
+        self.followers[replica_id].last_caught_up_ms = now_ms
+        return True
+
     def is_quiet_for(self, replica_id: int, fetch_offset: int, leader_epoch: int, told_high_watermark: int,
                      told_log_start_offset: int) -> bool:
         """Whether an in-sync follower's fetch of this partition, at the log end, with the high
         watermark and log start it was last told (its fetch session's), can be passed over:
-        reading finds nothing, there is nothing to tell it and nothing to record (it is caught
-        up by Kafka's rule, see `shrink_isr`). The usual case of a session's idle partitions."""
+        reading finds nothing, there is nothing to tell it, and recording it changes only its
+        caught-up time. The usual case of a session's idle partitions."""
         log = self.log
         if (fetch_offset != log.log_end_offset or told_high_watermark != log.high_watermark
                 or told_log_start_offset != log.log_start_offset or self.leader_id != self.local_id):
@@ -369,8 +380,7 @@ class Partition:
         if not self.is_leader or self.pending_isr is not None:
             return []
         # Kafka's isCaughtUp: a follower at the leader's end is caught up however long ago it
-        # fetched (an idle partition's in-sync follower fetches it without recording a thing;
-        # a broker that died leaves the ISRs through the controller).
+        # fetched (a broker that died leaves the ISRs through the controller).
         end = self.log.log_end_offset
         lagging = [r for r in self.isr if r != self.local_id and r in self.followers
                    and self.followers[r].log_end_offset != end

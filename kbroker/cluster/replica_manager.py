@@ -437,9 +437,9 @@ class ReplicaManager:
         Returns why the follower may not read some partitions at all, by position."""
         refused: dict[int, KafkaError] = {}
         for position, (wanted, partition) in enumerate(zip(partitions, hosted, strict=True)):
-            if partition is None or not partition.is_leader or partition.is_quiet_for(
+            if partition is None or not partition.is_leader or partition.record_quiet_follower_fetch(
                     replica_id, wanted.fetch_offset, wanted.current_leader_epoch, wanted.told_high_watermark,
-                    wanted.told_log_start_offset):
+                    wanted.told_log_start_offset, now_ms):
                 continue
             try:
                 partition.record_follower_fetch(replica_id, wanted.fetch_offset, now_ms)
