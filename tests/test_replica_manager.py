@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from kbroker.clock import wall_clock_ms
-from kbroker.cluster.partition import QUIET
+from kbroker.cluster.partition import QUIET, Partition
 from kbroker.cluster.replica_manager import FetchParams, PartitionFetch, ReplicaManager
 from kbroker.storage import write_behind
 from kbroker.storage.log_config import LogConfig
@@ -25,6 +25,7 @@ from protocol.record_batch import Record, decode_batches, encode_batch
 LEADER, FOLLOWER = 0, 1
 MAX_BYTES = 1 << 20
 CONSUMER = FetchParams(replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=MAX_BYTES)
+FOLLOWER_FETCH = FetchParams(replica_id=FOLLOWER, max_wait_ms=0, min_bytes=0, max_bytes=MAX_BYTES)
 
 
 def batch(*values: bytes, producer_id: int = -1, base_sequence: int = -1, transactional: bool = False) -> bytes:
@@ -49,6 +50,15 @@ async def replica_manager(tmp_path: Path, replicas: list[int] | None = None) -> 
 
 def fetch_of(offset: int, topic: str | None = "t", index: int = 0) -> PartitionFetch:
     return PartitionFetch(topic, index, offset, MAX_BYTES)
+
+
+async def caught_up_at_2(manager: ReplicaManager) -> Partition:
+    """t-0 with two records, which FOLLOWER has fetched at 1_000 ms: the HW is 2."""
+    partition = manager.get("t", 0)
+    await manager.append([("t", 0, batch(b"a", b"b"))], required_acks=1, timeout_ms=1000, now_ms=wall_clock_ms())
+    await manager.fetch(FOLLOWER_FETCH, [fetch_of(2)], 1_000)
+    assert partition.high_watermark == 2
+    return partition
 
 
 def values(result_records: object) -> list[bytes | None]:
@@ -111,11 +121,10 @@ def test_acks_all_completes_once_the_follower_fetched_past_the_write(tmp_path: P
             waiting = asyncio.ensure_future(appended.replicated)
             await asyncio.sleep(0)
             assert not waiting.done()
-            follower = FetchParams(replica_id=FOLLOWER, max_wait_ms=0, min_bytes=0, max_bytes=MAX_BYTES)
-            copied = await manager.fetch(follower, [fetch_of(0)], wall_clock_ms())
+            copied = await manager.fetch(FOLLOWER_FETCH, [fetch_of(0)], wall_clock_ms())
             assert values(copied[0].records) == [b"a", b"b"]  # followers read past the HW
             assert not waiting.done()
-            await manager.fetch(follower, [fetch_of(2)], wall_clock_ms())  # it holds both records now
+            await manager.fetch(FOLLOWER_FETCH, [fetch_of(2)], wall_clock_ms())  # it holds both records now
             await asyncio.wait_for(waiting, 5)
             assert (appended.results[0].error, appended.results[0].base_offset) == (ErrorCode.NO_ERROR, 0)
 
@@ -138,8 +147,7 @@ def test_consumers_read_below_the_high_watermark_and_read_committed_below_the_ls
             [unreplicated] = await manager.fetch(CONSUMER, [fetch_of(0)], wall_clock_ms())
             assert (unreplicated.error, unreplicated.high_watermark, unreplicated.records) == (ErrorCode.NO_ERROR, 0, None)
 
-            follower = FetchParams(replica_id=FOLLOWER, max_wait_ms=0, min_bytes=0, max_bytes=MAX_BYTES)
-            await manager.fetch(follower, [fetch_of(3)], wall_clock_ms())  # the HW moves to 3
+            await manager.fetch(FOLLOWER_FETCH, [fetch_of(3)], wall_clock_ms())  # the HW moves to 3
             [uncommitted] = await manager.fetch(CONSUMER, [fetch_of(0)], wall_clock_ms())
             assert values(uncommitted.records) == [b"plain", b"open", b"later"]
             assert (uncommitted.high_watermark, uncommitted.last_stable_offset) == (3, 1)
@@ -223,12 +231,11 @@ def test_a_fetch_at_the_log_end_of_an_offline_dir_answers_a_storage_error(tmp_pa
     async def scenario() -> None:
         async with replica_manager(tmp_path, [LEADER, FOLLOWER]) as manager:
             await manager.append([("t", 0, batch(b"a"))], required_acks=1, timeout_ms=1000, now_ms=wall_clock_ms())
-            follower = FetchParams(replica_id=FOLLOWER, max_wait_ms=0, min_bytes=0, max_bytes=MAX_BYTES)
-            [at_end] = await manager.fetch(follower, [fetch_of(1)], wall_clock_ms())
+            [at_end] = await manager.fetch(FOLLOWER_FETCH, [fetch_of(1)], wall_clock_ms())
             assert (at_end.error, at_end.records, at_end.high_watermark) == (ErrorCode.NO_ERROR, None, 1)
 
             manager.get("t", 0).log.health.failed(OSError(errno.EIO, "disk gone"), "a test")
-            for params, offset in ((follower, 1), (CONSUMER, 1), (CONSUMER, 0)):
+            for params, offset in ((FOLLOWER_FETCH, 1), (CONSUMER, 1), (CONSUMER, 0)):
                 [result] = await manager.fetch(params, [fetch_of(offset)], wall_clock_ms())
                 assert result.error == ErrorCode.KAFKA_STORAGE_ERROR, (params.replica_id, offset)
 
@@ -241,19 +248,14 @@ def test_a_followers_repeated_fetch_keeps_it_caught_up_and_its_move_lifts_the_hi
     moved keeps the follower caught up (it stays in the ISR), and the next move lifts the HW."""
     async def scenario() -> None:
         async with replica_manager(tmp_path, [LEADER, FOLLOWER]) as manager:
-            partition = manager.get("t", 0)
-            await manager.append([("t", 0, batch(b"a", b"b"))], required_acks=1, timeout_ms=1000,
-                                 now_ms=wall_clock_ms())
-            follower = FetchParams(replica_id=FOLLOWER, max_wait_ms=0, min_bytes=0, max_bytes=MAX_BYTES)
-            await manager.fetch(follower, [fetch_of(2)], 1_000)
-            assert partition.high_watermark == 2
-            await manager.fetch(follower, [fetch_of(2)], 5_000)  # unmoved, still at the end
+            partition = await caught_up_at_2(manager)
+            await manager.fetch(FOLLOWER_FETCH, [fetch_of(2)], 5_000)  # unmoved, still at the end
             assert partition.followers[FOLLOWER].last_caught_up_ms == 5_000
             assert partition.shrink_isr(now_ms=6_000, max_lag_ms=10_000) == []
 
             await manager.append([("t", 0, batch(b"c"))], required_acks=1, timeout_ms=1000, now_ms=wall_clock_ms())
             assert partition.high_watermark == 2
-            await manager.fetch(follower, [fetch_of(3)], 7_000)
+            await manager.fetch(FOLLOWER_FETCH, [fetch_of(3)], 7_000)
             assert partition.high_watermark == 3
 
     asyncio.run(asyncio.wait_for(scenario(), 30))
@@ -271,17 +273,12 @@ def test_a_quiet_partition_of_a_followers_session_is_passed_over_until_it_moves(
     for the partition's next append."""
     async def scenario() -> None:
         async with replica_manager(tmp_path, [LEADER, FOLLOWER]) as manager:
-            partition = manager.get("t", 0)
-            await manager.append([("t", 0, batch(b"a", b"b"))], required_acks=1, timeout_ms=1000,
-                                 now_ms=wall_clock_ms())
-            follower = FetchParams(replica_id=FOLLOWER, max_wait_ms=0, min_bytes=0, max_bytes=MAX_BYTES)
-            await manager.fetch(follower, [fetch_of(2)], 1_000)
-            assert partition.high_watermark == 2
+            partition = await caught_up_at_2(manager)
 
-            [result] = await manager.fetch(follower, [told(2, 2)], 5_000)
+            [result] = await manager.fetch(FOLLOWER_FETCH, [told(2, 2)], 5_000)
             assert result is QUIET
             assert partition.followers[FOLLOWER].last_caught_up_ms == 5_000
-            [result] = await manager.fetch(follower, [told(2, 1)], 6_000)  # told an older HW: news
+            [result] = await manager.fetch(FOLLOWER_FETCH, [told(2, 1)], 6_000)  # told an older HW: news
             assert result is not QUIET and result.high_watermark == 2
 
             parked = FetchParams(replica_id=FOLLOWER, max_wait_ms=10_000, min_bytes=1, max_bytes=MAX_BYTES)
@@ -292,8 +289,8 @@ def test_a_quiet_partition_of_a_followers_session_is_passed_over_until_it_moves(
             [result] = await asyncio.wait_for(waiting, 5)
             assert values(result.records) == [b"c"]
 
-            await manager.fetch(follower, [told(3, 2)], 8_000)  # has c: the HW moves to 3
-            [result] = await manager.fetch(follower, [told(3, 3)], 20_000)
+            await manager.fetch(FOLLOWER_FETCH, [told(3, 2)], 8_000)  # has c: the HW moves to 3
+            [result] = await manager.fetch(FOLLOWER_FETCH, [told(3, 3)], 20_000)
             assert result is QUIET
             await manager.append([("t", 0, batch(b"d"))], required_acks=1, timeout_ms=1000, now_ms=wall_clock_ms())
             assert partition.shrink_isr(now_ms=29_999, max_lag_ms=10_000) == []  # behind, but caught up at 20 s
@@ -307,12 +304,11 @@ def test_a_follower_is_not_passed_over_where_its_state_is_not_recorded(tmp_path:
     async def scenario() -> None:
         async with replica_manager(tmp_path, [LEADER, FOLLOWER]) as manager:
             partition = manager.get("t", 0)
-            follower = FetchParams(replica_id=FOLLOWER, max_wait_ms=0, min_bytes=0, max_bytes=MAX_BYTES)
-            await manager.fetch(follower, [told(0, 0)], 1_000)  # never recorded before
+            await manager.fetch(FOLLOWER_FETCH, [told(0, 0)], 1_000)  # never recorded before
             assert partition.followers[FOLLOWER].log_end_offset == 0
             assert partition.followers[FOLLOWER].last_caught_up_ms == 1_000
             partition.isr = [LEADER]
-            await manager.fetch(follower, [told(0, 0)], 2_000)
+            await manager.fetch(FOLLOWER_FETCH, [told(0, 0)], 2_000)
             assert partition.isr == [LEADER, FOLLOWER]  # recorded: caught up, it joins again
 
     asyncio.run(asyncio.wait_for(scenario(), 30))
@@ -325,8 +321,7 @@ def test_a_follower_at_the_leaders_end_stays_in_sync_however_long_ago_it_fetched
         async with replica_manager(tmp_path, [LEADER, FOLLOWER]) as manager:
             partition = manager.get("t", 0)
             await manager.append([("t", 0, batch(b"a"))], required_acks=1, timeout_ms=1000, now_ms=wall_clock_ms())
-            follower = FetchParams(replica_id=FOLLOWER, max_wait_ms=0, min_bytes=0, max_bytes=MAX_BYTES)
-            await manager.fetch(follower, [fetch_of(1)], 1_000)
+            await manager.fetch(FOLLOWER_FETCH, [fetch_of(1)], 1_000)
             assert partition.shrink_isr(now_ms=100_000, max_lag_ms=10_000) == []
             await manager.append([("t", 0, batch(b"b"))], required_acks=1, timeout_ms=1000, now_ms=wall_clock_ms())
             assert partition.shrink_isr(now_ms=100_000, max_lag_ms=10_000) == [FOLLOWER]
