@@ -195,12 +195,14 @@ def test_a_tiered_topic_keeps_its_local_window_and_reads_back_from_offset_0(
     _, store, _ = archive
     topic = create_tiered(broker.bootstrap)
     produce(broker.bootstrap, topic, 0, RECORDS)
-    # Archived up to the active segment, and the disk down to the window (plus the active
-    # segment, which is never archived, and the one being filled when retention last ran).
+    # The disk down to the window (plus the active segment, which is never archived, and the one
+    # being filled when retention last ran). The window's closed segments may still be on their
+    # way to the store when the disk gets there, so the archive is waited for as well.
     wait_until(lambda: local_log_bytes(broker, topic) <= LOCAL_BYTES + 2 * SEGMENT_BYTES, 180,
                "the local log down to its window")
+    wait_until(lambda: len(archived_logs(store, topic)) >= RECORDS * VALUE_BYTES // SEGMENT_BYTES - 2, 180,
+               "every closed segment archived")
     segments = archived_logs(store, topic)
-    assert len(segments) >= RECORDS * VALUE_BYTES // SEGMENT_BYTES - 2
     assert len({key.split("/")[1].split("-")[0] for key in segments}) == len(segments)  # no base offset twice
     local_start = list_offset(broker.bootstrap, topic, EARLIEST_LOCAL)
     assert list_offset(broker.bootstrap, topic, -2) == 0 < local_start
