@@ -285,6 +285,7 @@ class BrokerCluster:
     config_file: str | None = None
     start_timeout_s: float = START_TIMEOUT_S
     detach: bool = False
+    env: dict[str, str] = field(default_factory=dict)  # each broker's environment, on top of ours
     zookeeper: ZooKeeperServer = field(init=False)
     nodes: dict[int, BrokerProcess] = field(default_factory=dict, init=False)
 
@@ -332,7 +333,7 @@ class BrokerCluster:
         overrides = {"broker.id": str(broker_id), "zookeeper.connect": self.zookeeper.connect, **self.overrides}
         return BrokerProcess(self.directory / f"broker-{broker_id}", port=port, overrides=overrides,
                              config_file=self.config_file, start_timeout_s=self.start_timeout_s,
-                             detach=self.detach, name=f"broker {broker_id}")
+                             detach=self.detach, name=f"broker {broker_id}", env=self.env)
 
     def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> list[int]:
         """SIGTERM to every broker at once (each hands off its partitions and closes its

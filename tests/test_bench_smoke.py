@@ -213,6 +213,21 @@ def test_cluster_produce_acks_all(tmp_path: Path) -> None:
     assert case["servers"]["ceiling"]["runs"][0]["mb_per_s"] > 0
 
 
+def test_a_cluster_variant_started_with_another_environment(tmp_path: Path) -> None:
+    """--compare-env on a cluster: a second cluster, every broker of it with the variable set,
+    measured in the same alternation as the first, its CPU split by role too."""
+    require_zookeeper()
+    results = bench(tmp_path, "cluster-variant", "produce", "--brokers", "3", "--acks", "all", "--duration", "0.3",
+                    "--compare-env", "KBROKER_SENDFILE_MIN_BYTES=1")
+    (case,) = results["produce"]
+    variant = case["servers"]["kbroker-variant"]["runs"][0]
+    assert variant["mb_per_s"] > 0 and variant["leader_cpu"] > 0 and variant["followers_cpu"] > 0
+    assert case["ratios"]["kbroker-variant"]["mb_per_s"] > 0  # kbroker / the variant, in the same run
+    described = results["servers"]["kbroker-variant (3 brokers)"]
+    assert described.startswith("kbroker cluster") and "KBROKER_SENDFILE_MIN_BYTES=1" in described
+    assert "KBROKER_SENDFILE_MIN_BYTES" not in results["servers"]["kbroker (3 brokers)"]
+
+
 def test_cluster_latency_acks_all(tmp_path: Path) -> None:
     require_zookeeper()
     # A low rate: the cluster answers an acks=all request per replication round (docs/performance.md).

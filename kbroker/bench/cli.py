@@ -345,14 +345,20 @@ class Session:
             data_dir, config_file=self.args.server_config, overrides=_pairs(self.args.override, "--override"),
             name="kbroker-uvloop", env={"KBROKER_EVENT_LOOP": "uvloop"}))]
 
-    def _variant_kbrokers(self) -> list[Server]:
-        """The second kbrokers asked for: on uvloop, and with --compare-env's environment and
-        --compare-override's properties."""
-        variants = self._uvloop_kbroker() if getattr(self.args, "compare_uvloop", False) else []
+    def _variant_kbrokers(self, brokers: int, min_insync_replicas: int) -> list[Server]:
+        """The second kbrokers asked for: on uvloop (one broker), and with --compare-env's
+        environment and --compare-override's properties (a cluster too, of `brokers`)."""
+        variants = self._uvloop_kbroker() if getattr(self.args, "compare_uvloop", False) and brokers == 1 else []
         env = _pairs(getattr(self.args, "compare_env", []), "--compare-env")
         extra = _pairs(getattr(self.args, "compare_override", []), "--compare-override")
-        if env or extra:
-            overrides = {**_pairs(self.args.override, "--override"), **extra}
+        if not env and not extra:
+            return variants
+        overrides = {**_pairs(self.args.override, "--override"), **extra}
+        if brokers > 1:
+            variants.append(self._start_local("kbroker-variant-bench-", lambda data_dir: KbrokerClusterServer(
+                data_dir, brokers, min_insync_replicas, self.args.server_config, overrides, name="kbroker-variant",
+                env=env, described_overrides=extra)))
+        else:
             variants.append(self._start_local("kbroker-variant-bench-", lambda data_dir: KbrokerServer(
                 data_dir, config_file=self.args.server_config, overrides=overrides, name="kbroker-variant", env=env,
                 described_overrides=extra)))
@@ -368,12 +374,12 @@ class Session:
             return self._env
         if kbroker is None:
             brokers = getattr(self.args, "brokers", 1)
-            kbroker = self.kbroker(self.args.server_config, brokers=brokers,
-                                   min_insync_replicas=getattr(self.args, "min_insync_replicas", 2))
+            min_insync_replicas = getattr(self.args, "min_insync_replicas", 2)
+            kbroker = self.kbroker(self.args.server_config, brokers=brokers, min_insync_replicas=min_insync_replicas)
             if brokers > 1 and self._kafka_home is not None:
                 self.skipped["kafka"] = "one Kafka node is no reference for a cluster: measured against the mock only"
             kafka = self.kafka() if brokers == 1 else []
-            variants = self._variant_kbrokers() if brokers == 1 else []
+            variants = self._variant_kbrokers(brokers, min_insync_replicas)
             self._env = Env([kbroker, *variants, self.mock(brokers), *kafka], self.ui, self.args.runs, self.args.out,
                             self.args.work_dir, self.notes)
             return self._env

@@ -216,6 +216,13 @@ BENCH_BROKER_SETTINGS = {
 }
 
 
+def _marks(env: dict[str, str] | None, described_overrides: dict[str, str] | None) -> str:
+    """What sets a kbroker apart from the benchmark's other one, for its description."""
+    marks = [f"{k}={v}" for k, v in (env or {}).items()]
+    marks += [f"--override {k}={v}" for k, v in (described_overrides or {}).items()]
+    return f", {' '.join(marks)}" if marks else ""
+
+
 class KbrokerServer(Server):
     """A `kbroker start` child process with its own data directory (kbroker/launcher.py)."""
 
@@ -231,11 +238,8 @@ class KbrokerServer(Server):
                                      start_timeout_s=start_timeout_s, name=name, env=env or {})
         self.start_seconds: list[float] = []
         self._topics = AdminTopics()
-        # What sets this kbroker apart from the benchmark's other one, in its description.
-        marks = [f"{k}={v}" for k, v in (env or {}).items()]
-        marks += [f"--override {k}={v}" for k, v in (described_overrides or {}).items()]
-        on = f", {' '.join(marks)}" if marks else ""
-        self.description = f"kbroker (python -m kbroker.cli.main start{' ' + config_file if config_file else ''}{on})"
+        self.description = (f"kbroker (python -m kbroker.cli.main start{' ' + config_file if config_file else ''}"
+                            f"{_marks(env, described_overrides)})")
 
     @property
     def bootstrap(self) -> str:
@@ -318,19 +322,22 @@ class KbrokerClusterServer(Server):
 
     def __init__(self, data_dir: Path, brokers: int = 3, min_insync_replicas: int = 2,
                  config_file: str | None = None, overrides: dict[str, str] | None = None,
-                 start_timeout_s: float = 600) -> None:
+                 start_timeout_s: float = 600, name: str = "kbroker", env: dict[str, str] | None = None,
+                 described_overrides: dict[str, str] | None = None) -> None:
         if brokers < 2:
             raise ServerError("a cluster needs at least 2 brokers")
+        self.name = name
         self.brokers = brokers
         self.min_insync_replicas = max(1, min(min_insync_replicas, brokers))
         self.cluster = BrokerCluster(data_dir, brokers, config_file=config_file,
                                      overrides={**BENCH_BROKER_SETTINGS, **(overrides or {})},
-                                     start_timeout_s=start_timeout_s)
+                                     start_timeout_s=start_timeout_s, env=env or {})
         self.leader_id: int | None = None
         self._topics = AdminTopics()
         self.description = (f"kbroker cluster: {brokers} × python -m kbroker.cli.main start"
-                            f"{' ' + config_file if config_file else ''} on one ZooKeeper, topics with "
-                            f"replication factor {brokers}, min.insync.replicas={self.min_insync_replicas}")
+                            f"{' ' + config_file if config_file else ''}{_marks(env, described_overrides)} on "
+                            f"one ZooKeeper, topics with replication factor {brokers}, "
+                            f"min.insync.replicas={self.min_insync_replicas}")
 
     @property
     def bootstrap(self) -> str:

@@ -245,15 +245,17 @@ class Partition:
 
     def start_append_as_leader(
         self, records: bytes, now_ms: int, origin: AppendOrigin = AppendOrigin.CLIENT, required_acks: int = 1,
-        behind: bool = True,
+        behind: bool = True, in_place: bool = False,
     ) -> tuple[AppendInfo, asyncio.Future[None] | None]:
         """`append_as_leader`, but with `behind` a large append may be written by the log dir's
         writer thread (Log.start_append_as_leader): then also the future of its publication,
-        after which the high watermark moves and readers wake."""
+        after which the high watermark moves and readers wake. `in_place`: the log may patch
+        `records` rather than a copy (with `behind` only)."""
         if not behind:
             return self.append_as_leader(records, now_ms, origin, required_acks), None
         self._check_can_append(required_acks)
-        info, written = self.log.start_append_as_leader(records, self.leader_epoch, now_ms, origin=origin)
+        info, written = self.log.start_append_as_leader(records, self.leader_epoch, now_ms, origin=origin,
+                                                        in_place=in_place)
         if written is None:
             self._appended()
         else:

@@ -328,11 +328,13 @@ class ReplicaManager:
         self, entries: Sequence[tuple[str, int, bytes]], required_acks: int, timeout_ms: int, now_ms: int, *,
         transactional_id: str | None = None, verify_transaction: VerifyTransaction | None = None,
         origin: AppendOrigin = AppendOrigin.CLIENT, internal_topics_allowed: bool = False,
-        pacer: Pacer | None = None,
+        pacer: Pacer | None = None, in_place: bool = False,
     ) -> Appended:
         """Append each entry's record batches (opaque bytes, written as they are) to the partition
         it names, as leader (Kafka's appendRecords). `verify_transaction`, if given, checks a
-        producer's first transactional batch on a partition with its coordinator."""
+        producer's first transactional batch on a partition with its coordinator. With
+        `in_place`, writable batches are the caller's to give: offsets are assigned in them
+        rather than in a copy (a produce request's frame)."""
         if required_acks not in VALID_ACKS:
             return Appended([AppendResult.failed(KafkaError(ErrorCode.INVALID_REQUIRED_ACKS)) for _ in entries])
         pacer = pacer or Pacer()
@@ -356,7 +358,7 @@ class ReplicaManager:
                 # acks=0 has no answer to hold back: written on the loop, as it comes.
                 info, written = partition.start_append_as_leader(records, now_ms, origin=origin,
                                                                  required_acks=required_acks,
-                                                                 behind=required_acks != 0)
+                                                                 behind=required_acks != 0, in_place=in_place)
             except KafkaError as e:
                 results.append(AppendResult.failed(e))
                 continue

@@ -63,7 +63,8 @@ async def handle(ctx: RequestContext, request: Any) -> ProduceResponse | Deferre
         layout.append((topic.name, slots))
     appended = await ctx.broker.replicas.append(
         entries, request.acks, request.timeout_ms, ctx.now_ms(), transactional_id=request.transactional_id,
-        verify_transaction=_transaction_verifier(ctx), pacer=pacer)
+        verify_transaction=_transaction_verifier(ctx), pacer=pacer,
+        in_place=True)  # the records are views of this request's frame, read by nothing after this
     quota = ctx.broker.quotas.produce
     if quota.enabled:  # Kafka's produce quota counts the request's bytes, throttles with muting
         ctx.throttle_ms = quota.record(ctx.principal, ctx.header.client_id or "", ctx.size,

@@ -343,28 +343,35 @@ class Log(LogDelayedRecords, LogTiering):
         leader_epoch: int,
         now_ms: int,
         origin: AppendOrigin = AppendOrigin.CLIENT,
+        *,
+        in_place: bool = False,
     ) -> tuple[AppendInfo, asyncio.Future[None] | None]:
         """`append_as_leader`, but a large append's bytes may be written by the log dir's writer
         thread: then the info comes with a future that is done once the append is published
         (readable, in the log end) or has failed (KafkaStorageError). Call it with no append in
-        flight (`wait_idle`) or it first waits for that one, blocking."""
-        return self._start_append_as_leader(batches, leader_epoch, now_ms, origin, behind=True)
+        flight (`wait_idle`) or it first waits for that one, blocking.
+
+        With `in_place`, writable `batches` (a produce request's own frame, which nothing reads
+        after its handler) get their offsets, epochs and append times patched where they are
+        instead of in a copy."""
+        return self._start_append_as_leader(batches, leader_epoch, now_ms, origin, behind=True, in_place=in_place)
 
     def _start_append_as_leader(
         self, batches: bytes | bytearray | memoryview, leader_epoch: int, now_ms: int, origin: AppendOrigin,
-        behind: bool,
+        behind: bool, in_place: bool = False,
     ) -> tuple[AppendInfo, asyncio.Future[None] | None]:
         self.health.check_writable(self.name)
         try:
-            return self._append_as_leader(batches, leader_epoch, now_ms, origin, behind)
+            return self._append_as_leader(batches, leader_epoch, now_ms, origin, behind, in_place)
         except OSError as e:
             raise self.health.failed(e, f"appending to {self.name}") from e
 
     def _append_as_leader(
         self, batches: bytes | bytearray | memoryview, leader_epoch: int, now_ms: int, origin: AppendOrigin,
-        behind: bool,
+        behind: bool, in_place: bool,
     ) -> tuple[AppendInfo, asyncio.Future[None] | None]:
-        buf = bytearray(batches)  # the one copy: offsets, epochs and append times are patched in place
+        # At most one copy: offsets, epochs and append times are patched in the bytes appended.
+        buf = batches if in_place and _writable(batches) else bytearray(batches)
         headers = validate_batches(buf, self.config, self.name, from_client=True,
                                    coordinator=origin is AppendOrigin.COORDINATOR)
         if origin is AppendOrigin.CLIENT:
@@ -898,3 +905,7 @@ class Log(LogDelayedRecords, LogTiering):
         """Remove the whole partition directory."""
         self.release()
         shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def _writable(batches: bytes | bytearray | memoryview) -> bool:
+    return isinstance(batches, bytearray) or (isinstance(batches, memoryview) and not batches.readonly)

@@ -54,6 +54,19 @@ def test_accepts_bytearray_and_memoryview_without_touching_the_caller_buffer(ope
     assert [r.offset for r in read_all(log)] == [0, 1]
 
 
+def test_in_place_patches_a_writable_buffer_and_copies_a_read_only_one(open_log: OpenLog) -> None:
+    """A produce request's frame is given away (`in_place`): its offsets are assigned where the
+    bytes are, with no copy; bytes, which cannot be patched, are still copied."""
+    log = open_log()
+    log.append_as_leader(batch(values=[b"x"]), 0, T0)
+    frame = bytearray(batch(values=[b"y", b"z"]))
+    log.start_append_as_leader(memoryview(frame), 0, T0, in_place=True)
+    assert header_fields(bytes(frame))["base_offset"] == 1
+    log.start_append_as_leader(memoryview(batch(values=[b"w"])), 0, T0, in_place=True)
+    assert [r.value for r in read_all(log)] == [b"x", b"y", b"z", b"w"]
+    assert [r.offset for r in read_all(log)] == [0, 1, 2, 3]
+
+
 def test_read_from_the_middle_of_a_batch_returns_the_whole_batch(open_log: OpenLog) -> None:
     log = open_log()
     log.append_as_leader(batch(values=[b"a"] * 3), 0, T0)
