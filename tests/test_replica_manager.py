@@ -280,6 +280,7 @@ def test_a_quiet_partition_of_a_followers_session_is_passed_over_until_it_moves(
             assert partition.followers[FOLLOWER].last_caught_up_ms == 5_000
             [result] = await manager.fetch(FOLLOWER_FETCH, [told(2, 1)], 6_000)  # told an older HW: news
             assert result is not QUIET and result.high_watermark == 2
+            assert partition.followers[FOLLOWER].last_caught_up_ms == 6_000  # recorded in full
 
             parked = FetchParams(replica_id=FOLLOWER, max_wait_ms=10_000, min_bytes=1, max_bytes=MAX_BYTES)
             waiting = asyncio.ensure_future(manager.fetch(parked, [told(2, 2)], 7_000))
