@@ -11,12 +11,25 @@ import struct
 
 import pytest
 
+from kbroker.storage import record_scan
 from kbroker.storage.log_config import LogConfig
 from kbroker.storage.log_validator import RecordValidationError, validate_batches, validate_records
 from protocol.errors import ErrorCode, KafkaError
 from protocol.record_batch import Record, compress, decode_batch, encode_batch, encode_records
 from protocol.records import ATTRIBUTES_OFFSET, CRC_OFFSET, HEADER_SIZE, compute_crc
 from tests.storage.conftest import T0, read_all
+
+
+@pytest.fixture(autouse=True, params=["compiled pass", "walk alone"])
+def record_pass(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every case twice: with the compiled quick pass in front of the walk (as a broker runs
+    once it has loaded it), and with the walk alone (before that, or without numba)."""
+    if request.param == "compiled pass":
+        assert record_scan.load()
+    else:
+        monkeypatch.setattr(record_scan, "_first_unplain", None)
+    return request.param
+
 
 RECORDS = [Record(i, T0, b"k%d" % i, b"v" * 20) for i in range(3)]
 GOOD = encode_batch(RECORDS)
