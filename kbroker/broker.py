@@ -53,7 +53,6 @@ from kbroker.server.server import Server
 from kbroker.share.share_group import TopicInfo
 from kbroker.share.share_partition import ShareLimits
 from kbroker.share.share_sessions import ShareSessionCache
-from kbroker.storage import record_scan
 from kbroker.storage.encryption import MissingKey
 from kbroker.storage.log import Log
 from kbroker.storage.log_config import LogConfig
@@ -386,7 +385,6 @@ class Broker:
 
     async def start(self) -> None:
         self._start_metrics()  # first: a metrics.listener that cannot be bound stops the start at once
-        record_scan.load_in_background()  # the validator walks every batch until it is loaded
         self.log_manager.on_dir_change = self._on_log_dir_change
         self.topics.start()
         self.groups.load()

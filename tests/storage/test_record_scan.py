@@ -145,14 +145,19 @@ def test_without_the_compiled_pass_every_batch_is_walked(monkeypatch: pytest.Mon
     assert not scan_says_plain(encode_batch([Record(0, T0, None, b"v")]))
 
 
-def test_loading_in_the_background_leaves_the_pass_loaded(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_first_large_batch_starts_loading_the_pass(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(record_scan, "_first_unplain", None)
     monkeypatch.setattr(record_scan, "_loader", None)
-    record_scan.load_in_background()
+    small = encode_batch([Record(i, T0, None, b"v") for i in range(record_scan.LOAD_FROM_RECORDS - 1)])
+    assert not scan_says_plain(small)
+    assert record_scan._loader is None  # a few records: the walk is as cheap, nothing is loaded
+    large = encode_batch([Record(i, T0, None, b"v") for i in range(record_scan.LOAD_FROM_RECORDS)])
+    assert not scan_says_plain(large)  # walked, while the pass loads in its thread
     loader = record_scan._loader
     assert loader is not None
     loader.join(timeout=60)
     assert record_scan.loaded()
+    assert scan_says_plain(large)
 
 
 def test_the_environment_can_keep_the_pass_unloaded(monkeypatch: pytest.MonkeyPatch) -> None:
