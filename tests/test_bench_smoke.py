@@ -66,11 +66,12 @@ def bench(tmp_path: Path, name: str, *args: str, broker: BrokerProcess | None = 
 def check_case(case: dict[str, Any], metrics: list[str], references: tuple[str, ...] = ("mock",)) -> None:
     """One run of kbroker and each reference, every metric measured. A produce case against a
     broker the benchmark started also has the write ceiling (checked where it is the point)."""
-    assert set(case["servers"]) - {"ceiling"} == {"kbroker", *references} - {"ceiling"}
+    ceilings = {"ceiling", "replication-ceiling"}
+    assert set(case["servers"]) - ceilings == {"kbroker", *references} - ceilings
     for name, server in case["servers"].items():
         assert len(server["runs"]) == 1
         for metric in metrics:
-            if name != "ceiling" or metric in ("mb_per_s", "msgs_per_s"):
+            if name not in ceilings or metric in ("mb_per_s", "msgs_per_s"):
                 assert server["median"][metric] > 0, (metric, server)
     for reference in references:
         for metric in metrics:
@@ -203,14 +204,18 @@ def test_cluster_produce_acks_all(tmp_path: Path) -> None:
     check_case(case, ["mb_per_s", "msgs_per_s", "server_cpu"])
     check_cluster_case(results, case)
     assert case["servers"]["kbroker"]["runs"][0]["errors"] == 0
-    # No acks=1 case here: only the cluster's, with no yardstick, and its share of the ceiling.
-    target, ceiling = results["targets"]
+    # No acks=1 case here: only the cluster's, with no yardstick, and its share of the ceilings.
+    target, ceiling, replication = results["targets"]
     assert target["name"] == "produce 1 KB, acks=all, 3 brokers, one producer"
     assert target["measured"] is None and target["met"] is None and "MB/s" in target["note"]
     # Three loops at once, one in each broker's log directory, as a replicated byte is written.
     assert "3 copies at once" in ceiling["name"] and ceiling["met"] is None
     assert ceiling["measured"] == case["ratios"]["ceiling"]["mb_per_s"] > 0
     assert case["servers"]["ceiling"]["runs"][0]["mb_per_s"] > 0
+    # And the bytes also sent from the leader's file to each follower, as replication moves them.
+    assert "replication ceiling" in replication["name"] and replication["met"] is None
+    assert replication["measured"] == case["ratios"]["replication-ceiling"]["mb_per_s"] > 0
+    assert case["servers"]["replication-ceiling"]["runs"][0]["mb_per_s"] > 0
 
 
 def test_a_cluster_variant_started_with_another_environment(tmp_path: Path) -> None:

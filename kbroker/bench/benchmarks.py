@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from kbroker.bench import profiling
-from kbroker.bench.ceiling import WriteCeiling
+from kbroker.bench.ceiling import ReplicationCeiling, WriteCeiling
 from kbroker.bench.references import MockServer
 from kbroker.bench.servers import KbrokerServer, Server, evict_from_page_cache, new_data_dir
 from kbroker.bench.ui import UI, Step
@@ -221,7 +221,11 @@ def _ceiling(env: Env, config: dict[str, Any]) -> list[Server]:
     directories = env.kbroker.log_dirs
     if not directories or len(directories) != env.kbroker.replication_factor:
         return []
-    return [WriteCeiling(directories, int(config.get("batch.size", 1_000_000)))]
+    chunk = int(config.get("batch.size", 1_000_000))
+    if len(directories) == 1:
+        return [WriteCeiling(directories, chunk)]
+    # A cluster's bytes also cross the loopback to every follower: the second ceiling moves them so.
+    return [WriteCeiling(directories, chunk), ReplicationCeiling(directories, chunk)]
 
 
 def profile_run(env: Env, label: str, run: Callable[[Step], dict[str, Any]], seconds: float) -> dict[str, Any]:

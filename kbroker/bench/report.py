@@ -69,6 +69,14 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
                                  f"({brokers} copies at once)", "–", ceiling, "× ceiling", None,
                                  f"{replicated['name']}: ceiling "
                                  f"{replicated['servers']['ceiling']['median']['mb_per_s']:.1f} MB/s per copy"))
+        replication = replicated["ratios"].get("replication-ceiling", {}).get("mb_per_s")
+        if replication is not None:
+            moved = replicated["servers"]["replication-ceiling"]["median"]["mb_per_s"]
+            reach = f"; 0.5× one broker's acks=1 is {0.5 * single / moved:.2f}× it" if single else ""
+            found.append(_target(f"produce 1 KB, acks=all, {brokers} brokers: share of the same-run replication "
+                                 "ceiling (the bytes written and sent to the followers by bare loops)", "–",
+                                 replication, "× ceiling", None,
+                                 f"{replicated['name']}: {moved:.1f} MB/s per copy{reach}"))
 
     cache = next((c for c in results.get("consume", []) if not c["params"]["cold"]), None)
     if cache:
