@@ -56,9 +56,13 @@ class WriteCeiling(Server):
     def bootstrap(self) -> str:
         raise NotImplementedError("the write ceiling has no clients")
 
-    def run(self, seconds: float, message_size: int) -> dict[str, Any]:
+    def measure(self, seconds: float) -> tuple[float, float]:
+        """(bytes each copy got, seconds taken)."""
         written, elapsed = write_copies_for(self.directories, self.chunk_bytes, seconds)
-        per_copy = written / len(self.directories)
+        return written / len(self.directories), elapsed
+
+    def run(self, seconds: float, message_size: int) -> dict[str, Any]:
+        per_copy, elapsed = self.measure(seconds)
         return {"messages": int(per_copy // message_size), "errors": 0, "elapsed_s": round(elapsed, 3),
                 "msgs_per_s": round(per_copy / message_size / elapsed, 1),
                 "mb_per_s": round(per_copy / elapsed / MB, 3), "server_cpu": None, "client_cpu": None}
@@ -126,11 +130,8 @@ class ReplicationCeiling(WriteCeiling):
                             "follower threads, which receive and write it, each in its broker's log directory "
                             "(MB/s is each copy's)")
 
-    def run(self, seconds: float, message_size: int) -> dict[str, Any]:
-        per_copy, elapsed = replicate_for(self.directories, self.chunk_bytes, seconds)
-        return {"messages": int(per_copy // message_size), "errors": 0, "elapsed_s": round(elapsed, 3),
-                "msgs_per_s": round(per_copy / message_size / elapsed, 1),
-                "mb_per_s": round(per_copy / elapsed / MB, 3), "server_cpu": None, "client_cpu": None}
+    def measure(self, seconds: float) -> tuple[float, float]:
+        return replicate_for(self.directories, self.chunk_bytes, seconds)
 
 
 def replicate_for(directories: Sequence[Path], chunk_bytes: int, seconds: float) -> tuple[int, float]:
