@@ -82,6 +82,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     produce.add_argument("--profile", action="store_true", help="one more kbroker run under py-spy "
                          "(on a cluster: of the leader broker)")
     _cluster_options(produce)
+    produce.add_argument("--with-one-broker", action="store_true",
+                         help="with --brokers N: first measure one kbroker's acks=1 produce of the same sizes "
+                              "against the mock, in this invocation: the yardstick of the acks=all target")
 
     consume = command("consume", "consumer throughput, from the page cache and after a cold start")
     consume.add_argument("--mode", choices=("cache", "cold", "both"), default="both")
@@ -405,12 +408,28 @@ class Session:
 
 
 def bench_produce(session: Session, args: argparse.Namespace) -> dict[str, Any]:
-    env = session.env()
     config = _producer_config(args)
-    cases = [benchmarks.produce_case(env, size, config, args.partitions, args.producers, args.duration,
-                                     profile=args.profile and index == 0)
-             for index, size in enumerate(args.message_size)]
+    cases = _one_broker_yardstick(session, args, config) if args.with_one_broker else []
+    env = session.env()
+    cases += [benchmarks.produce_case(env, size, config, args.partitions, args.producers, args.duration,
+                                      profile=args.profile and index == 0)
+              for index, size in enumerate(args.message_size)]
     return {"produce": cases}
+
+
+def _one_broker_yardstick(session: Session, args: argparse.Namespace, config: dict[str, Any]) -> list[dict[str, Any]]:
+    """One kbroker's acks=1 cases (against the one-broker mock), measured before a cluster's and
+    stopped before it starts: what the acks=all target compares with, from the same invocation."""
+    if args.brokers < 2 or args.bootstrap:
+        raise BenchError("--with-one-broker goes with --brokers N (N > 1) on a cluster the benchmark starts")
+    single = session.kbroker(args.server_config, brokers=1)
+    try:
+        env = session.env(single)
+        return [benchmarks.produce_case(env, size, {**config, "acks": "1"}, args.partitions, args.producers,
+                                        args.duration)
+                for size in args.message_size]
+    finally:
+        single.close()
 
 
 def bench_consume(session: Session, args: argparse.Namespace) -> dict[str, Any]:
