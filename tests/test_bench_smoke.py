@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 
+from kbroker.bench.ceiling import replicate_for
 from kbroker.bench.kafka_reference import kafka_home
 from tests.brokers import PROJECT_ROOT, BrokerProcess
 from tests.conftest import require_zookeeper
@@ -219,7 +220,7 @@ def test_cluster_produce_acks_all(tmp_path: Path) -> None:
     assert "3 copies at once" in ceiling["name"] and ceiling["met"] is None
     assert ceiling["measured"] == case["ratios"]["ceiling"]["mb_per_s"] > 0
     assert case["servers"]["ceiling"]["runs"][0]["mb_per_s"] > 0
-    # And the bytes also sent from the leader's file to each follower, as replication moves them.
+    # And the bytes also fetched from the leader's file by each follower, as replication moves them.
     assert "replication ceiling" in replication["name"] and replication["met"] is None
     assert replication["measured"] == case["ratios"]["replication-ceiling"]["mb_per_s"] > 0
     assert case["servers"]["replication-ceiling"]["runs"][0]["mb_per_s"] > 0
@@ -496,3 +497,14 @@ def test_outage_window_split() -> None:
     assert stats["lateness_outside_ms"]["max"] == 2.0 and stats["lateness_inside_ms"]["max"] == 2200.0
     assert stats["acked_after_kill"] == 1
     assert stats["window_after_kill_s"] == {0: 3.0, 1: 30.0}
+
+
+@pytest.mark.parametrize("fetched", [True, False], ids=["fetched", "pushed"])
+def test_the_replication_ceiling_moves_whole_chunks_and_leaves_no_files(tmp_path: Path, fetched: bool) -> None:
+    directories = [tmp_path / f"broker-{i}" for i in range(3)]
+    for directory in directories:
+        directory.mkdir()
+    chunk = 64 * 1024
+    per_copy, elapsed = replicate_for(directories, chunk, 0.3, fetched=fetched)
+    assert per_copy >= chunk and per_copy % chunk == 0 and elapsed >= 0.3
+    assert [list(d.iterdir()) for d in directories] == [[], [], []]

@@ -12,19 +12,21 @@ most a replicated produce could move. It runs in the benchmark's process while n
 being measured, alternated with the brokers' runs like a reference.
 
 A replicated byte also crosses the machine's loopback twice more: the leader sends it to each
-follower. `ReplicationCeiling` moves the bytes as a replicated produce does, with nothing else:
+follower. `ReplicationCeiling` moves the bytes as Kafka's replication does, with nothing else:
 a sender thread writes the producer's chunks to a leader thread over loopback TCP; the leader
-receives each whole, writes it into its log directory and sends it from that file with
-`sendfile` to each follower thread, which receives it whole and writes it into its own. What
-each copy reaches is the most the machine's disk, page cache and loopback allow a replicated
-produce, one leader thread in the broker's place.
+(one thread, as kbroker's event loop) receives each whole and writes it into its log
+directory; each follower thread asks for the next chunk once it has written the last, and the
+leader answers it from its file with `sendfile`. What each copy reaches is the most the
+machine's disk, page cache and loopback allow a produce replicated by fetching.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import selectors
 import socket
+import struct
 import threading
 import time
 import uuid
@@ -35,6 +37,7 @@ from typing import Any
 from kbroker.bench.servers import Server
 
 MB = 1_000_000
+_CHUNK_INDEX = struct.Struct(">q")  # a follower's request in the replication ceiling: the chunk it wants
 
 
 class WriteCeiling(Server):
@@ -117,7 +120,7 @@ def write_for(directory: Path, chunk_bytes: int, seconds: float) -> tuple[int, f
 
 
 class ReplicationCeiling(WriteCeiling):
-    """The bytes of a replicated produce moved as replication moves them, by bare loops (above)."""
+    """The bytes of a replicated produce moved as Kafka's replication moves them, by bare loops (above)."""
 
     name = "replication-ceiling"
 
@@ -125,22 +128,28 @@ class ReplicationCeiling(WriteCeiling):
         if len(directories) < 2:
             raise ValueError("the replication ceiling needs a leader's and a follower's log directory")
         super().__init__(directories, chunk_bytes)
-        self.description = (f"bare loops moving the bytes as replication does: a leader thread receives each chunk "
-                            f"over loopback TCP, writes it and sends it with sendfile to {len(directories) - 1} "
-                            "follower threads, which receive and write it, each in its broker's log directory "
-                            "(MB/s is each copy's)")
+        self.description = (f"bare loops replicating as Kafka does: a leader thread receives each chunk over "
+                            f"loopback TCP and writes it; {len(directories) - 1} follower threads each ask for "
+                            "the next chunk once they have written the last, and the leader answers with "
+                            "sendfile from its file; each in its broker's log directory (MB/s is each copy's)")
 
     def measure(self, seconds: float) -> tuple[float, float]:
         return replicate_for(self.directories, self.chunk_bytes, seconds)
 
 
-def replicate_for(directories: Sequence[Path], chunk_bytes: int, seconds: float) -> tuple[int, float]:
+def replicate_for(directories: Sequence[Path], chunk_bytes: int, seconds: float,
+                  fetched: bool = True) -> tuple[int, float]:
     """(bytes every follower had written when `seconds` were up, those seconds): the leader
-    writes in directories[0], a follower in each of the others; the files are removed after."""
+    writes in directories[0], a follower in each of the others; the files are removed after.
+
+    `fetched`: as Kafka replicates, each follower asks for the next chunk once it has written the
+    last, and the leader, one thread as kbroker's event loop, answers whoever asks for a chunk it
+    has written. Otherwise the leader sends each chunk to every follower as soon as it is written
+    (more than the protocol allows: a follower then receives while it writes)."""
     paths = [directory / f".replication-ceiling-{uuid.uuid4().hex[:8]}" for directory in directories]
     fds = [os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600) for path in paths]
     sender, leader_in = _loopback_pair()
-    links = [_loopback_pair() for _ in directories[1:]]
+    links = [_loopback_pair() for _ in directories[1:]]  # (the leader's end, the follower's end)
     copied = [0] * len(links)  # bytes each follower has written
     errors: list[BaseException] = []
     stop = threading.Event()
@@ -161,25 +170,61 @@ def replicate_for(directories: Sequence[Path], chunk_bytes: int, seconds: float)
         while not stop.is_set():
             sender.sendall(chunk)
 
-    def lead() -> None:
+    def send_chunk(follower: int, chunk: int) -> None:
+        start, end = chunk * chunk_bytes, (chunk + 1) * chunk_bytes
+        while start < end:
+            start += os.sendfile(links[follower][0].fileno(), fds[0], start, end - start)
+
+    def lead_pushing() -> None:
         buffer = bytearray(chunk_bytes)
-        position = 0
+        chunk = 0
         while _receive_whole(leader_in, buffer):
-            _pwrite_whole(fds[0], buffer, position)
-            for out, _ in links:
-                sent = position
-                while sent < position + chunk_bytes:
-                    sent += os.sendfile(out.fileno(), fds[0], sent, position + chunk_bytes - sent)
-            position += chunk_bytes
+            _pwrite_whole(fds[0], buffer, chunk * chunk_bytes)
+            for follower in range(len(links)):
+                send_chunk(follower, chunk)
+            chunk += 1
 
-    def follow(index: int) -> None:
+    def lead_answering() -> None:
+        buffer, request = bytearray(chunk_bytes), bytearray(_CHUNK_INDEX.size)
+        written = 0  # chunks in the leader's file
+        waiting: dict[int, int] = {}  # follower -> the chunk it asked for before it was written
+        with selectors.DefaultSelector() as selector:
+            selector.register(leader_in, selectors.EVENT_READ, -1)
+            for follower, (leader_end, _) in enumerate(links):
+                selector.register(leader_end, selectors.EVENT_READ, follower)
+            while not stop.is_set():
+                for key, _ in selector.select(0.1):
+                    if key.data < 0:
+                        if not _receive_whole(leader_in, buffer):
+                            return
+                        _pwrite_whole(fds[0], buffer, written * chunk_bytes)
+                        written += 1
+                        for follower in [f for f, chunk in waiting.items() if chunk < written]:
+                            send_chunk(follower, waiting.pop(follower))
+                        continue
+                    if not _receive_whole(links[key.data][0], request):
+                        return
+                    (chunk,) = _CHUNK_INDEX.unpack(request)
+                    if chunk < written:
+                        send_chunk(key.data, chunk)
+                    else:
+                        waiting[key.data] = chunk
+
+    def follow(follower: int) -> None:
+        end = links[follower][1]
         buffer = bytearray(chunk_bytes)
-        while _receive_whole(links[index][1], buffer):
-            _pwrite_whole(fds[index + 1], buffer, copied[index])
-            copied[index] += chunk_bytes
+        while not stop.is_set():
+            if fetched:
+                end.sendall(_CHUNK_INDEX.pack(copied[follower] // chunk_bytes))
+            if not _receive_whole(end, buffer):
+                return
+            _pwrite_whole(fds[follower + 1], buffer, copied[follower])
+            copied[follower] += chunk_bytes
 
+    bodies = [(send, ()), (lead_answering if fetched else lead_pushing, ()),
+              *((follow, (follower,)) for follower in range(len(links)))]
     threads = [threading.Thread(target=guarded, args=(body, *args), name=f"replication-ceiling-{i}", daemon=True)
-               for i, (body, args) in enumerate([(send, ()), (lead, ()), *((follow, (i,)) for i in range(len(links)))])]
+               for i, (body, args) in enumerate(bodies)]
     try:
         start = time.perf_counter()
         for thread in threads:

@@ -74,7 +74,7 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
             moved = replicated["servers"]["replication-ceiling"]["median"]["mb_per_s"]
             reach = f"; 0.5× one broker's acks=1 is {0.5 * single / moved:.2f}× it" if single else ""
             found.append(_target(f"produce 1 KB, acks=all, {brokers} brokers: share of the same-run replication "
-                                 "ceiling (the bytes written and sent to the followers by bare loops)", "–",
+                                 "ceiling (bare loops replicating by fetching, as Kafka does)", "–",
                                  replication, "× ceiling", None,
                                  f"{replicated['name']}: {moved:.1f} MB/s per copy{reach}"))
 
