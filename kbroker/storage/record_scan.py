@@ -97,5 +97,9 @@ def all_plain(uncompressed: bytes | bytearray | memoryview, header: BatchHeader,
         return False
     assert _frombuffer is not None
     records = _frombuffer(uncompressed, dtype=_UINT8)
-    return first_unplain(records, HEADER_SIZE, len(records), header.record_count, header.base_offset,
-                         header.base_timestamp, max(low, _INT64_MIN), min(high, _INT64_MAX), need_key) == -1
+    try:
+        first = first_unplain(records, HEADER_SIZE, len(records), header.record_count, header.base_offset,
+                              header.base_timestamp, max(low, _INT64_MIN), min(high, _INT64_MAX), need_key)
+    except TypeError:  # a kind of buffer the pass was not compiled for: the walk takes it
+        return False
+    return first == -1

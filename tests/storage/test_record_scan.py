@@ -165,3 +165,13 @@ def test_the_environment_can_keep_the_pass_unloaded(monkeypatch: pytest.MonkeyPa
     monkeypatch.setenv(record_scan.DISABLE_ENV, "python")
     assert not record_scan.load()
     assert not record_scan.loaded()
+
+
+def test_a_call_the_compiled_code_refuses_is_left_to_the_walk(monkeypatch: pytest.MonkeyPatch) -> None:
+    """numba answers arguments it has no compiled signature for with a TypeError: the walk
+    then takes the batch, instead of the produce request failing."""
+    def no_matching_definition(*_: object) -> int:
+        raise TypeError("No matching definition for argument type(s)")
+
+    monkeypatch.setattr(record_scan, "_first_unplain", no_matching_definition)
+    assert not scan_says_plain(encode_batch([Record(0, T0, None, b"v")]))
